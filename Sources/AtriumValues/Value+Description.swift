@@ -28,7 +28,7 @@ extension Value: CustomStringConvertible, CustomDebugStringConvertible {
             text += value ? "true" : "false"
         case .date(let date):
             text += "1("
-            let seconds = date.timeIntervalSince1970
+            let seconds = date.secondsSince1970
             if seconds == seconds.rounded(.towardZero), abs(seconds) < 0x1p63 {
                 text += String(Int64(seconds))
             } else {

@@ -23,8 +23,8 @@ public enum Value: Sendable {
     case double(Double)
     /// A boolean (CBOR simple values `true` and `false`).
     case bool(Bool)
-    /// A point in time (CBOR tag 1 over seconds since 1970-01-01 UTC).
-    case date(Date)
+    /// A point in time (CBOR tag 1 over seconds since 1970-01-01 UTC), kept exactly.
+    case date(Timestamp)
     /// A UUID (CBOR tag 37 over a 16-byte byte string).
     case uuid(UUID)
     /// Raw bytes (CBOR byte string).
@@ -93,11 +93,14 @@ extension Value {
         return nil
     }
 
-    /// The date, when this is a `date`; otherwise `nil`.
-    public var date: Date? {
+    /// The timestamp, when this is a `date`; otherwise `nil`.
+    public var timestamp: Timestamp? {
         if case .date(let v) = self { return v }
         return nil
     }
+
+    /// The date as a Foundation `Date`, when this is a `date`; otherwise `nil`.
+    public var date: Date? { timestamp?.date }
 
     /// The UUID, when this is a `uuid`; otherwise `nil`.
     public var uuid: UUID? {
@@ -133,7 +136,7 @@ extension Value: Hashable {
         case (.int(let a), .int(let b)): a == b
         case (.double(let a), .double(let b)): sameDouble(a, b)
         case (.bool(let a), .bool(let b)): a == b
-        case (.date(let a), .date(let b)): sameDouble(a.timeIntervalSince1970, b.timeIntervalSince1970)
+        case (.date(let a), .date(let b)): a == b
         case (.uuid(let a), .uuid(let b)): a == b
         case (.bytes(let a), .bytes(let b)): a == b
         case (.array(let a), .array(let b)): a == b
@@ -149,7 +152,7 @@ extension Value: Hashable {
         case .int(let v): hasher.combine(v)
         case .double(let v): hashDouble(v, into: &hasher)
         case .bool(let v): hasher.combine(v)
-        case .date(let v): hashDouble(v.timeIntervalSince1970, into: &hasher)
+        case .date(let v): hasher.combine(v)
         case .uuid(let v): hasher.combine(v)
         case .bytes(let v): hasher.combine(v)
         case .array(let v): hasher.combine(v)

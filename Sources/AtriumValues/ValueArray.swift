@@ -21,7 +21,7 @@ public struct ValueArray: Sendable {
         case ints([Int64])
         case doubles([Double])
         case bools([Bool])
-        case dates([Date])
+        case dates([Timestamp])
         case uuids([UUID])
         case bytes([[UInt8]])
         case maps([ValueSet])
@@ -37,7 +37,7 @@ public struct ValueArray: Sendable {
     public init(ints: [Int64]) { storage = ints.isEmpty ? .empty : .ints(ints) }
     public init(doubles: [Double]) { storage = doubles.isEmpty ? .empty : .doubles(doubles) }
     public init(bools: [Bool]) { storage = bools.isEmpty ? .empty : .bools(bools) }
-    public init(dates: [Date]) { storage = dates.isEmpty ? .empty : .dates(dates) }
+    public init(dates: [Timestamp]) { storage = dates.isEmpty ? .empty : .dates(dates) }
     public init(uuids: [UUID]) { storage = uuids.isEmpty ? .empty : .uuids(uuids) }
     public init(bytes: [[UInt8]]) { storage = bytes.isEmpty ? .empty : .bytes(bytes) }
     public init(maps: [ValueSet]) { storage = maps.isEmpty ? .empty : .maps(maps) }
@@ -69,7 +69,7 @@ public struct ValueArray: Sendable {
         case .int: storage = .ints(values.map { $0.int! })
         case .double: storage = .doubles(values.map { $0.double! })
         case .bool: storage = .bools(values.map { $0.bool! })
-        case .date: storage = .dates(values.map { $0.date! })
+        case .date: storage = .dates(values.map { $0.timestamp! })
         case .uuid: storage = .uuids(values.map { $0.uuid! })
         case .bytes: storage = .bytes(values.map { $0.bytes! })
         case .map: storage = .maps(values.map { $0.map! })
@@ -129,7 +129,7 @@ public struct ValueArray: Sendable {
     }
 
     /// The elements when they are dates (or the array is empty); otherwise `nil`.
-    public var dates: [Date]? {
+    public var dates: [Timestamp]? {
         switch storage {
         case .empty: []
         case .dates(let v): v
@@ -206,8 +206,7 @@ extension ValueArray: Hashable {
         case (.ints(let a), .ints(let b)): a == b
         case (.doubles(let a), .doubles(let b)): a.elementsEqual(b, by: sameDouble)
         case (.bools(let a), .bools(let b)): a == b
-        case (.dates(let a), .dates(let b)):
-            a.elementsEqual(b) { sameDouble($0.timeIntervalSince1970, $1.timeIntervalSince1970) }
+        case (.dates(let a), .dates(let b)): a == b
         case (.uuids(let a), .uuids(let b)): a == b
         case (.bytes(let a), .bytes(let b)): a == b
         case (.maps(let a), .maps(let b)): a == b

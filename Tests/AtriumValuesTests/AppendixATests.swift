@@ -14,7 +14,7 @@ struct AppendixATests {
     static let notInt64 = Expected.refused(.notAValueSet, "outside the Int64 range")
     static let nestedArray = Expected.refused(.notAValueSet, "an array may not hold arrays")
 
-    static func date(_ seconds: Double) -> Value { .date(Date(timeIntervalSince1970: seconds)) }
+    static func date(_ seconds: Double) -> Value { .date(Timestamp(secondsSince1970: seconds)) }
     static func ints(_ range: ClosedRange<Int64>) -> Value { .array(ValueArray(ints: Array(range))) }
 
     /// The expected reading of every example, by its hex encoding.

@@ -88,9 +88,9 @@ struct ValueGenerator {
         }
     }
 
-    mutating func date() -> Date {
+    mutating func date() -> Timestamp {
         let seconds = pick([0, -1, -86400.5, 1_363_896_240, 1_363_896_240.5, -2_208_988_800, 4_102_444_800.25, Double(Int32.max)])
-        return Date(timeIntervalSince1970: seconds + Double(Int.random(in: -5...5, using: &rng)) / 4)
+        return Timestamp(secondsSince1970: seconds + Double(Int.random(in: -5...5, using: &rng)) / 4)
     }
 
     mutating func bytes() -> [UInt8] {

@@ -211,7 +211,7 @@ struct ValueReader {
                 reader.offset = start
                 throw reader.error(.notAValueSet, "tag 1 (date) must hold an integer or a float, not \(describe(content))")
             }
-            return .date(Date(timeIntervalSince1970: seconds))
+            return .date(Timestamp(secondsSince1970: seconds))
         case 37:
             let content = try reader.readHead()
             guard content.major == 2 else {
@@ -294,7 +294,7 @@ extension ValueArray {
         case .int: self.init(ints: values.map { $0.int! })
         case .double: self.init(doubles: values.map { $0.double! })
         case .bool: self.init(bools: values.map { $0.bool! })
-        case .date: self.init(dates: values.map { $0.date! })
+        case .date: self.init(dates: values.map { $0.timestamp! })
         case .uuid: self.init(uuids: values.map { $0.uuid! })
         case .bytes: self.init(bytes: values.map { $0.bytes! })
         case .map: self.init(maps: values.map { $0.map! })

@@ -66,9 +66,9 @@ extension CBOROutput {
     /// Tag 1 over whole seconds as an integer when the time is a whole number of seconds that
     /// fits Int64, else over the shortest exact float.
     @inlinable
-    public mutating func writeDate(_ date: Date) {
+    public mutating func writeDate(_ date: Timestamp) {
         writeByte(0xc1)
-        let seconds = date.timeIntervalSince1970
+        let seconds = date.secondsSince1970
         if seconds == seconds.rounded(.towardZero), seconds >= -0x1p63, seconds < 0x1p63 {
             writeInt(Int64(seconds))
         } else {

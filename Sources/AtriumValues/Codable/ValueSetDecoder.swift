@@ -62,6 +62,9 @@ struct ValueDecoding: Decoder {
         switch type {
         case is Date.Type:
             guard case .date(let date) = value else { throw mismatch(type, "a date") }
+            return date.date as! T
+        case is Timestamp.Type:
+            guard case .date(let date) = value else { throw mismatch(type, "a date") }
             return date as! T
         case is UUID.Type:
             guard case .uuid(let uuid) = value else { throw mismatch(type, "a uuid") }

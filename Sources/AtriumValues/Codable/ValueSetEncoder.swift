@@ -61,12 +61,15 @@ final class EncodingNode {
         try value.encode(to: NodeEncoder(node: node, codingPath: codingPath, userInfo: userInfo))
     }
 
+    /// Matches on the static type: a dynamic cast would also turn an empty `[Double]` into
+    /// `[UInt8]`.
     static func specialValue<T>(_ value: T) -> Value? {
-        switch value {
-        case let date as Date: .date(date)
-        case let uuid as UUID: .uuid(uuid)
-        case let data as Data: .bytes([UInt8](data))
-        case let bytes as [UInt8]: .bytes(bytes)
+        switch T.self {
+        case is Date.Type: .date(Timestamp(value as! Date))
+        case is Timestamp.Type: .date(value as! Timestamp)
+        case is UUID.Type: .uuid(value as! UUID)
+        case is Data.Type: .bytes([UInt8](value as! Data))
+        case is [UInt8].Type: .bytes(value as! [UInt8])
         default: nil
         }
     }
