@@ -204,6 +204,52 @@ package struct CBORReader {
     }
 }
 
+extension CBORReader {
+    /// Reads a text string whose head has been read, definite or in chunks, checking that it
+    /// (each chunk, as RFC 8949 requires) is valid UTF-8.
+    package mutating func readText(_ head: Head) throws(ValueSetError) -> String {
+        if !head.isIndefinite {
+            return try utf8(try readSpan(head.argument))
+        }
+        var text = ""
+        while !consumeBreak() {
+            text += try utf8(try readChunk(of: 3))
+        }
+        return text
+    }
+
+    func utf8(_ span: UnsafeRawBufferPointer) throws(ValueSetError) -> String {
+        let units = UnsafeBufferPointer(start: span.baseAddress?.assumingMemoryBound(to: UInt8.self), count: span.count)
+        guard let text = String(validating: units, as: UTF8.self) else {
+            throw ValueSetError(.notAValueSet, "text string is not valid UTF-8", offset: offset - span.count)
+        }
+        return text
+    }
+}
+
+extension CBORReader.Head {
+    /// What this head stands for, for error messages: `an integer`, `null`, `tag 0`, ...
+    package var kindDescription: String {
+        switch major {
+        case 0, 1: return "an integer"
+        case 2: return "a byte string"
+        case 3: return "a text string"
+        case 4: return "an array"
+        case 5: return "a map"
+        case 6: return "tag \(argument)"
+        default:
+            switch info {
+            case 20, 21: return "a bool"
+            case 22: return "null"
+            case 23: return "undefined"
+            case 25, 26, 27: return "a float"
+            case 31: return "a break"
+            default: return "simple value \(argument)"
+            }
+        }
+    }
+}
+
 func hex(_ byte: UInt8) -> String {
     let digits = Array("0123456789abcdef".utf8)
     return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xf)]], as: UTF8.self)

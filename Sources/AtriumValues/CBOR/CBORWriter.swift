@@ -3,21 +3,23 @@
 /// The writer functions are generic over this protocol and `@inlinable`, so each output type
 /// gets its own specialised, non-allocating encoder.
 public protocol CBOROutput {
-    mutating func writeByte(_ byte: UInt8)
-    mutating func writeBytes(_ bytes: UnsafeRawBufferPointer)
+    /// Appends one byte.
+    mutating func writeCBORByte(_ byte: UInt8)
+    /// Appends `bytes`, which are only valid during the call.
+    mutating func writeCBORBytes(_ bytes: UnsafeRawBufferPointer)
     /// Writes `value` big-endian.
-    mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T)
+    mutating func writeCBORInteger<T: FixedWidthInteger>(_ value: T)
 }
 
 extension Array: CBOROutput where Element == UInt8 {
     @inlinable
-    public mutating func writeByte(_ byte: UInt8) { append(byte) }
+    public mutating func writeCBORByte(_ byte: UInt8) { append(byte) }
 
     @inlinable
-    public mutating func writeBytes(_ bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+    public mutating func writeCBORBytes(_ bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
 
     @inlinable
-    public mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T) {
+    public mutating func writeCBORInteger<T: FixedWidthInteger>(_ value: T) {
         Swift.withUnsafeBytes(of: value.bigEndian) { append(contentsOf: $0) }
     }
 }
@@ -28,19 +30,19 @@ extension CBOROutput {
     public mutating func writeHead(major: UInt8, argument: UInt64) {
         let high = major << 5
         if argument < 24 {
-            writeByte(high | UInt8(truncatingIfNeeded: argument))
+            writeCBORByte(high | UInt8(truncatingIfNeeded: argument))
         } else if argument <= UInt64(UInt8.max) {
-            writeByte(high | 24)
-            writeByte(UInt8(truncatingIfNeeded: argument))
+            writeCBORByte(high | 24)
+            writeCBORByte(UInt8(truncatingIfNeeded: argument))
         } else if argument <= UInt64(UInt16.max) {
-            writeByte(high | 25)
-            writeBigEndian(UInt16(truncatingIfNeeded: argument))
+            writeCBORByte(high | 25)
+            writeCBORInteger(UInt16(truncatingIfNeeded: argument))
         } else if argument <= UInt64(UInt32.max) {
-            writeByte(high | 26)
-            writeBigEndian(UInt32(truncatingIfNeeded: argument))
+            writeCBORByte(high | 26)
+            writeCBORInteger(UInt32(truncatingIfNeeded: argument))
         } else {
-            writeByte(high | 27)
-            writeBigEndian(argument)
+            writeCBORByte(high | 27)
+            writeCBORInteger(argument)
         }
     }
 
@@ -62,24 +64,32 @@ extension CBOROutput {
     public mutating func writeText(_ text: String) {
         let written: Void? = text.utf8.withContiguousStorageIfAvailable { utf8 in
             writeHead(major: 3, argument: UInt64(utf8.count))
-            writeBytes(UnsafeRawBufferPointer(utf8))
+            writeCBORBytes(UnsafeRawBufferPointer(utf8))
         }
         if written == nil {
             let utf8 = Array(text.utf8)
             writeHead(major: 3, argument: UInt64(utf8.count))
-            utf8.withUnsafeBytes { writeBytes($0) }
+            utf8.withUnsafeBytes { writeCBORBytes($0) }
         }
+    }
+
+    /// Writes a text string from a literal, without making a `String`.
+    @inlinable
+    public mutating func writeText(_ text: StaticString) {
+        let utf8 = UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+        writeHead(major: 3, argument: UInt64(utf8.count))
+        writeCBORBytes(utf8)
     }
 
     @inlinable
     public mutating func writeByteString(_ bytes: UnsafeRawBufferPointer) {
         writeHead(major: 2, argument: UInt64(bytes.count))
-        writeBytes(bytes)
+        writeCBORBytes(bytes)
     }
 
     @inlinable
     public mutating func writeBool(_ value: Bool) {
-        writeByte(value ? 0xf5 : 0xf4)
+        writeCBORByte(value ? 0xf5 : 0xf4)
     }
 
     /// Writes a double in the shortest of float16, float32 and float64 that holds it exactly
@@ -87,22 +97,22 @@ extension CBOROutput {
     @inlinable
     public mutating func writeDouble(_ value: Double) {
         if value.isNaN {
-            writeByte(0xf9)
-            writeBigEndian(UInt16(0x7e00))
+            writeCBORByte(0xf9)
+            writeCBORInteger(UInt16(0x7e00))
             return
         }
         let single = Float(value)
         guard Double(single) == value else {
-            writeByte(0xfb)
-            writeBigEndian(value.bitPattern)
+            writeCBORByte(0xfb)
+            writeCBORInteger(value.bitPattern)
             return
         }
         if let half = halfBits(exactly: single) {
-            writeByte(0xf9)
-            writeBigEndian(half)
+            writeCBORByte(0xf9)
+            writeCBORInteger(half)
         } else {
-            writeByte(0xfa)
-            writeBigEndian(single.bitPattern)
+            writeCBORByte(0xfa)
+            writeCBORInteger(single.bitPattern)
         }
     }
 }

@@ -48,7 +48,7 @@ struct ValueReader {
         let head = try reader.readHead()
         guard head.major == 5 else {
             reader.offset = 0
-            throw reader.error(.notAValueSet, "a ValueSet must be a map, not \(describe(head))")
+            throw reader.error(.notAValueSet, "a ValueSet must be a map, not \(head.kindDescription)")
         }
         return try readMap(head, depth: 1)
     }
@@ -64,7 +64,7 @@ struct ValueReader {
         case 2:
             return .bytes(try readBytes(head))
         case 3:
-            return .string(try readText(head))
+            return .string(try reader.readText(head))
         case 4:
             return .array(try readArray(head, depth: depth + 1))
         case 5:
@@ -95,24 +95,6 @@ struct ValueReader {
         return bytes
     }
 
-    mutating func readText(_ head: CBORReader.Head) throws(ValueSetError) -> String {
-        if !head.isIndefinite {
-            return try utf8(try reader.readSpan(head.argument))
-        }
-        var text = ""
-        while !reader.consumeBreak() {
-            text += try utf8(try reader.readChunk(of: 3))
-        }
-        return text
-    }
-
-    func utf8(_ span: UnsafeRawBufferPointer) throws(ValueSetError) -> String {
-        let units = UnsafeBufferPointer(start: span.baseAddress?.assumingMemoryBound(to: UInt8.self), count: span.count)
-        guard let text = String(validating: units, as: UTF8.self) else {
-            throw ValueSetError(.notAValueSet, "text string is not valid UTF-8", offset: reader.offset - span.count)
-        }
-        return text
-    }
 
     func checkDepth(_ depth: Int) throws(ValueSetError) {
         guard depth <= maxDepth else {
@@ -177,10 +159,10 @@ struct ValueReader {
                 this.reader.offset = keyStart
                 throw this.reader.error(
                     .notAValueSet,
-                    "map keys must be text, but key \(position + 1) is \(this.describe(keyHead))"
+                    "map keys must be text, but key \(position + 1) is \(keyHead.kindDescription)"
                 )
             }
-            let key = try this.readText(keyHead)
+            let key = try this.reader.readText(keyHead)
             if set.position(of: key) != nil {
                 this.reader.offset = keyStart
                 throw this.reader.error(.notAValueSet, "duplicate key \(quoted(key))")
@@ -209,14 +191,14 @@ struct ValueReader {
                 seconds = float(content)
             default:
                 reader.offset = start
-                throw reader.error(.notAValueSet, "tag 1 (date) must hold an integer or a float, not \(describe(content))")
+                throw reader.error(.notAValueSet, "tag 1 (date) must hold an integer or a float, not \(content.kindDescription)")
             }
             return .date(Timestamp(secondsSince1970: seconds))
         case 37:
             let content = try reader.readHead()
             guard content.major == 2 else {
                 reader.offset = start
-                throw reader.error(.notAValueSet, "tag 37 (uuid) must hold a byte string, not \(describe(content))")
+                throw reader.error(.notAValueSet, "tag 37 (uuid) must hold a byte string, not \(content.kindDescription)")
             }
             let bytes = try readBytes(content)
             guard bytes.count == 16 else {
@@ -256,30 +238,10 @@ struct ValueReader {
                 reader.offset -= 1
                 throw reader.error(.notWellFormed, "a break (0xff) outside an indefinite-length item")
             }
-            throw reader.error(.notAValueSet, "\(describe(head)) is not a ValueSet kind")
+            throw reader.error(.notAValueSet, "\(head.kindDescription) is not a ValueSet kind")
         }
     }
 
-    /// Names what a head stands for, for error messages.
-    func describe(_ head: CBORReader.Head) -> String {
-        switch head.major {
-        case 0, 1: return "an integer"
-        case 2: return "a byte string"
-        case 3: return "a text string"
-        case 4: return "an array"
-        case 5: return "a map"
-        case 6: return "tag \(head.argument)"
-        default:
-            switch head.info {
-            case 20, 21: return "a bool"
-            case 22: return "null"
-            case 23: return "undefined"
-            case 25, 26, 27: return "a float"
-            case 31: return "a break"
-            default: return "simple value \(head.argument)"
-            }
-        }
-    }
 }
 
 extension ValueArray {

@@ -67,7 +67,7 @@ extension CBOROutput {
     /// fits Int64, else over the shortest exact float.
     @inlinable
     public mutating func writeDate(_ date: Timestamp) {
-        writeByte(0xc1)
+        writeCBORByte(0xc1)
         let seconds = date.secondsSince1970
         if seconds == seconds.rounded(.towardZero), seconds >= -0x1p63, seconds < 0x1p63 {
             writeInt(Int64(seconds))
@@ -79,8 +79,8 @@ extension CBOROutput {
     /// Tag 37 over the 16 bytes of the UUID.
     @inlinable
     public mutating func writeUUID(_ uuid: UUID) {
-        writeByte(0xd8)
-        writeByte(37)
+        writeCBORByte(0xd8)
+        writeCBORByte(37)
         Swift.withUnsafeBytes(of: uuid.uuid) { writeByteString($0) }
     }
 }

@@ -1,0 +1,84 @@
+public import NIOCore
+
+/// Splits a byte stream into frames (a 4-byte big-endian length, then that many bytes of one
+/// CBOR map) and decodes each into a `Frame`.
+///
+/// A length over `maxFrameBytes` throws ``FrameError`` (`frameTooLarge`) as soon as the four
+/// length bytes have arrived, before any of the body is buffered. A body that breaks the
+/// protocol throws (`malformedFrame`, naming the key). An unknown `type` is not an error here:
+/// it decodes to the frame's `unknown` case, so the connection can stay open. The stream
+/// ending inside a frame throws `truncatedFrame`.
+///
+/// Runs on its channel's event loop, as every `ByteToMessageDecoder` does.
+public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
+    public typealias InboundOut = Frame
+
+    /// The hard limit on a frame body's length.
+    public let maxFrameBytes: Int
+
+    public init(maxFrameBytes: Int = ProtocolLimits.default.maxFrameBytes) {
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let frame = try decodeFrame(from: &buffer) else { return .needMoreData }
+        context.fireChannelRead(wrapInboundOut(frame))
+        return .continue
+    }
+
+    public mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        if let frame = try decodeFrame(from: &buffer) {
+            context.fireChannelRead(wrapInboundOut(frame))
+            return .continue
+        }
+        if seenEOF && buffer.readableBytes > 0 {
+            let have = buffer.readableBytes
+            buffer.moveReaderIndex(forwardBy: have)
+            throw FrameError(.truncatedFrame, "the connection ended \(have) bytes into an incomplete frame")
+        }
+        return .needMoreData
+    }
+
+    /// Takes one whole frame off the front of `buffer`, or returns `nil` (consuming nothing)
+    /// when it has not all arrived.
+    public func decodeFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, endianness: .big, as: UInt32.self) else {
+            return nil
+        }
+        guard length <= maxFrameBytes else {
+            throw FrameError(
+                .frameTooLarge,
+                "a frame of \(length) bytes is over the limit of \(maxFrameBytes) bytes"
+            )
+        }
+        guard buffer.readableBytes >= 4 + Int(length) else { return nil }
+        buffer.moveReaderIndex(forwardBy: 4)
+        let body = buffer.readSlice(length: Int(length))!
+        return try Frame(body: body)
+    }
+}
+
+/// Writes frames: the 4-byte big-endian length, then the frame's CBOR map.
+public struct FrameEncoder<Frame: AtriumFrame>: MessageToByteEncoder {
+    public typealias OutboundIn = Frame
+
+    public init() {}
+
+    public func encode(data: Frame, out: inout ByteBuffer) {
+        out.writeFrame(data)
+    }
+}
+
+extension ByteBuffer {
+    /// Appends `frame` with its length prefix.
+    public mutating func writeFrame(_ frame: some AtriumFrame) {
+        let start = writerIndex
+        writeInteger(UInt32(0))
+        frame.encode(into: &self)
+        setInteger(UInt32(writerIndex - start - 4), at: start, endianness: .big)
+    }
+}

@@ -1,0 +1,46 @@
+/// A frame that breaks the protocol. The host answers it with an `error` frame carrying
+/// ``code`` and ``message``, and (unless ``closesConnection`` is false) closes the connection.
+public struct FrameError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var code: ProtocolErrorCode
+    /// What was wrong, naming the frame type and key where there is one.
+    public var message: String
+
+    public init(_ code: ProtocolErrorCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// Whether the connection must be closed after this error (all but `unknownType`).
+    public var closesConnection: Bool { code != .unknownType }
+
+    public var description: String { "\(code): \(message)" }
+}
+
+/// The `code` of an `error` frame.
+public struct ProtocolErrorCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible,
+    ExpressibleByStringLiteral
+{
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+    public init(stringLiteral value: String) { rawValue = value }
+    public var description: String { rawValue }
+
+    /// A frame whose `type` the receiver does not know; the connection stays open.
+    public static let unknownType: Self = "unknownType"
+    /// Not well-formed CBOR, not a map, a missing or mistyped key.
+    public static let malformedFrame: Self = "malformedFrame"
+    /// A length over the receiver's hard frame limit.
+    public static let frameTooLarge: Self = "frameTooLarge"
+    /// The connection ended in the middle of a frame.
+    public static let truncatedFrame: Self = "truncatedFrame"
+    /// A frame other than `hello` came first.
+    public static let helloRequired: Self = "helloRequired"
+    /// A `hello` with a protocol version the host does not speak.
+    public static let unsupportedVersion: Self = "unsupportedVersion"
+    /// A second `hello` on the same connection.
+    public static let duplicateHello: Self = "duplicateHello"
+    /// The host refused the client (bad or missing token).
+    public static let notAuthorized: Self = "notAuthorized"
+    /// The host is shutting down.
+    public static let shuttingDown: Self = "shuttingDown"
+}

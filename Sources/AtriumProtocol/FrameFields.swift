@@ -1,0 +1,230 @@
+import AtriumValues
+import NIOCore
+
+/// The keys of one CBOR map inside a frame, with typed readers that say exactly which key
+/// is missing or mistyped. Lives only inside ``FrameFields/parse(_:_:)``'s closure, because it
+/// points into the frame's bytes.
+struct FrameFields {
+    /// `request`, or `welcome.limits` for a nested map: the prefix of every error message.
+    let name: String
+    let raw: UnsafeRawBufferPointer
+    let body: ByteBuffer
+    let entries: [(key: String, range: Range<Int>)]
+
+    /// Checks that `body` is exactly one well-formed CBOR map with text keys, then hands its
+    /// fields to `build`.
+    static func parse<Result>(
+        _ body: ByteBuffer,
+        _ build: (FrameFields) throws(FrameError) -> Result
+    ) throws(FrameError) -> Result {
+        guard body.readableBytes > 0 else {
+            throw FrameError(.malformedFrame, "empty frame: a frame holds one CBOR map")
+        }
+        let outcome = body.withUnsafeReadableBytes { raw in
+            Swift.Result { () throws(FrameError) -> Result in
+                var reader = CBORReader(raw)
+                do throws(ValueSetError) {
+                    try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
+                } catch {
+                    if error.code == .nestingTooDeep {
+                        throw FrameError(
+                            .malformedFrame,
+                            "frame nests deeper than \(ProtocolLimits.maxFrameNesting) levels, the hard limit"
+                        )
+                    }
+                    throw FrameError(
+                        .malformedFrame,
+                        "frame is not well-formed CBOR: \(error.reason) (at byte \(error.offset ?? 0))"
+                    )
+                }
+                guard reader.isAtEnd else {
+                    throw FrameError(.malformedFrame, "frame holds more than one CBOR item")
+                }
+                return try build(try FrameFields(name: "frame", raw: raw, body: body, at: 0))
+            }
+        }
+        return try outcome.get()
+    }
+
+    /// The fields of the map at `offset` of well-formed bytes.
+    init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, at offset: Int) throws(FrameError) {
+        self.name = name
+        self.raw = raw
+        self.body = body
+        var reader = CBORReader(raw, offset: offset)
+        do {
+            let head = try reader.readHead()
+            guard head.major == 5 else {
+                throw FrameError(.malformedFrame, "\(name) must be a CBOR map, not \(head.kindDescription)")
+            }
+            var entries: [(key: String, range: Range<Int>)] = []
+            var position = 0
+            while head.isIndefinite ? !reader.consumeBreak() : position < head.argument {
+                position += 1
+                let keyHead = try reader.readHead()
+                guard keyHead.major == 3 else {
+                    throw FrameError(
+                        .malformedFrame,
+                        "\(name) keys must be text, but key \(position) is \(keyHead.kindDescription)"
+                    )
+                }
+                let key = try reader.readText(keyHead)
+                if entries.contains(where: { $0.key == key }) {
+                    throw FrameError(.malformedFrame, "\(name) has the key \"\(key)\" twice")
+                }
+                let start = reader.offset
+                try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
+                entries.append((key, start..<reader.offset))
+            }
+            self.entries = entries
+        } catch let error as FrameError {
+            throw error
+        } catch let error as ValueSetError {
+            // The bytes were checked well-formed, so only text that is not UTF-8 gets here.
+            throw FrameError(.malformedFrame, "\(name): \(error.reason)")
+        } catch {
+            throw FrameError(.malformedFrame, "\(name): \(error)")
+        }
+    }
+
+    /// The frame's `type`.
+    func frameType() throws(FrameError) -> String {
+        guard entries.contains(where: { $0.key == "type" }) else {
+            throw FrameError(.malformedFrame, "frame has no \"type\" key")
+        }
+        return try text("type")
+    }
+
+    /// The same fields, named after the frame type for the error messages.
+    func named(_ name: String) -> FrameFields {
+        FrameFields(name: name, raw: raw, body: body, entries: entries)
+    }
+
+    private init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [(key: String, range: Range<Int>)]) {
+        self.name = name
+        self.raw = raw
+        self.body = body
+        self.entries = entries
+    }
+
+    func range(_ key: String) -> Range<Int>? {
+        entries.first { $0.key == key }?.range
+    }
+
+    func missing(_ key: String) -> FrameError {
+        FrameError(.malformedFrame, "\(name): key \"\(key)\" is missing")
+    }
+
+    func mistyped(_ key: String, _ expected: String, _ head: CBORReader.Head) -> FrameError {
+        FrameError(.malformedFrame, "\(name): key \"\(key)\" must be \(expected), not \(head.kindDescription)")
+    }
+
+    /// The head of `key`'s value and a reader just past it, or `nil` when the key is absent.
+    func head(_ key: String) -> (CBORReader.Head, CBORReader)? {
+        guard let range = range(key) else { return nil }
+        var reader = CBORReader(raw, offset: range.lowerBound)
+        guard let head = try? reader.readHead() else { return nil }  // checked well-formed already
+        return (head, reader)
+    }
+
+    func optionalUInt(_ key: String) throws(FrameError) -> UInt64? {
+        guard let (head, _) = head(key) else { return nil }
+        guard head.major == 0 else { throw mistyped(key, "an unsigned integer", head) }
+        return head.argument
+    }
+
+    func uint(_ key: String) throws(FrameError) -> UInt64 {
+        guard let value = try optionalUInt(key) else { throw missing(key) }
+        return value
+    }
+
+    /// An unsigned integer that must fit `Int` (statuses, limits).
+    func int(_ key: String) throws(FrameError) -> Int {
+        let value = try uint(key)
+        guard let int = Int(exactly: value) else {
+            throw FrameError(.malformedFrame, "\(name): key \"\(key)\" is out of range (\(value))")
+        }
+        return int
+    }
+
+    func optionalText(_ key: String) throws(FrameError) -> String? {
+        guard let (head, found) = head(key) else { return nil }
+        var reader = found
+        guard head.major == 3 else { throw mistyped(key, "text", head) }
+        do throws(ValueSetError) {
+            return try reader.readText(head)
+        } catch {
+            throw FrameError(.malformedFrame, "\(name): key \"\(key)\": \(error.reason)")
+        }
+    }
+
+    func text(_ key: String) throws(FrameError) -> String {
+        guard let value = try optionalText(key) else { throw missing(key) }
+        return value
+    }
+
+    /// Visits the elements of the array under `key`; `nil` when the key is absent.
+    func optionalArray<Element>(
+        _ key: String,
+        _ expected: String,
+        _ element: (inout CBORReader, Int) throws(FrameError) -> Element
+    ) throws(FrameError) -> [Element]? {
+        guard let (head, found) = head(key) else { return nil }
+        var reader = found
+        guard head.major == 4 else { throw mistyped(key, expected, head) }
+        var elements: [Element] = []
+        var position = 0
+        while head.isIndefinite ? !reader.consumeBreak() : position < head.argument {
+            elements.append(try element(&reader, position))
+            position += 1
+        }
+        return elements
+    }
+
+    func optionalTextArray(_ key: String) throws(FrameError) -> [String]? {
+        try optionalArray(key, "an array of text") { (reader, position) throws(FrameError) in
+            let start = reader.offset
+            guard let head = try? reader.readHead(), head.major == 3, let text = try? reader.readText(head) else {
+                var probe = CBORReader(raw, offset: start)
+                let what = (try? probe.readHead())?.kindDescription ?? "invalid text"
+                throw FrameError(.malformedFrame, "\(name): key \"\(key)\"[\(position)] must be text, not \(what)")
+            }
+            return text
+        }
+    }
+
+    func textArray(_ key: String) throws(FrameError) -> [String] {
+        guard let value = try optionalTextArray(key) else { throw missing(key) }
+        return value
+    }
+
+    /// The map under `key` as a message: a slice of the frame, not decoded.
+    func optionalMessage(_ key: String) throws(FrameError) -> EncodedValueSet? {
+        guard let range = range(key), let (head, _) = head(key) else { return nil }
+        guard head.major == 5 else { throw mistyped(key, "a map (a ValueSet)", head) }
+        let slice = body.getSlice(at: body.readerIndex + range.lowerBound, length: range.count)!
+        return EncodedValueSet(uncheckedBytes: slice)
+    }
+
+    func message(_ key: String) throws(FrameError) -> EncodedValueSet {
+        guard let value = try optionalMessage(key) else { throw missing(key) }
+        return value
+    }
+
+    /// The fields of the map under `key`.
+    func map(_ key: String) throws(FrameError) -> FrameFields {
+        guard let range = range(key) else { throw missing(key) }
+        return try FrameFields(name: "\(name).\(key)", raw: raw, body: body, at: range.lowerBound)
+    }
+
+    /// The fields of each map in the array under `key`.
+    func arrayOfMaps(_ key: String) throws(FrameError) -> [FrameFields] {
+        let maps = try optionalArray(key, "an array of maps") { (reader, position) throws(FrameError) in
+            let start = reader.offset
+            try? reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
+            return try FrameFields(name: "\(name).\(key)[\(position)]", raw: raw, body: body, at: start)
+        }
+        guard let maps else { throw missing(key) }
+        return maps
+    }
+}

@@ -1,0 +1,332 @@
+import AtriumValues
+public import NIOCore
+
+// MARK: - Writing
+
+extension ByteBuffer {
+    /// Starts a frame map of `count` keys, `type` included, and writes the type.
+    mutating func writeFrameHeader(_ type: StaticString, keys count: Int) {
+        writeHead(major: 5, argument: UInt64(count))
+        writeText("type" as StaticString)
+        writeText(type)
+    }
+
+    mutating func writeKey(_ key: StaticString, _ value: UInt64) {
+        writeText(key)
+        writeUInt(value)
+    }
+
+    mutating func writeKey(_ key: StaticString, _ value: String) {
+        writeText(key)
+        writeText(value)
+    }
+
+    mutating func writeKey(_ key: StaticString, _ message: EncodedValueSet) {
+        writeText(key)
+        var bytes = message.buffer
+        writeBuffer(&bytes)
+    }
+
+    mutating func writeKey(_ key: StaticString, _ texts: [String]) {
+        writeText(key)
+        writeHead(major: 4, argument: UInt64(texts.count))
+        for text in texts { writeText(text) }
+    }
+}
+
+/// The number of keys that are present.
+func count(_ optionals: Bool...) -> Int { optionals.reduce(0) { $0 + ($1 ? 1 : 0) } }
+
+extension RequestFrame {
+    func encode(into buffer: inout ByteBuffer) {
+        buffer.writeFrameHeader("request", keys: 4)
+        buffer.writeKey("channel", channel)
+        buffer.writeKey("id", id)
+        buffer.writeKey("message", message)
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        let fields = fields.named("request")
+        self.init(channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"))
+    }
+}
+
+extension ResponseFrame {
+    func encode(into buffer: inout ByteBuffer) {
+        buffer.writeFrameHeader("response", keys: 5 + count(error != nil))
+        buffer.writeKey("channel", channel)
+        buffer.writeKey("id", id)
+        buffer.writeKey("status", UInt64(status.rawValue))
+        buffer.writeKey("message", message)
+        if let error { buffer.writeKey("error", error) }
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        let fields = fields.named("response")
+        self.init(
+            channel: try fields.uint("channel"),
+            id: try fields.uint("id"),
+            status: AppServiceResponseStatus(rawValue: try fields.int("status")),
+            message: try fields.optionalMessage("message") ?? .empty,
+            error: try fields.optionalText("error")
+        )
+    }
+}
+
+extension ClientFrame {
+    public var type: String {
+        switch self {
+        case .hello: "hello"
+        case .open: "open"
+        case .request: "request"
+        case .response: "response"
+        case .close: "close"
+        case .launch: "launch"
+        case .apps: "apps"
+        case .ping: "ping"
+        case .unknown(let type): type
+        }
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        switch self {
+        case .hello(let hello):
+            buffer.writeFrameHeader("hello", keys: 3 + count(hello.clientName != nil, hello.token != nil))
+            buffer.writeKey("version", hello.version)
+            buffer.writeKey("clientId", hello.clientId)
+            if let name = hello.clientName { buffer.writeKey("clientName", name) }
+            if let token = hello.token { buffer.writeKey("token", token) }
+        case .open(let open):
+            buffer.writeFrameHeader("open", keys: 4)
+            buffer.writeKey("channel", open.channel)
+            buffer.writeKey("service", open.service)
+            buffer.writeKey("package", open.package)
+        case .request(let request):
+            request.encode(into: &buffer)
+        case .response(let response):
+            response.encode(into: &buffer)
+        case .close(let channel):
+            buffer.writeFrameHeader("close", keys: 2)
+            buffer.writeKey("channel", channel)
+        case .launch(let launch):
+            let optionals = count(
+                launch.package != nil, launch.fallbackUri != nil, !launch.preferredPackages.isEmpty, launch.data != nil
+            )
+            buffer.writeFrameHeader("launch", keys: 3 + optionals)
+            buffer.writeKey("id", launch.id)
+            buffer.writeKey("uri", launch.uri)
+            if let package = launch.package { buffer.writeKey("package", package) }
+            if let fallback = launch.fallbackUri { buffer.writeKey("fallbackUri", fallback) }
+            if !launch.preferredPackages.isEmpty { buffer.writeKey("preferredPackages", launch.preferredPackages) }
+            if let data = launch.data { buffer.writeKey("data", data) }
+        case .apps(let id):
+            buffer.writeFrameHeader("apps", keys: 2)
+            buffer.writeKey("id", id)
+        case .ping(let id):
+            buffer.writeFrameHeader("ping", keys: 2)
+            buffer.writeKey("id", id)
+        case .unknown(let type):
+            buffer.writeHead(major: 5, argument: 1)
+            buffer.writeText("type" as StaticString)
+            buffer.writeText(type)
+        }
+    }
+
+    public init(body: ByteBuffer) throws(FrameError) {
+        self = try FrameFields.parse(body) { (fields) throws(FrameError) -> ClientFrame in
+            let type = try fields.frameType()
+            let named = fields.named(type)
+            switch type {
+            case "hello":
+                return .hello(
+                    HelloFrame(
+                        version: try named.uint("version"),
+                        clientId: try named.text("clientId"),
+                        clientName: try named.optionalText("clientName"),
+                        token: try named.optionalText("token")
+                    )
+                )
+            case "open":
+                return .open(
+                    OpenFrame(
+                        channel: try named.uint("channel"),
+                        service: try named.text("service"),
+                        package: try named.text("package")
+                    )
+                )
+            case "request":
+                return .request(try RequestFrame(fields))
+            case "response":
+                return .response(try ResponseFrame(fields))
+            case "close":
+                return .close(channel: try named.uint("channel"))
+            case "launch":
+                return .launch(
+                    LaunchFrame(
+                        id: try named.uint("id"),
+                        uri: try named.text("uri"),
+                        package: try named.optionalText("package"),
+                        fallbackUri: try named.optionalText("fallbackUri"),
+                        preferredPackages: try named.optionalTextArray("preferredPackages") ?? [],
+                        data: try named.optionalMessage("data")
+                    )
+                )
+            case "apps":
+                return .apps(id: try named.uint("id"))
+            case "ping":
+                return .ping(id: try named.uint("id"))
+            default:
+                return .unknown(type: type)
+            }
+        }
+    }
+}
+
+extension HostFrame {
+    public var type: String {
+        switch self {
+        case .welcome: "welcome"
+        case .opened: "opened"
+        case .response: "response"
+        case .request: "request"
+        case .closed: "closed"
+        case .launched: "launched"
+        case .apps: "apps"
+        case .pong: "pong"
+        case .error: "error"
+        case .unknown(let type): type
+        }
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        switch self {
+        case .welcome(let welcome):
+            buffer.writeFrameHeader("welcome", keys: 6)
+            buffer.writeKey("version", welcome.version)
+            buffer.writeKey("hostId", welcome.hostId)
+            buffer.writeKey("hostName", welcome.hostName)
+            buffer.writeKey("platform", welcome.platform)
+            buffer.writeText("limits" as StaticString)
+            buffer.writeHead(major: 5, argument: 4)
+            buffer.writeKey("maxMessageBytes", UInt64(welcome.limits.maxMessageBytes))
+            buffer.writeKey("maxFrameBytes", UInt64(welcome.limits.maxFrameBytes))
+            buffer.writeKey("maxChannels", UInt64(welcome.limits.maxChannels))
+            buffer.writeKey("maxInFlight", UInt64(welcome.limits.maxInFlight))
+        case .opened(let opened):
+            buffer.writeFrameHeader("opened", keys: 3)
+            buffer.writeKey("channel", opened.channel)
+            buffer.writeKey("status", UInt64(opened.status.rawValue))
+        case .response(let response):
+            response.encode(into: &buffer)
+        case .request(let request):
+            request.encode(into: &buffer)
+        case .closed(let closed):
+            buffer.writeFrameHeader("closed", keys: 3)
+            buffer.writeKey("channel", closed.channel)
+            buffer.writeKey("status", UInt64(closed.status.rawValue))
+        case .launched(let launched):
+            buffer.writeFrameHeader("launched", keys: 3 + count(launched.error != nil))
+            buffer.writeKey("id", launched.id)
+            buffer.writeKey("status", UInt64(launched.status.rawValue))
+            if let error = launched.error { buffer.writeKey("error", error) }
+        case .apps(let apps):
+            buffer.writeFrameHeader("apps", keys: 3)
+            buffer.writeKey("id", apps.id)
+            buffer.writeText("apps" as StaticString)
+            buffer.writeHead(major: 4, argument: UInt64(apps.apps.count))
+            for app in apps.apps {
+                buffer.writeHead(major: 5, argument: 4)
+                buffer.writeKey("package", app.package)
+                buffer.writeKey("displayName", app.displayName)
+                buffer.writeKey("services", app.services)
+                buffer.writeKey("schemes", app.schemes)
+            }
+        case .pong(let id):
+            buffer.writeFrameHeader("pong", keys: 2)
+            buffer.writeKey("id", id)
+        case .error(let error):
+            buffer.writeFrameHeader("error", keys: 3)
+            buffer.writeKey("code", error.code.rawValue)
+            buffer.writeKey("message", error.message)
+        case .unknown(let type):
+            buffer.writeHead(major: 5, argument: 1)
+            buffer.writeText("type" as StaticString)
+            buffer.writeText(type)
+        }
+    }
+
+    public init(body: ByteBuffer) throws(FrameError) {
+        self = try FrameFields.parse(body) { (fields) throws(FrameError) -> HostFrame in
+            let type = try fields.frameType()
+            let named = fields.named(type)
+            switch type {
+            case "welcome":
+                let limits = try named.map("limits")
+                return .welcome(
+                    WelcomeFrame(
+                        version: try named.uint("version"),
+                        hostId: try named.text("hostId"),
+                        hostName: try named.text("hostName"),
+                        platform: try named.text("platform"),
+                        limits: ProtocolLimits(
+                            maxMessageBytes: try limits.int("maxMessageBytes"),
+                            maxFrameBytes: try limits.int("maxFrameBytes"),
+                            maxChannels: try limits.int("maxChannels"),
+                            maxInFlight: try limits.int("maxInFlight")
+                        )
+                    )
+                )
+            case "opened":
+                return .opened(
+                    OpenedFrame(
+                        channel: try named.uint("channel"),
+                        status: AppServiceConnectionStatus(rawValue: try named.int("status"))
+                    )
+                )
+            case "response":
+                return .response(try ResponseFrame(fields))
+            case "request":
+                return .request(try RequestFrame(fields))
+            case "closed":
+                return .closed(
+                    ClosedFrame(
+                        channel: try named.uint("channel"),
+                        status: AppServiceClosedStatus(rawValue: try named.int("status"))
+                    )
+                )
+            case "launched":
+                return .launched(
+                    LaunchedFrame(
+                        id: try named.uint("id"),
+                        status: RemoteLaunchUriStatus(rawValue: try named.int("status")),
+                        error: try named.optionalText("error")
+                    )
+                )
+            case "apps":
+                var apps: [AppInfo] = []
+                for app in try named.arrayOfMaps("apps") {
+                    apps.append(
+                        AppInfo(
+                            package: try app.text("package"),
+                            displayName: try app.text("displayName"),
+                            services: try app.textArray("services"),
+                            schemes: try app.textArray("schemes")
+                        )
+                    )
+                }
+                return .apps(AppsFrame(id: try named.uint("id"), apps: apps))
+            case "pong":
+                return .pong(id: try named.uint("id"))
+            case "error":
+                return .error(
+                    ErrorFrame(
+                        code: ProtocolErrorCode(rawValue: try named.text("code")),
+                        message: try named.text("message")
+                    )
+                )
+            default:
+                return .unknown(type: type)
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+import AtriumValues
+public import NIOCore
+
+// The frames of CONTRACT section 2. Each is a CBOR map with a text "type"; unknown keys are
+// ignored when decoding, optional keys are left out when encoding.
+
+/// `hello`: the first frame a client sends.
+public struct HelloFrame: Sendable, Hashable {
+    public var version: UInt64
+    public var clientId: String
+    public var clientName: String?
+    public var token: String?
+
+    public init(version: UInt64 = atriumProtocolVersion, clientId: String, clientName: String? = nil, token: String? = nil) {
+        self.version = version
+        self.clientId = clientId
+        self.clientName = clientName
+        self.token = token
+    }
+}
+
+/// `open`: the client opens `channel` to `service` in `package`.
+public struct OpenFrame: Sendable, Hashable {
+    public var channel: UInt64
+    public var service: String
+    public var package: String
+
+    public init(channel: UInt64, service: String, package: String) {
+        self.channel = channel
+        self.service = service
+        self.package = package
+    }
+}
+
+/// `request`: a message on a channel, from either side, answered by one `response`.
+public struct RequestFrame: Sendable, Hashable {
+    public var channel: UInt64
+    public var id: UInt64
+    public var message: EncodedValueSet
+
+    public init(channel: UInt64, id: UInt64, message: EncodedValueSet) {
+        self.channel = channel
+        self.id = id
+        self.message = message
+    }
+}
+
+/// `response`: the answer to the `request` with the same `channel` and `id`.
+public struct ResponseFrame: Sendable, Hashable {
+    public var channel: UInt64
+    public var id: UInt64
+    public var status: AppServiceResponseStatus
+    /// The answer; empty when there is none.
+    public var message: EncodedValueSet
+    /// Why the status is not success, in words.
+    public var error: String?
+
+    public init(
+        channel: UInt64,
+        id: UInt64,
+        status: AppServiceResponseStatus,
+        message: EncodedValueSet = .empty,
+        error: String? = nil
+    ) {
+        self.channel = channel
+        self.id = id
+        self.status = status
+        self.message = message
+        self.error = error
+    }
+}
+
+/// `launch`: the client asks the host to launch `uri`.
+public struct LaunchFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var uri: String
+    /// The app that should handle it.
+    public var package: String?
+    /// Launched instead when nothing handles `uri`.
+    public var fallbackUri: String?
+    /// Packages to prefer, in order, among those that handle the scheme.
+    public var preferredPackages: [String]
+    /// Data for the handler.
+    public var data: EncodedValueSet?
+
+    public init(
+        id: UInt64,
+        uri: String,
+        package: String? = nil,
+        fallbackUri: String? = nil,
+        preferredPackages: [String] = [],
+        data: EncodedValueSet? = nil
+    ) {
+        self.id = id
+        self.uri = uri
+        self.package = package
+        self.fallbackUri = fallbackUri
+        self.preferredPackages = preferredPackages
+        self.data = data
+    }
+}
+
+/// `welcome`: the host's answer to `hello`.
+public struct WelcomeFrame: Sendable, Hashable {
+    public var version: UInt64
+    public var hostId: String
+    public var hostName: String
+    public var platform: String
+    public var limits: ProtocolLimits
+
+    public init(
+        version: UInt64 = atriumProtocolVersion,
+        hostId: String,
+        hostName: String,
+        platform: String = "linux",
+        limits: ProtocolLimits
+    ) {
+        self.version = version
+        self.hostId = hostId
+        self.hostName = hostName
+        self.platform = platform
+        self.limits = limits
+    }
+}
+
+/// `opened`: the outcome of an `open`.
+public struct OpenedFrame: Sendable, Hashable {
+    public var channel: UInt64
+    public var status: AppServiceConnectionStatus
+
+    public init(channel: UInt64, status: AppServiceConnectionStatus) {
+        self.channel = channel
+        self.status = status
+    }
+}
+
+/// `closed`: the service side closed the channel.
+public struct ClosedFrame: Sendable, Hashable {
+    public var channel: UInt64
+    public var status: AppServiceClosedStatus
+
+    public init(channel: UInt64, status: AppServiceClosedStatus) {
+        self.channel = channel
+        self.status = status
+    }
+}
+
+/// `launched`: the outcome of a `launch`.
+public struct LaunchedFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var status: RemoteLaunchUriStatus
+    public var error: String?
+
+    public init(id: UInt64, status: RemoteLaunchUriStatus, error: String? = nil) {
+        self.id = id
+        self.status = status
+        self.error = error
+    }
+}
+
+/// One package in an `apps` answer.
+public struct AppInfo: Sendable, Hashable {
+    public var package: String
+    public var displayName: String
+    /// The services that accept remote callers.
+    public var services: [String]
+    public var schemes: [String]
+
+    public init(package: String, displayName: String, services: [String], schemes: [String]) {
+        self.package = package
+        self.displayName = displayName
+        self.services = services
+        self.schemes = schemes
+    }
+}
+
+/// `apps`: the host's packages.
+public struct AppsFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var apps: [AppInfo]
+
+    public init(id: UInt64, apps: [AppInfo]) {
+        self.id = id
+        self.apps = apps
+    }
+}
+
+/// `error`: a protocol error, with a code from ``ProtocolErrorCode`` and a reason.
+public struct ErrorFrame: Sendable, Hashable {
+    public var code: ProtocolErrorCode
+    public var message: String
+
+    public init(code: ProtocolErrorCode, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public init(_ error: FrameError) {
+        self.init(code: error.code, message: error.message)
+    }
+}
+
+// MARK: - The two directions
+
+/// A frame of either direction: decodes from and encodes to a frame body (the CBOR map,
+/// without the length prefix).
+public protocol AtriumFrame: Sendable, Hashable {
+    /// Decodes a frame body. An unknown `type` decodes (as the `unknown` case); everything
+    /// else that breaks CONTRACT section 1 throws.
+    init(body: ByteBuffer) throws(FrameError)
+    /// Appends the frame body.
+    func encode(into buffer: inout ByteBuffer)
+    /// The frame's `type`.
+    var type: String { get }
+}
+
+/// What a client sends to a host.
+public enum ClientFrame: AtriumFrame {
+    case hello(HelloFrame)
+    case open(OpenFrame)
+    case request(RequestFrame)
+    case response(ResponseFrame)
+    case close(channel: UInt64)
+    case launch(LaunchFrame)
+    case apps(id: UInt64)
+    case ping(id: UInt64)
+    /// A frame whose `type` this version does not know (answered with `unknownType`).
+    case unknown(type: String)
+}
+
+/// What a host sends to a client.
+public enum HostFrame: AtriumFrame {
+    case welcome(WelcomeFrame)
+    case opened(OpenedFrame)
+    case response(ResponseFrame)
+    case request(RequestFrame)
+    case closed(ClosedFrame)
+    case launched(LaunchedFrame)
+    case apps(AppsFrame)
+    case pong(id: UInt64)
+    case error(ErrorFrame)
+    /// A frame whose `type` this version does not know.
+    case unknown(type: String)
+}

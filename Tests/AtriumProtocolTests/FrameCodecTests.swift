@@ -1,0 +1,198 @@
+import AtriumProtocol
+import AtriumValues
+import NIOCore
+import NIOEmbedded
+import NIOTestUtils
+import Testing
+
+/// A frame (length prefix included) whose body is `body` encoded as CBOR.
+func frame(_ body: ValueSet) -> ByteBuffer {
+    frame(bytes: body.cborBytes())
+}
+
+func frame(bytes body: [UInt8]) -> ByteBuffer {
+    var buffer = ByteBuffer()
+    buffer.writeInteger(UInt32(body.count))
+    buffer.writeBytes(body)
+    return buffer
+}
+
+func encoded(_ frame: some AtriumFrame) -> ByteBuffer {
+    var buffer = ByteBuffer()
+    buffer.writeFrame(frame)
+    return buffer
+}
+
+/// The decoding error for `body` as a client frame, or `nil` when it decodes.
+func clientFrameError(_ body: ValueSet) -> FrameError? {
+    clientFrameError(bytes: body.cborBytes())
+}
+
+func clientFrameError(bytes: [UInt8]) -> FrameError? {
+    do {
+        _ = try ClientFrame(body: ByteBuffer(bytes: bytes))
+        return nil
+    } catch {
+        return error
+    }
+}
+
+struct FrameCodecTests {
+    static let message = EncodedValueSet(["Type": "ping", "CreationDate": .date(Timestamp(secondsSince1970: 1_700_000_000.25)), "TargetId": "phone"])
+
+    static let clientFrames: [ClientFrame] = [
+        .hello(HelloFrame(clientId: "client-1")),
+        .hello(HelloFrame(version: 1, clientId: "c", clientName: "Phone", token: "secret")),
+        .open(OpenFrame(channel: 1, service: "com.microsoft.test.cdppingpongservice", package: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce")),
+        .request(RequestFrame(channel: 1, id: .max, message: message)),
+        .response(ResponseFrame(channel: 1, id: 2, status: .success, message: message)),
+        .response(ResponseFrame(channel: 1, id: 3, status: .failure, error: "no")),
+        .close(channel: 7),
+        .launch(LaunchFrame(id: 4, uri: "roman-test://x")),
+        .launch(LaunchFrame(id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org", preferredPackages: ["a", "b"], data: message)),
+        .apps(id: 6),
+        .ping(id: 0),
+        .unknown(type: "future"),
+    ]
+
+    static let hostFrames: [HostFrame] = [
+        .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default)),
+        .opened(OpenedFrame(channel: 1, status: .appNotInstalled)),
+        .response(ResponseFrame(channel: 1, id: 2, status: .messageSizeTooLarge, error: "too big")),
+        .request(RequestFrame(channel: 1, id: 9, message: message)),
+        .closed(ClosedFrame(channel: 1, status: .canceled)),
+        .launched(LaunchedFrame(id: 3, status: .protocolUnavailable, error: "no handler for scheme x")),
+        .launched(LaunchedFrame(id: 4, status: .success)),
+        .apps(AppsFrame(id: 5, apps: [AppInfo(package: "p", displayName: "P", services: ["s"], schemes: [])])),
+        .apps(AppsFrame(id: 6, apps: [])),
+        .pong(id: 7),
+        .error(ErrorFrame(code: .unknownType, message: "unknown frame type \"x\"")),
+        .opened(OpenedFrame(channel: 2, status: AppServiceConnectionStatus(rawValue: 99))),
+    ]
+
+    @Test(arguments: clientFrames)
+    func clientFramesRoundTrip(_ frame: ClientFrame) throws {
+        var buffer = encoded(frame)
+        #expect(try FrameDecoder<ClientFrame>().decodeFrame(from: &buffer) == frame)
+        #expect(buffer.readableBytes == 0)
+    }
+
+    @Test(arguments: hostFrames)
+    func hostFramesRoundTrip(_ frame: HostFrame) throws {
+        var buffer = encoded(frame)
+        #expect(try FrameDecoder<HostFrame>().decodeFrame(from: &buffer) == frame)
+    }
+
+    @Test func theWireFormIsTheContractsMap() throws {
+        let body = encoded(ClientFrame.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["a": 1]))))
+        let bytes = Array(body.readableBytesView)
+        #expect(Array(bytes[0..<4]) == [0, 0, 0, UInt8(bytes.count - 4)], "4-byte big-endian length")
+        let map = try ValueSet(cbor: Array(bytes[4...]))
+        #expect(map == ["type": "request", "channel": 1, "id": 2, "message": ["a": 1]])
+    }
+
+    @Test func verifierDripFeedsAndBatches() throws {
+        let pairs = Self.clientFrames.map { (encoded($0), [$0]) }
+        try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: pairs) { FrameDecoder<ClientFrame>() }
+        let hostPairs = Self.hostFrames.map { (encoded($0), [$0]) }
+        try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: hostPairs) { FrameDecoder<HostFrame>() }
+    }
+
+    @Test func oneByteAtATimeThroughAChannel() throws {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(FrameDecoder<ClientFrame>()))
+        var all = ByteBuffer()
+        for frame in Self.clientFrames { all.writeFrame(frame) }
+        while let byte = all.readSlice(length: 1) {
+            try channel.writeInbound(byte)
+        }
+        for expected in Self.clientFrames {
+            #expect(try channel.readInbound(as: ClientFrame.self) == expected)
+        }
+        #expect(try channel.readInbound(as: ClientFrame.self) == nil)
+        #expect(try channel.finish().isClean)
+    }
+
+    @Test func oversizedLengthIsRefusedBeforeTheBodyArrives() throws {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(FrameDecoder<ClientFrame>(maxFrameBytes: 1024)))
+        var header = ByteBuffer()
+        header.writeInteger(UInt32(1025))
+        #expect(throws: FrameError(.frameTooLarge, "a frame of 1025 bytes is over the limit of 1024 bytes")) {
+            try channel.writeInbound(header)
+        }
+        _ = try? channel.finish()
+    }
+
+    @Test func truncatedFrameWaitsThenFailsAtEndOfStream() throws {
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(FrameDecoder<ClientFrame>()))
+        var whole = encoded(ClientFrame.ping(id: 1))
+        let part = whole.readSlice(length: whole.readableBytes - 1)!
+        try channel.writeInbound(part)
+        #expect(try channel.readInbound(as: ClientFrame.self) == nil, "nothing until the frame is whole")
+        #expect(throws: FrameError.self) { try channel.finish() }
+    }
+
+    @Test func unknownTypesAndKeysAreNotErrors() throws {
+        let frame = try ClientFrame(body: ByteBuffer(bytes: (["type": "teleport", "where": "mars"] as ValueSet).cborBytes()))
+        #expect(frame == .unknown(type: "teleport"))
+        let ping = try ClientFrame(body: ByteBuffer(bytes: (["type": "ping", "id": 3, "extra": [1, 2]] as ValueSet).cborBytes()))
+        #expect(ping == .ping(id: 3))
+        // Indefinite-length maps and strings are read too.
+        let indefinite = ByteBuffer(bytes: [0xbf, 0x64] + Array("type".utf8) + [0x7f, 0x62] + Array("pi".utf8) + [0x62] + Array("ng".utf8) + [0xff, 0x62, 0x69, 0x64, 0x05, 0xff])
+        #expect(try ClientFrame(body: indefinite) == .ping(id: 5))
+    }
+
+    @Test func missingAndMistypedKeysAreNamed() {
+        #expect(clientFrameError(["type": "request", "id": 2, "message": .map([:])])?.message == #"request: key "channel" is missing"#)
+        #expect(clientFrameError(["type": "request", "channel": "one", "id": 2, "message": .map([:])])?.message
+            == #"request: key "channel" must be an unsigned integer, not a text string"#)
+        #expect(clientFrameError(["type": "request", "channel": -1, "id": 2, "message": .map([:])])?.message
+            == #"request: key "channel" must be an unsigned integer, not an integer"#)
+        #expect(clientFrameError(["type": "open", "channel": 1, "service": 5, "package": "p"])?.message
+            == #"open: key "service" must be text, not an integer"#)
+        #expect(clientFrameError(["type": "request", "channel": 1, "id": 2, "message": [1]])?.message
+            == #"request: key "message" must be a map (a ValueSet), not an array"#)
+        #expect(clientFrameError(["type": "launch", "id": 1, "uri": "x:", "preferredPackages": [1]])?.message
+            == #"launch: key "preferredPackages"[0] must be text, not an integer"#)
+        #expect(clientFrameError(["id": 1])?.message == #"frame has no "type" key"#)
+        #expect(clientFrameError(["type": 1])?.message == #"frame: key "type" must be text, not an integer"#)
+        #expect(clientFrameError(["type": "hello", "clientId": "c"])?.code == .malformedFrame)
+    }
+
+    @Test func malformedBodiesAreRefused() {
+        #expect(clientFrameError(bytes: [])?.message == "empty frame: a frame holds one CBOR map")
+        #expect(clientFrameError(bytes: [0x83, 1, 2, 3])?.message == "frame must be a CBOR map, not an array")
+        #expect(clientFrameError(bytes: [0xa1, 0x01, 0x02])?.message == "frame keys must be text, but key 1 is an integer")
+        #expect(clientFrameError(bytes: [0xa1, 0x61])?.message.hasPrefix("frame is not well-formed CBOR: unexpected end of input") == true)
+        #expect(clientFrameError(bytes: [0xa0, 0xa0])?.message == "frame holds more than one CBOR item")
+        #expect(clientFrameError(bytes: [0xa1, 0x1c, 0x00])?.message.contains("reserved additional information 28") == true)
+        let twice = [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8)
+        #expect(clientFrameError(bytes: twice)?.message == #"frame has the key "type" twice"#)
+        #expect(clientFrameError(bytes: [0xa1, 0x64] + Array("type".utf8) + [0x62, 0xc3, 0x28])?.message
+            == #"frame: key "type": text string is not valid UTF-8"#)
+        let deep = [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x61, 0x78] + Array(repeating: UInt8(0x81), count: 600) + [0x00]
+        #expect(clientFrameError(bytes: deep)?.message == "frame nests deeper than 512 levels, the hard limit")
+    }
+
+    @Test func aMessageThatIsNotAValueSetStillMakesAFrame() throws {
+        // {"type": "request", "channel": 1, "id": 2, "message": {"bad": null}}: a status-1 matter.
+        var body: [UInt8] = (["type": "request", "channel": 1, "id": 2] as ValueSet).cborBytes()
+        body[0] = 0xa4
+        body += [0x67] + Array("message".utf8) + [0xa1, 0x63] + Array("bad".utf8) + [0xf6]
+        guard case .request(let request) = try ClientFrame(body: ByteBuffer(bytes: body)) else {
+            Issue.record("not a request")
+            return
+        }
+        let error = #expect(throws: ValueSetError.self) { try request.message.decode() }
+        #expect(error?.description == "message.bad: null is not a ValueSet kind")
+        #expect(error?.code == .notAValueSet)
+        #expect(request.message.byteCount == 6)
+    }
+
+    @Test func statusesDescribeThemselves() {
+        #expect(AppServiceConnectionStatus.remoteSystemNotSupportedByApp.description == "RemoteSystemNotSupportedByApp (6)")
+        #expect(AppServiceResponseStatus.messageSizeTooLarge.rawValue == 5)
+        #expect(AppServiceClosedStatus(rawValue: 3) == .unknown)
+        #expect(RemoteLaunchUriStatus.deniedByRemoteSystem.rawValue == 7)
+        #expect(RemoteLaunchUriStatus(rawValue: 42).description == "unrecognised (42)")
+    }
+}
