@@ -1,1 +1,165 @@
-print("x")
+// Measures the ValueSet CBOR codec on the two messages that matter (the Roman ping, and a
+// 4 KiB nested message) against two baselines measured in the same run: Foundation's
+// JSONSerialization round trip of the same data, and Python's cbor2 (when python3 and cbor2
+// are installed). Run it optimised, ideally pinned to one core:
+//
+//     taskset -c 0 swift run -c release atrium-codec-bench
+//
+// Figures are nanoseconds per operation, the best of several rounds (the least disturbed by
+// other work on the machine), and ratios against the baselines.
+
+import AtriumProtocol
+import AtriumValues
+import Foundation
+import NIOCore
+
+/// Keeps results alive so that the optimiser cannot drop the work.
+nonisolated(unsafe) var sink = 0
+
+/// Best nanoseconds per call of `body` over `rounds` rounds of `iterations` calls.
+func measure(iterations: Int, rounds: Int = 9, _ body: () throws -> Int) rethrows -> Double {
+    for _ in 0..<iterations / 10 { sink &+= try body() }  // warm up
+    var best = Double.infinity
+    let clock = ContinuousClock()
+    for _ in 0..<rounds {
+        let start = clock.now
+        for _ in 0..<iterations { sink &+= try body() }
+        let elapsed = clock.now - start
+        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
+        best = min(best, nanoseconds / Double(iterations))
+    }
+    return best
+}
+
+let pingMessage: ValueSet = [
+    "Type": "ping",
+    "CreationDate": .date(Timestamp(secondsSince1970: 1_763_700_000.123)),
+    "TargetId": "2b6a4f0e-9a7c-4c0e-8f3b-5d1e2a7c9b10",
+]
+
+/// A nested message of a little over 4 KiB: a catalogue of items with every kind in it.
+func catalogue() -> ValueSet {
+    var items: [ValueSet] = []
+    var set: ValueSet = [:]
+    var index = 0
+    repeat {
+        items.append([
+            "Name": .string("item number \(index)"),
+            "Price": .double(Double(index) * 1.25 + 0.1),
+            "Count": .int(Int64(index * 7)),
+            "InStock": .bool(index % 2 == 0),
+            "Tags": ["red", "large", "sale"],
+            "Added": .date(Timestamp(secondsSince1970: 1_700_000_000 + Double(index))),
+            "Id": .uuid(UUID(uuid: (UInt8(index), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))),
+        ])
+        index += 1
+        set = [
+            "Type": "catalogue",
+            "Meta": ["Owner": "store", "Version": 3, "Flags": [true, false]],
+            "Items": .array(ValueArray(maps: items)),
+        ]
+    } while set.cborBytes().count < 4096
+    return set
+}
+
+/// The same data as Foundation JSON objects: dates as seconds, UUIDs as strings.
+func jsonObject(_ value: Value) -> Any {
+    switch value {
+    case .string(let s): s
+    case .int(let i): i
+    case .double(let d): d
+    case .bool(let b): b
+    case .date(let t): t.secondsSince1970
+    case .uuid(let u): u.uuidString
+    case .bytes(let b): b.map { Int($0) }
+    case .array(let a): a.map(jsonObject)
+    case .map(let m): Dictionary(uniqueKeysWithValues: m.map { ($0.key, jsonObject($0.value)) })
+    }
+}
+
+struct Row {
+    var name: String
+    var bytes: Int
+    var decode: Double
+    var encode: Double
+    var json: Double
+    var cbor2: Double?
+    var roundTrip: Double { decode + encode }
+}
+
+func benchmark(_ name: String, _ message: ValueSet, iterations: Int) throws -> Row {
+    let encoded = message.cborBytes()
+    let buffer = ByteBuffer(bytes: encoded)
+    var output = ByteBuffer()
+    output.reserveCapacity(encoded.count * 2)
+
+    let decode = try measure(iterations: iterations) {
+        try ValueSet(cbor: buffer).count
+    }
+    let encode = measure(iterations: iterations) {
+        output.clear()
+        message.encode(into: &output)
+        return output.readableBytes
+    }
+    let object = jsonObject(.map(message))
+    let json = try measure(iterations: iterations / 4) {
+        let data = try JSONSerialization.data(withJSONObject: object)
+        return (try JSONSerialization.jsonObject(with: data) as! [String: Any]).count
+    }
+    return Row(name: name, bytes: encoded.count, decode: decode, encode: encode, json: json, cbor2: nil)
+}
+
+/// cbor2's loads + dumps round trip of the same bytes, in nanoseconds, or nil without cbor2.
+func cbor2RoundTrip(_ messages: [[UInt8]]) -> [Double]? {
+    let script = """
+        import sys, timeit
+        import cbor2
+        for hexText in sys.argv[1:]:
+            data = bytes.fromhex(hexText)
+            best = min(timeit.repeat(lambda: cbor2.dumps(cbor2.loads(data)), number=2000, repeat=7)) / 2000
+            print(best * 1e9)
+        """
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    process.arguments = ["python3", "-c", script] + messages.map { $0.map { String(format: "%02x", $0) }.joined() }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = FileHandle.nullDevice
+    do {
+        try process.run()
+    } catch {
+        return nil
+    }
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { return nil }
+    let figures = String(decoding: output, as: UTF8.self).split(separator: "\n").compactMap { Double($0) }
+    return figures.count == messages.count ? figures : nil
+}
+
+let messages = [("ping", pingMessage, 1_000_000), ("4 KiB nested", catalogue(), 20_000)]
+var rows = try messages.map { try benchmark($0.0, $0.1, iterations: $0.2) }
+if let python = cbor2RoundTrip(messages.map { $0.1.cborBytes() }) {
+    for index in rows.indices { rows[index].cbor2 = python[index] }
+}
+
+func format(_ nanoseconds: Double) -> String { String(format: "%.0f ns", nanoseconds) }
+func ratio(_ x: Double) -> String { String(format: "%.1fx", x) }
+
+print("ValueSet CBOR codec, ns per operation (best of 9 rounds), and speed-up over each baseline")
+print(
+    "message       | bytes | decode  | encode  | decode+encode | JSONSerialization | vs JSON | cbor2 (Python) | vs cbor2"
+)
+for row in rows {
+    let cbor2 = row.cbor2.map(format) ?? "not installed"
+    let versus = row.cbor2.map { ratio($0 / row.roundTrip) } ?? "-"
+    print(
+        [
+            row.name.padding(toLength: 13, withPad: " ", startingAt: 0),
+            String(row.bytes).padding(toLength: 5, withPad: " ", startingAt: 0),
+            format(row.decode), format(row.encode), format(row.roundTrip), format(row.json),
+            ratio(row.json / row.roundTrip), cbor2, versus,
+        ].joined(separator: " | ")
+    )
+}
+if sink == 42 { print("") }  // uses the sink

@@ -100,7 +100,9 @@ struct FrameFields {
         FrameFields(name: name, raw: raw, body: body, entries: entries)
     }
 
-    private init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [(key: String, range: Range<Int>)]) {
+    private init(
+        name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [(key: String, range: Range<Int>)]
+    ) {
         self.name = name
         self.raw = raw
         self.body = body

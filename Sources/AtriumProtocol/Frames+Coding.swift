@@ -47,7 +47,8 @@ extension RequestFrame {
 
     init(_ fields: FrameFields) throws(FrameError) {
         let fields = fields.named("request")
-        self.init(channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"))
+        self.init(
+            channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"))
     }
 }
 

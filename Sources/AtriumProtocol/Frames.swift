@@ -11,7 +11,9 @@ public struct HelloFrame: Sendable, Hashable {
     public var clientName: String?
     public var token: String?
 
-    public init(version: UInt64 = atriumProtocolVersion, clientId: String, clientName: String? = nil, token: String? = nil) {
+    public init(
+        version: UInt64 = atriumProtocolVersion, clientId: String, clientName: String? = nil, token: String? = nil
+    ) {
         self.version = version
         self.clientId = clientId
         self.clientName = clientName

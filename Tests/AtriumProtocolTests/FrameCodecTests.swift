@@ -38,18 +38,26 @@ func clientFrameError(bytes: [UInt8]) -> FrameError? {
 }
 
 struct FrameCodecTests {
-    static let message = EncodedValueSet(["Type": "ping", "CreationDate": .date(Timestamp(secondsSince1970: 1_700_000_000.25)), "TargetId": "phone"])
+    static let message = EncodedValueSet([
+        "Type": "ping", "CreationDate": .date(Timestamp(secondsSince1970: 1_700_000_000.25)), "TargetId": "phone",
+    ])
 
     static let clientFrames: [ClientFrame] = [
         .hello(HelloFrame(clientId: "client-1")),
         .hello(HelloFrame(version: 1, clientId: "c", clientName: "Phone", token: "secret")),
-        .open(OpenFrame(channel: 1, service: "com.microsoft.test.cdppingpongservice", package: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce")),
+        .open(
+            OpenFrame(
+                channel: 1, service: "com.microsoft.test.cdppingpongservice",
+                package: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce")),
         .request(RequestFrame(channel: 1, id: .max, message: message)),
         .response(ResponseFrame(channel: 1, id: 2, status: .success, message: message)),
         .response(ResponseFrame(channel: 1, id: 3, status: .failure, error: "no")),
         .close(channel: 7),
         .launch(LaunchFrame(id: 4, uri: "roman-test://x")),
-        .launch(LaunchFrame(id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org", preferredPackages: ["a", "b"], data: message)),
+        .launch(
+            LaunchFrame(
+                id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org",
+                preferredPackages: ["a", "b"], data: message)),
         .apps(id: 6),
         .ping(id: 0),
         .unknown(type: "future"),
@@ -132,27 +140,39 @@ struct FrameCodecTests {
     }
 
     @Test func unknownTypesAndKeysAreNotErrors() throws {
-        let frame = try ClientFrame(body: ByteBuffer(bytes: (["type": "teleport", "where": "mars"] as ValueSet).cborBytes()))
+        let frame = try ClientFrame(
+            body: ByteBuffer(bytes: (["type": "teleport", "where": "mars"] as ValueSet).cborBytes()))
         #expect(frame == .unknown(type: "teleport"))
-        let ping = try ClientFrame(body: ByteBuffer(bytes: (["type": "ping", "id": 3, "extra": [1, 2]] as ValueSet).cborBytes()))
+        let ping = try ClientFrame(
+            body: ByteBuffer(bytes: (["type": "ping", "id": 3, "extra": [1, 2]] as ValueSet).cborBytes()))
         #expect(ping == .ping(id: 3))
         // Indefinite-length maps and strings are read too.
-        let indefinite = ByteBuffer(bytes: [0xbf, 0x64] + Array("type".utf8) + [0x7f, 0x62] + Array("pi".utf8) + [0x62] + Array("ng".utf8) + [0xff, 0x62, 0x69, 0x64, 0x05, 0xff])
+        let indefinite = ByteBuffer(
+            bytes: [0xbf, 0x64] + Array("type".utf8) + [0x7f, 0x62] + Array("pi".utf8) + [0x62] + Array("ng".utf8) + [
+                0xff, 0x62, 0x69, 0x64, 0x05, 0xff,
+            ])
         #expect(try ClientFrame(body: indefinite) == .ping(id: 5))
     }
 
     @Test func missingAndMistypedKeysAreNamed() {
-        #expect(clientFrameError(["type": "request", "id": 2, "message": .map([:])])?.message == #"request: key "channel" is missing"#)
-        #expect(clientFrameError(["type": "request", "channel": "one", "id": 2, "message": .map([:])])?.message
-            == #"request: key "channel" must be an unsigned integer, not a text string"#)
-        #expect(clientFrameError(["type": "request", "channel": -1, "id": 2, "message": .map([:])])?.message
-            == #"request: key "channel" must be an unsigned integer, not an integer"#)
-        #expect(clientFrameError(["type": "open", "channel": 1, "service": 5, "package": "p"])?.message
-            == #"open: key "service" must be text, not an integer"#)
-        #expect(clientFrameError(["type": "request", "channel": 1, "id": 2, "message": [1]])?.message
-            == #"request: key "message" must be a map (a ValueSet), not an array"#)
-        #expect(clientFrameError(["type": "launch", "id": 1, "uri": "x:", "preferredPackages": [1]])?.message
-            == #"launch: key "preferredPackages"[0] must be text, not an integer"#)
+        #expect(
+            clientFrameError(["type": "request", "id": 2, "message": .map([:])])?.message
+                == #"request: key "channel" is missing"#)
+        #expect(
+            clientFrameError(["type": "request", "channel": "one", "id": 2, "message": .map([:])])?.message
+                == #"request: key "channel" must be an unsigned integer, not a text string"#)
+        #expect(
+            clientFrameError(["type": "request", "channel": -1, "id": 2, "message": .map([:])])?.message
+                == #"request: key "channel" must be an unsigned integer, not an integer"#)
+        #expect(
+            clientFrameError(["type": "open", "channel": 1, "service": 5, "package": "p"])?.message
+                == #"open: key "service" must be text, not an integer"#)
+        #expect(
+            clientFrameError(["type": "request", "channel": 1, "id": 2, "message": [1]])?.message
+                == #"request: key "message" must be a map (a ValueSet), not an array"#)
+        #expect(
+            clientFrameError(["type": "launch", "id": 1, "uri": "x:", "preferredPackages": [1]])?.message
+                == #"launch: key "preferredPackages"[0] must be text, not an integer"#)
         #expect(clientFrameError(["id": 1])?.message == #"frame has no "type" key"#)
         #expect(clientFrameError(["type": 1])?.message == #"frame: key "type" must be text, not an integer"#)
         #expect(clientFrameError(["type": "hello", "clientId": "c"])?.code == .malformedFrame)
@@ -161,15 +181,24 @@ struct FrameCodecTests {
     @Test func malformedBodiesAreRefused() {
         #expect(clientFrameError(bytes: [])?.message == "empty frame: a frame holds one CBOR map")
         #expect(clientFrameError(bytes: [0x83, 1, 2, 3])?.message == "frame must be a CBOR map, not an array")
-        #expect(clientFrameError(bytes: [0xa1, 0x01, 0x02])?.message == "frame keys must be text, but key 1 is an integer")
-        #expect(clientFrameError(bytes: [0xa1, 0x61])?.message.hasPrefix("frame is not well-formed CBOR: unexpected end of input") == true)
+        #expect(
+            clientFrameError(bytes: [0xa1, 0x01, 0x02])?.message == "frame keys must be text, but key 1 is an integer")
+        #expect(
+            clientFrameError(bytes: [0xa1, 0x61])?.message.hasPrefix(
+                "frame is not well-formed CBOR: unexpected end of input") == true)
         #expect(clientFrameError(bytes: [0xa0, 0xa0])?.message == "frame holds more than one CBOR item")
-        #expect(clientFrameError(bytes: [0xa1, 0x1c, 0x00])?.message.contains("reserved additional information 28") == true)
-        let twice = [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8)
+        #expect(
+            clientFrameError(bytes: [0xa1, 0x1c, 0x00])?.message.contains("reserved additional information 28") == true)
+        let twice =
+            [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x64] + Array("type".utf8) + [0x64]
+            + Array("ping".utf8)
         #expect(clientFrameError(bytes: twice)?.message == #"frame has the key "type" twice"#)
-        #expect(clientFrameError(bytes: [0xa1, 0x64] + Array("type".utf8) + [0x62, 0xc3, 0x28])?.message
-            == #"frame: key "type": text string is not valid UTF-8"#)
-        let deep = [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x61, 0x78] + Array(repeating: UInt8(0x81), count: 600) + [0x00]
+        #expect(
+            clientFrameError(bytes: [0xa1, 0x64] + Array("type".utf8) + [0x62, 0xc3, 0x28])?.message
+                == #"frame: key "type": text string is not valid UTF-8"#)
+        let deep =
+            [0xa2, 0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x61, 0x78]
+            + Array(repeating: UInt8(0x81), count: 600) + [0x00]
         #expect(clientFrameError(bytes: deep)?.message == "frame nests deeper than 512 levels, the hard limit")
     }
 
@@ -189,7 +218,8 @@ struct FrameCodecTests {
     }
 
     @Test func statusesDescribeThemselves() {
-        #expect(AppServiceConnectionStatus.remoteSystemNotSupportedByApp.description == "RemoteSystemNotSupportedByApp (6)")
+        #expect(
+            AppServiceConnectionStatus.remoteSystemNotSupportedByApp.description == "RemoteSystemNotSupportedByApp (6)")
         #expect(AppServiceResponseStatus.messageSizeTooLarge.rawValue == 5)
         #expect(AppServiceClosedStatus(rawValue: 3) == .unknown)
         #expect(RemoteLaunchUriStatus.deniedByRemoteSystem.rawValue == 7)

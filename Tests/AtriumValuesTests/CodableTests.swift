@@ -48,7 +48,10 @@ struct CodableTests {
         #expect(set["nested"] == .map(["name": "n", "scores": [1.5]]))
         #expect(set["items"]?.array?.maps?.first == ["name": "x", "scores": []])
         #expect(set["note"] == nil, "nil optionals are left out")
-        #expect(set.keys == ["Type", "Count", "ratio", "ok", "when", "id", "blob", "raw", "tags", "nested", "items", "small"])
+        #expect(
+            set.keys == [
+                "Type", "Count", "ratio", "ok", "when", "id", "blob", "raw", "tags", "nested", "items", "small",
+            ])
     }
 
     @Test func roundTripsThroughCBOR() throws {

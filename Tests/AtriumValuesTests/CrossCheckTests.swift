@@ -82,15 +82,17 @@ enum Tagged {
         }
     }
 
-    struct Malformed: Error { let what: Any }
+    struct Malformed: Error { let what: String }
 
     static func double(_ hexBits: Any) throws -> Double {
-        guard let text = hexBits as? String, let bits = UInt64(text, radix: 16) else { throw Malformed(what: hexBits) }
+        guard let text = hexBits as? String, let bits = UInt64(text, radix: 16) else { throw Malformed(what: "\(hexBits)") }
         return Double(bitPattern: bits)
     }
 
     static func decode(_ object: Any) throws -> Value {
-        guard let tagged = object as? [String: Any], let (kind, payload) = tagged.first else { throw Malformed(what: object) }
+        guard let tagged = object as? [String: Any], let (kind, payload) = tagged.first else {
+            throw Malformed(what: "\(object)")
+        }
         switch kind {
         case "s": return .string(payload as! String)
         case "i": return .int(Int64(payload as! String)!)
@@ -108,7 +110,7 @@ enum Tagged {
                 set[pair[0] as! String] = try decode(pair[1])
             }
             return .map(set)
-        default: throw Malformed(what: object)
+        default: throw Malformed(what: "\(object)")
         }
     }
 

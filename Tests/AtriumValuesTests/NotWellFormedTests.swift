@@ -1,13 +1,15 @@
-@testable import AtriumValues
 import Foundation
 import Testing
+
+@testable import AtriumValues
 
 /// The 568 byte sequences of the CBOR test vectors that are not well-formed: every one is
 /// refused with an error, by the value decoder and by the well-formedness check that frames
 /// go through, and none crashes.
 struct NotWellFormedTests {
     static func cases() throws -> [String] {
-        let list = try JSONSerialization.jsonObject(with: try testVector("cbor-not-well-formed.json")) as! [[String: Any]]
+        let list =
+            try JSONSerialization.jsonObject(with: try testVector("cbor-not-well-formed.json")) as! [[String: Any]]
         return list.map { $0["hex"] as! String }
     }
 

@@ -37,8 +37,11 @@ struct RefusalTests {
     }
 
     @Test func integersOutsideInt64() throws {
-        #expect(refusal("a161781b8000000000000000")?.description == "message.x: integer 9223372036854775808 is outside the Int64 range")
-        #expect(refusal("a161783b8000000000000000")?.reason == "integer -9223372036854775808-1 is outside the Int64 range")
+        #expect(
+            refusal("a161781b8000000000000000")?.description
+                == "message.x: integer 9223372036854775808 is outside the Int64 range")
+        #expect(
+            refusal("a161783b8000000000000000")?.reason == "integer -9223372036854775808-1 is outside the Int64 range")
     }
 
     @Test func tagsOtherThanDateAndUUID() throws {

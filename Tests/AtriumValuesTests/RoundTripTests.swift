@@ -21,8 +21,10 @@ struct RoundTripTests {
     }
 
     @Test func integerEdges() throws {
-        let edges: [Int64] = [.min, .min + 1, -4_294_967_297, -4_294_967_296, -65537, -65536, -257, -256, -25, -24, -1, 0,
-                              23, 24, 255, 256, 65535, 65536, 4_294_967_295, 4_294_967_296, .max - 1, .max]
+        let edges: [Int64] = [
+            .min, .min + 1, -4_294_967_297, -4_294_967_296, -65537, -65536, -257, -256, -25, -24, -1, 0,
+            23, 24, 255, 256, 65535, 65536, 4_294_967_295, 4_294_967_296, .max - 1, .max,
+        ]
         let set = ValueSet(edges.enumerated().map { ("i\($0.offset)", Value.int($0.element)) })
         let decoded = try roundTrip(set)
         for (position, edge) in edges.enumerated() {
@@ -33,8 +35,11 @@ struct RoundTripTests {
     }
 
     @Test func doubleEdges() throws {
-        let set: ValueSet = ["negZero": -0.0, "nan": .double(.nan), "inf": .double(.infinity), "ninf": .double(-.infinity),
-                             "tiny": .double(.leastNonzeroMagnitude), "huge": .double(.greatestFiniteMagnitude), "third": .double(1.0 / 3)]
+        let set: ValueSet = [
+            "negZero": -0.0, "nan": .double(.nan), "inf": .double(.infinity), "ninf": .double(-.infinity),
+            "tiny": .double(.leastNonzeroMagnitude), "huge": .double(.greatestFiniteMagnitude),
+            "third": .double(1.0 / 3),
+        ]
         let decoded = try roundTrip(set)
         #expect(decoded["negZero"]?.double?.sign == .minus)
         #expect(decoded["nan"]?.double?.isNaN == true)
@@ -45,8 +50,10 @@ struct RoundTripTests {
     }
 
     @Test func stringsBytesAndEmpties() throws {
-        let set: ValueSet = ["": "", "ünïcødé 水 𐅑": "é\u{301}", "nul": "a\u{0}b", "bytes": .bytes([0, 255]),
-                             "noBytes": .bytes([]), "noArray": [], "noMap": .map([:]), "strings": ["", "x"]]
+        let set: ValueSet = [
+            "": "", "ünïcødé 水 𐅑": "é\u{301}", "nul": "a\u{0}b", "bytes": .bytes([0, 255]),
+            "noBytes": .bytes([]), "noArray": [], "noMap": .map([:]), "strings": ["", "x"],
+        ]
         let decoded = try roundTrip(set)
         #expect(decoded["ünïcødé 水 𐅑"]?.string == "é\u{301}")
         #expect(decoded["noArray"]?.array?.isEmpty == true)
@@ -55,14 +62,16 @@ struct RoundTripTests {
 
     @Test func datesKeepTheirKindAndFraction() throws {
         let seconds: [Double] = [0, -1, -0.25, -2_208_988_800, 1_363_896_240, 1_363_896_240.5, 4_102_444_800.125, 1e-3]
-        let set = ValueSet(seconds.enumerated().map { ("d\($0.offset)", Value.date(Timestamp(secondsSince1970: $0.element))) })
+        let set = ValueSet(
+            seconds.enumerated().map { ("d\($0.offset)", Value.date(Timestamp(secondsSince1970: $0.element))) })
         let decoded = try roundTrip(set)
         for (position, value) in seconds.enumerated() {
             #expect(decoded["d\(position)"]?.timestamp?.secondsSince1970 == value)
         }
         // Whole seconds go out as an integer under tag 1, fractions as a float.
         #expect(Value.date(Timestamp(secondsSince1970: 1_363_896_240)).cborBytes() == bytes(hex: "c11a514b67b0"))
-        #expect(Value.date(Timestamp(secondsSince1970: 1_363_896_240.5)).cborBytes() == bytes(hex: "c1fb41d452d9ec200000"))
+        #expect(
+            Value.date(Timestamp(secondsSince1970: 1_363_896_240.5)).cborBytes() == bytes(hex: "c1fb41d452d9ec200000"))
         #expect(Value.date(Timestamp(secondsSince1970: -1)).cborBytes() == bytes(hex: "c120"))
     }
 

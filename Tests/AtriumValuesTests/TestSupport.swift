@@ -67,14 +67,21 @@ struct ValueGenerator {
     mutating func pick<T>(_ choices: [T]) -> T { choices[Int.random(in: 0..<choices.count, using: &rng)] }
 
     mutating func string() -> String {
-        let pieces = ["", "a", "Type", "ping", "ü", "水", "𐅑", "\"\\", " ", "é\u{301}", "\u{0}", "long-" + String(repeating: "x", count: 40)]
+        let pieces = [
+            "", "a", "Type", "ping", "ü", "水", "𐅑", "\"\\", " ", "é\u{301}", "\u{0}",
+            "long-" + String(repeating: "x", count: 40),
+        ]
         let count = Int.random(in: 0...3, using: &rng)
         return (0..<count).map { _ in pick(pieces) }.joined()
     }
 
     mutating func int() -> Int64 {
         switch Int.random(in: 0..<4, using: &rng) {
-        case 0: return pick([0, 1, -1, 23, 24, -24, -25, 255, 256, 65535, 65536, Int64(UInt32.max), Int64(UInt32.max) + 1, .max, .min])
+        case 0:
+            return pick([
+                0, 1, -1, 23, 24, -24, -25, 255, 256, 65535, 65536, Int64(UInt32.max), Int64(UInt32.max) + 1, .max,
+                .min,
+            ])
         case 1: return Int64.random(in: -1000...1000, using: &rng)
         default: return Int64(bitPattern: rng.next()) >> Int64.random(in: 0...63, using: &rng)
         }
@@ -82,14 +89,20 @@ struct ValueGenerator {
 
     mutating func double() -> Double {
         switch Int.random(in: 0..<3, using: &rng) {
-        case 0: return pick([0.0, -0.0, .nan, .infinity, -.infinity, 1.5, 65504, 5.960464477539063e-08, .greatestFiniteMagnitude, .leastNonzeroMagnitude, 0.1, 1e300])
+        case 0:
+            return pick([
+                0.0, -0.0, .nan, .infinity, -.infinity, 1.5, 65504, 5.960464477539063e-08, .greatestFiniteMagnitude,
+                .leastNonzeroMagnitude, 0.1, 1e300,
+            ])
         case 1: return Double(Float(bitPattern: UInt32(truncatingIfNeeded: rng.next())))
         default: return Double(bitPattern: rng.next())
         }
     }
 
     mutating func date() -> Timestamp {
-        let seconds = pick([0, -1, -86400.5, 1_363_896_240, 1_363_896_240.5, -2_208_988_800, 4_102_444_800.25, Double(Int32.max)])
+        let seconds = pick([
+            0, -1, -86400.5, 1_363_896_240, 1_363_896_240.5, -2_208_988_800, 4_102_444_800.25, Double(Int32.max),
+        ])
         return Timestamp(secondsSince1970: seconds + Double(Int.random(in: -5...5, using: &rng)) / 4)
     }
 
@@ -111,7 +124,8 @@ struct ValueGenerator {
     }
 
     mutating func value(depth: Int) -> Value {
-        let kinds: [Value.Kind] = depth >= maxDepth ? [.string, .int, .double, .bool, .date, .uuid, .bytes] : Value.Kind.allCases
+        let kinds: [Value.Kind] =
+            depth >= maxDepth ? [.string, .int, .double, .bool, .date, .uuid, .bytes] : Value.Kind.allCases
         let kind = pick(kinds)
         switch kind {
         case .map:

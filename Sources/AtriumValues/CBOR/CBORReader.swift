@@ -126,7 +126,6 @@ package struct CBORReader {
         return false
     }
 
-
     /// Skips one whole data item, checking that it is well-formed, and allowing containers
     /// (and tags) to nest at most `maxDepth` levels below the current one.
     package mutating func skipItem(maxDepth: Int) throws(ValueSetError) {
@@ -218,10 +217,17 @@ extension CBORReader {
         return text
     }
 
+    /// `span` as a String, when it is valid UTF-8.
+    ///
+    /// `String(decoding:as:)` is the fast, specialised path, but it repairs invalid input with
+    /// U+FFFD; a repair always changes the bytes, so comparing them back is the check.
     func utf8(_ span: UnsafeRawBufferPointer) throws(ValueSetError) -> String {
         let units = UnsafeBufferPointer(start: span.baseAddress?.assumingMemoryBound(to: UInt8.self), count: span.count)
-        guard let text = String(validating: units, as: UTF8.self) else {
-            throw ValueSetError(.notAValueSet, "text string is not valid UTF-8", offset: offset - span.count)
+        let text = String(decoding: units, as: UTF8.self)
+        if units.contains(where: { $0 >= 0x80 }) {
+            guard text.utf8.elementsEqual(units) else {
+                throw ValueSetError(.notAValueSet, "text string is not valid UTF-8", offset: offset - span.count)
+            }
         }
         return text
     }

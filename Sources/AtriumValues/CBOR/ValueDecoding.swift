@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// Limits applied while decoding, so that a hostile input is refused as soon as it crosses
@@ -95,7 +95,6 @@ struct ValueReader {
         return bytes
     }
 
-
     func checkDepth(_ depth: Int) throws(ValueSetError) {
         guard depth <= maxDepth else {
             throw reader.error(.nestingTooDeep, "maps and arrays nest deeper than \(maxDepth) levels")
@@ -147,7 +146,8 @@ struct ValueReader {
 
     mutating func readMap(_ head: CBORReader.Head, depth: Int) throws(ValueSetError) -> ValueSet {
         try checkDepth(depth)
-        var set = ValueSet(minimumCapacity: head.isIndefinite ? 0 : Int(min(head.argument, UInt64(reader.remaining / 2))))
+        var set = ValueSet(
+            minimumCapacity: head.isIndefinite ? 0 : Int(min(head.argument, UInt64(reader.remaining / 2))))
         try forEachItem(head) { (this: inout ValueReader, position) throws(ValueSetError) in
             let keyStart = this.reader.offset
             let keyHead = try this.reader.readHead()
@@ -191,24 +191,27 @@ struct ValueReader {
                 seconds = float(content)
             default:
                 reader.offset = start
-                throw reader.error(.notAValueSet, "tag 1 (date) must hold an integer or a float, not \(content.kindDescription)")
+                throw reader.error(
+                    .notAValueSet, "tag 1 (date) must hold an integer or a float, not \(content.kindDescription)")
             }
             return .date(Timestamp(secondsSince1970: seconds))
         case 37:
             let content = try reader.readHead()
             guard content.major == 2 else {
                 reader.offset = start
-                throw reader.error(.notAValueSet, "tag 37 (uuid) must hold a byte string, not \(content.kindDescription)")
+                throw reader.error(
+                    .notAValueSet, "tag 37 (uuid) must hold a byte string, not \(content.kindDescription)")
             }
             let bytes = try readBytes(content)
             guard bytes.count == 16 else {
                 reader.offset = start
                 throw reader.error(.notAValueSet, "tag 37 (uuid) must hold 16 bytes, not \(bytes.count)")
             }
-            let uuid = UUID(uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            ))
+            let uuid = UUID(
+                uuid: (
+                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                    bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
+                ))
             return .uuid(uuid)
         default:
             reader.offset = start

@@ -1,7 +1,7 @@
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// Encodes an `Encodable` value (a struct, a class, a `[String: T]` dictionary) into a
@@ -28,7 +28,8 @@ public struct ValueSetEncoder: Sendable {
             let what = encoded.map { "\($0.kind)" } ?? "nothing"
             throw EncodingError.invalidValue(
                 value,
-                .init(codingPath: [], debugDescription: "a ValueSet must be encoded from a keyed container, not \(what)")
+                .init(
+                    codingPath: [], debugDescription: "a ValueSet must be encoded from a keyed container, not \(what)")
             )
         }
         return set
@@ -195,7 +196,9 @@ func primitiveValue<T: BinaryInteger>(_ value: T, codingPath: [any CodingKey]) t
     guard let int = Int64(exactly: value) else {
         throw EncodingError.invalidValue(
             value,
-            .init(codingPath: codingPath, debugDescription: "integer \(value) is outside the Int64 range of a ValueSet int")
+            .init(
+                codingPath: codingPath,
+                debugDescription: "integer \(value) is outside the Int64 range of a ValueSet int")
         )
     }
     return .int(int)
@@ -273,7 +276,9 @@ struct UnkeyedNodeContainer: UnkeyedEncodingContainer {
     mutating func encode(_ value: UInt8) throws { append(.int(Int64(value))) }
     mutating func encode(_ value: UInt16) throws { append(.int(Int64(value))) }
     mutating func encode(_ value: UInt32) throws { append(.int(Int64(value))) }
-    mutating func encode(_ value: UInt64) throws { append(try primitiveValue(value, codingPath: codingPath + [nextKey])) }
+    mutating func encode(_ value: UInt64) throws {
+        append(try primitiveValue(value, codingPath: codingPath + [nextKey]))
+    }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
         let key = nextKey
