@@ -98,11 +98,10 @@ func benchmark(_ name: String, _ message: ValueSet, iterations: Int) throws -> R
     }
     let encode = measure(iterations: iterations) {
         output.clear()
-        message.encode(into: &output)
-        return output.readableBytes
+        return output.writeValueSet(message)
     }
     let object = jsonObject(.map(message))
-    let json = try measure(iterations: iterations / 4) {
+    let json = try measure(iterations: max(iterations / 50, 100), rounds: 5) {
         let data = try JSONSerialization.data(withJSONObject: object)
         return (try JSONSerialization.jsonObject(with: data) as! [String: Any]).count
     }

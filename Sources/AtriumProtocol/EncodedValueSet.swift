@@ -15,8 +15,8 @@ public struct EncodedValueSet: Sendable, Hashable, CustomStringConvertible {
 
     /// The encoding of `set`.
     public init(_ set: ValueSet, allocator: ByteBufferAllocator = ByteBufferAllocator()) {
-        var buffer = allocator.buffer(capacity: 64)
-        set.encode(into: &buffer)
+        var buffer = allocator.buffer(capacity: set.encodedSize)
+        buffer.writeValueSet(set)
         self.buffer = buffer
     }
 
@@ -58,6 +58,24 @@ extension ValueSet {
             Result { () throws(ValueSetError) -> ValueSet in try ValueSet(cbor: raw, limits: limits, root: root) }
         }
         self = try result.get()
+    }
+}
+
+extension ByteBuffer {
+    /// Appends the CBOR encoding of `set`, sized first so that the bytes are written in one
+    /// pass with one capacity check.
+    ///
+    /// - Returns: the number of bytes written.
+    @inlinable
+    @discardableResult
+    public mutating func writeValueSet(_ set: ValueSet) -> Int {
+        let size = set.encodedSize
+        return writeWithUnsafeMutableBytes(minimumWritableBytes: size) { memory in
+            var writer = UnsafeCBORWriter(memory)
+            set.encode(into: &writer)
+            precondition(writer.count == size, "CBOR encoding wrote \(writer.count) bytes, not \(size)")
+            return size
+        }
     }
 }
 

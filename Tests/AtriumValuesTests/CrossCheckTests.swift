@@ -85,7 +85,9 @@ enum Tagged {
     struct Malformed: Error { let what: String }
 
     static func double(_ hexBits: Any) throws -> Double {
-        guard let text = hexBits as? String, let bits = UInt64(text, radix: 16) else { throw Malformed(what: "\(hexBits)") }
+        guard let text = hexBits as? String, let bits = UInt64(text, radix: 16) else {
+            throw Malformed(what: "\(hexBits)")
+        }
         return Double(bitPattern: bits)
     }
 

@@ -38,3 +38,17 @@ struct DescriptionTests {
         #expect(set.isEmpty)
     }
 }
+
+/// The README's first example, kept compiling and true.
+struct ReadmeExampleTests {
+    @Test func firstTaste() throws {
+        var message: ValueSet = ["Type": "ping", "CreationDate": .date(.now), "TargetId": "phone"]
+        message["Count"] = 3
+        let bytes = message.cborBytes()
+        let back = try ValueSet(cbor: bytes)
+        #expect(back == message)
+        struct Ping: Codable { var TargetId: String; var Count: Int }
+        let ping = try ValueSetDecoder().decode(Ping.self, from: back)
+        #expect(ping.TargetId == "phone" && ping.Count == 3)
+    }
+}

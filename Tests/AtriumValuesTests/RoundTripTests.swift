@@ -17,6 +17,10 @@ struct RoundTripTests {
             let set = generator.valueSet()
             let decoded = try roundTrip(set)
             #expect(decoded.cborBytes() == set.cborBytes(), "encoding is deterministic")
+            var appended: [UInt8] = []
+            set.encode(into: &appended)
+            #expect(appended == set.cborBytes(), "the sized writer and the appending writer agree")
+            #expect(set.encodedSize == appended.count)
         }
     }
 

@@ -36,6 +36,7 @@ extension Value {
     /// This value as CBOR bytes.
     public func cborBytes() -> [UInt8] {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(encodedSize)
         encode(into: &bytes)
         return bytes
     }
@@ -52,14 +53,6 @@ extension ValueSet {
         }
     }
 
-    /// This set as CBOR bytes: definite lengths, shortest integer and float forms, keys in
-    /// insertion order.
-    public func cborBytes() -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(64)
-        encode(into: &bytes)
-        return bytes
-    }
 }
 
 extension CBOROutput {
