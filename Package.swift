@@ -6,54 +6,88 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
+let nioPosix: Target.Dependency = .product(name: "NIOPosix", package: "swift-nio")
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+let lifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+let argumentParser: Target.Dependency = .product(name: "ArgumentParser", package: "swift-argument-parser")
+
 let package = Package(
     name: "Atrium",
     platforms: [.macOS(.v15)],
     products: [
+        .executable(name: "atriumd", targets: ["atriumd"]),
         .library(name: "AtriumValues", targets: ["AtriumValues"]),
         .library(name: "AtriumProtocol", targets: ["AtriumProtocol"]),
+        .library(name: "AtriumPluginKit", targets: ["AtriumPluginKit"]),
+        .library(name: "AtriumHost", targets: ["AtriumHost"]),
+        .library(name: "CAtriumPlugin", targets: ["CAtriumPlugin"]),
+        // The reference services, built as the shared libraries that manifests/ declares.
+        .library(name: "RomanPing", type: .dynamic, targets: ["RomanPing"]),
+        .library(name: "Echo", type: .dynamic, targets: ["Echo"]),
+        // A service that misbehaves on request, for the host's tests.
+        .library(name: "AtriumTestService", type: .dynamic, targets: ["AtriumTestService"]),
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2")
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
     ],
     targets: [
-        // The values every message carries: ValueSet, Value and their CBOR codec. No dependencies.
+        // The values every message carries: ValueSet, Value, statuses, and their CBOR codec.
         .target(name: "AtriumValues", swiftSettings: strict),
-        // The wire: frames, their CBOR map layout, status enums and the NIO frame codec.
+        // The wire: frames, their CBOR map layout, and the NIO frame codec.
+        .target(name: "AtriumProtocol", dependencies: ["AtriumValues", nioCore], swiftSettings: strict),
+        // The C header plugin authors compile against.
+        .target(name: "CAtriumPlugin"),
+        // The Swift SDK for writing plugins.
+        .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
+        // Manifests, plugin loading, routing, the server.
         .target(
-            name: "AtriumProtocol",
-            dependencies: [
-                "AtriumValues",
-                .product(name: "NIOCore", package: "swift-nio"),
-            ],
+            name: "AtriumHost",
+            dependencies: ["AtriumValues", "AtriumProtocol", "CAtriumPlugin", nioCore, nioPosix, logging, lifecycle],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "atriumd",
+            dependencies: ["AtriumHost", argumentParser, logging, lifecycle],
+            swiftSettings: strict
+        ),
+        .target(name: "RomanPing", dependencies: ["AtriumPluginKit"], path: "Plugins/RomanPing", swiftSettings: strict),
+        .target(name: "Echo", dependencies: ["CAtriumPlugin"], path: "Plugins/Echo"),
+        .target(
+            name: "AtriumTestService",
+            dependencies: ["AtriumPluginKit"],
+            path: "Tests/Fixtures/TestService",
             swiftSettings: strict
         ),
         .executableTarget(
             name: "AtriumCodecBenchmark",
-            dependencies: [
-                "AtriumValues",
-                "AtriumProtocol",
-                .product(name: "NIOCore", package: "swift-nio"),
-            ],
+            dependencies: ["AtriumValues", "AtriumProtocol", nioCore],
             path: "Benchmarks/CodecBenchmark",
             swiftSettings: strict
         ),
-        .testTarget(
-            name: "AtriumValuesTests",
-            dependencies: ["AtriumValues"],
-            exclude: ["TestVectors"],
+        // Test helpers: start a host on port 0, a scripted client, find the built plugins.
+        .target(
+            name: "AtriumTesting",
+            dependencies: ["AtriumValues", "AtriumProtocol", nioCore, nioPosix],
             swiftSettings: strict
         ),
+        .testTarget(name: "AtriumValuesTests", dependencies: ["AtriumValues"], exclude: ["TestVectors"], swiftSettings: strict),
         .testTarget(
             name: "AtriumProtocolTests",
             dependencies: [
-                "AtriumProtocol",
-                "AtriumValues",
-                .product(name: "NIOCore", package: "swift-nio"),
+                "AtriumProtocol", "AtriumValues", nioCore,
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "AtriumHostTests",
+            dependencies: ["AtriumHost", "AtriumTesting", "AtriumValues", "AtriumProtocol", nioCore, nioPosix],
             swiftSettings: strict
         ),
     ],

@@ -1,4 +1,4 @@
-import AtriumValues
+public import AtriumValues
 public import NIOCore
 
 // The frames of CONTRACT section 2. Each is a CBOR map with a text "type"; unknown keys are

@@ -1,5 +1,7 @@
 /// The status enumerations of Windows App Services and Project Rome, with their Windows
-/// numbering (CONTRACT section 4), so that code written for Windows reads right.
+/// numbering (CONTRACT section 4), so that code written for Windows reads right. They live
+/// beside the values so that plugins, which see no frames, use the same types as clients and
+/// the host.
 ///
 /// Each is a struct over its raw integer rather than an enum: a peer may send a value this
 /// version does not know, and that value must survive being received and passed on.

@@ -1,0 +1,42 @@
+// Roman ping: the reference Swift app service, the receiving side of the Roman test app's
+// ping service. Declared by manifests/roman-ping.json as package
+// 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce, service com.microsoft.test.cdppingpongservice.
+//
+//   {Type: "ping", CreationDate, TargetId}  ->  {Type: "pong", CreationDate, TargetId}, echoed unchanged
+//   {Type: "LaunchUri", Uri}                 ->  launches Uri, then {Type: "Ok", CreationDate: now}
+//   anything else                            ->  {Type: "Ack", CreationDate: now}
+
+import AtriumPluginKit
+import AtriumValues
+
+final class RomanPing: AppService {
+    let host: ServiceHost
+
+    init(host: ServiceHost) {
+        self.host = host
+    }
+
+    func request(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let message = request.message
+        switch message["Type"]?.string {
+        case "ping":
+            // Both values go back as they came, whatever their kind.
+            var pong: ValueSet = ["Type": "pong"]
+            pong["CreationDate"] = message["CreationDate"]
+            pong["TargetId"] = message["TargetId"]
+            return .success(pong)
+        case "LaunchUri":
+            guard let uri = message["Uri"]?.string else {
+                return .failure("a LaunchUri message needs a Uri string")
+            }
+            let status = await host.launch(uri)
+            host.log(.info, "launched \(uri): \(status)")
+            return ["Type": "Ok", "CreationDate": .date(.now)]
+        default:
+            return ["Type": "Ack", "CreationDate": .date(.now)]
+        }
+    }
+}
+
+@_cdecl("atrium_plugin_entry_v1")
+public func atriumPluginEntry() -> UnsafeRawPointer { exportAppService(RomanPing.self) }

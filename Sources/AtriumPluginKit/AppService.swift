@@ -1,0 +1,134 @@
+public import AtriumValues
+
+/// An app service written in Swift: implement this protocol, then export it with one line,
+///
+/// ```swift
+/// @_cdecl("atrium_plugin_entry_v1")
+/// public func atriumPluginEntry() -> UnsafeRawPointer { exportAppService(MyService.self) }
+/// ```
+///
+/// and build the target as a dynamic library product. The host creates one instance when it
+/// loads the library, then calls it for every channel and request of the package's services.
+///
+/// Isolation: methods are called on Swift concurrency's global executor, never on a network
+/// thread, and may run concurrently with each other (make the type an `actor`, or protect
+/// its state, if that matters). A method that blocks only delays its own caller.
+public protocol AppService: AnyObject, Sendable {
+    /// Called once, when the host loads the plugin. Throwing fails the load: the package
+    /// stays listed and answers `open` with status 2 (AppUnavailable).
+    init(host: ServiceHost) throws
+
+    /// A client opens one of the package's services. Return `.success` to accept it, or the
+    /// status the client should receive. The default accepts every channel.
+    func open(_ channel: ServiceChannel) async -> AppServiceConnectionStatus
+
+    /// A message on an open channel. Return the answer, or throw: the client then receives
+    /// status 1 (Failure) with the error's description as the reason.
+    func request(_ request: ServiceRequest) async throws -> ServiceResponse
+
+    /// The channel is closed: by the client, because its connection dropped, or because the
+    /// host is shutting down. The default does nothing.
+    func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async
+
+    /// A URI whose scheme the package declares is launched on this machine. The default
+    /// answers `.protocolUnavailable`.
+    func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus
+}
+
+extension AppService {
+    public func open(_ channel: ServiceChannel) async -> AppServiceConnectionStatus { .success }
+    public func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {}
+    public func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus { .protocolUnavailable }
+}
+
+/// One message from a client, with the channel it came on.
+public struct ServiceRequest: Sendable {
+    /// The message, already checked to be a valid ValueSet by the host.
+    public var message: ValueSet
+    /// The channel it arrived on.
+    public var channel: ServiceChannel
+    /// The host's id for this request.
+    public var id: UInt64
+
+    let runtime: PluginRuntimeReference
+
+    /// Answers this request from anywhere, at any time: return ``ServiceResponse/deferred``
+    /// from ``AppService/request(_:)`` and keep the responder (Windows' `AppServiceDeferral`).
+    public var responder: Responder { Responder(runtime: runtime, request: id) }
+
+    /// The message as your own `Decodable` type (see ``ValueSetDecoder``).
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try ValueSetDecoder().decode(type, from: message)
+    }
+}
+
+/// The answer to a request: a status and a message.
+///
+/// A ValueSet literal is a success: `return ["Type": "pong"]`.
+public struct ServiceResponse: Sendable, ExpressibleByDictionaryLiteral {
+    public var status: AppServiceResponseStatus
+    public var message: ValueSet
+    /// The reason for a status other than success, sent to the client as `error`.
+    public var error: String?
+
+    public init(status: AppServiceResponseStatus = .success, message: ValueSet = [:], error: String? = nil) {
+        self.status = status
+        self.message = message
+        self.error = error
+    }
+
+    public init(dictionaryLiteral elements: (String, Value)...) {
+        var message = ValueSet()
+        for (key, value) in elements { message[key] = value }
+        self.init(message: message)
+    }
+
+    /// A success carrying `message`.
+    public static func success(_ message: ValueSet) -> ServiceResponse { ServiceResponse(message: message) }
+
+    /// A success carrying `value` encoded with ``ValueSetEncoder``.
+    public static func success<T: Encodable>(encoding value: T) throws -> ServiceResponse {
+        ServiceResponse(message: try ValueSetEncoder().encode(value))
+    }
+
+    /// A failure (status 1) with a reason for the client.
+    public static func failure(_ reason: String) -> ServiceResponse {
+        ServiceResponse(status: .failure, error: reason)
+    }
+
+    /// No answer now: the service answers later through ``ServiceRequest/responder``. The
+    /// host's response timeout still applies.
+    public static var deferred: ServiceResponse {
+        var response = ServiceResponse(status: .success)
+        response.isDeferred = true
+        return response
+    }
+
+    var isDeferred = false
+}
+
+/// Answers one request, once, from any thread or task.
+public struct Responder: Sendable {
+    let runtime: PluginRuntimeReference
+    let request: UInt64
+
+    /// Sends the answer.
+    ///
+    /// - Returns: `false` when the host no longer takes an answer for this request: it was
+    ///   answered already, the host's timeout answered it, or the client went away.
+    @discardableResult
+    public func respond(_ response: ServiceResponse) -> Bool {
+        runtime.value.respond(request, response)
+    }
+}
+
+/// A launch handed to the package: a URI whose scheme it declares.
+public struct LaunchRequest: Sendable {
+    public var uri: String
+    /// The data the client sent with the launch, if any.
+    public var data: ValueSet?
+    /// The client's id, or "" when a plugin launched it.
+    public var clientId: String
+    /// Whether the launch came from another machine (a TCP client).
+    public var isRemote: Bool
+}

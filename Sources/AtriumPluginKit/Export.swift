@@ -1,0 +1,232 @@
+import AtriumValues
+import CAtriumPlugin
+import Dispatch
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Builds the C descriptor for `service` and returns it, for the plugin's exported entry:
+///
+/// ```swift
+/// @_cdecl("atrium_plugin_entry_v1")
+/// public func atriumPluginEntry() -> UnsafeRawPointer { exportAppService(MyService.self) }
+/// ```
+///
+/// The descriptor is made once and lives for the life of the process.
+public func exportAppService(_ service: any AppService.Type, name: String? = nil, version: String = "1.0.0")
+    -> UnsafeRawPointer
+{
+    exported.withLock { state in
+        if let descriptor = state.descriptor { return UnsafeRawPointer(descriptor) }
+        state.serviceType = service
+        let descriptor = UnsafeMutablePointer<atrium_plugin>.allocate(capacity: 1)
+        descriptor.initialize(to: atrium_plugin())
+        descriptor.pointee.struct_size = UInt32(MemoryLayout<atrium_plugin>.size)
+        descriptor.pointee.abi_major = UInt16(ATRIUM_PLUGIN_ABI_MAJOR)
+        descriptor.pointee.abi_minor = UInt16(ATRIUM_PLUGIN_ABI_MINOR)
+        descriptor.pointee.name = UnsafePointer(strdup(name ?? String(describing: service)))
+        descriptor.pointee.version = UnsafePointer(strdup(version))
+        // Swift services are async and guard their own state: the host may call at once.
+        descriptor.pointee.flags = UInt64(ATRIUM_PLUGIN_CONCURRENT)
+        descriptor.pointee.create = pluginCreate
+        descriptor.pointee.destroy = pluginDestroy
+        descriptor.pointee.open = pluginOpen
+        descriptor.pointee.request = pluginRequest
+        descriptor.pointee.response = pluginResponse
+        descriptor.pointee.closed = pluginClosed
+        descriptor.pointee.launch = pluginLaunch
+        state.descriptor = descriptor
+        return UnsafeRawPointer(descriptor)
+    }
+}
+
+struct ExportedState: @unchecked Sendable {
+    var serviceType: (any AppService.Type)?
+    var descriptor: UnsafeMutablePointer<atrium_plugin>?
+}
+
+let exported = Mutex(ExportedState())
+
+/// The plugin side of one loaded instance: the service, the host's table, and the answers
+/// awaited for messages sent to clients.
+final class PluginRuntime: Sendable {
+    let table: HostTable
+    let service: any AppService
+    let awaiting = Mutex(Awaiting())
+
+    struct Awaiting {
+        var continuations: [UInt64: CheckedContinuation<ServiceResponse, any Error>] = [:]
+        /// Answers that arrived before their sender started waiting.
+        var early: [UInt64: ServiceResponse] = [:]
+    }
+
+    init(table: HostTable, service: any AppService) {
+        self.table = table
+        self.service = service
+    }
+
+    func send(_ message: ValueSet, on channel: UInt64) async throws -> ServiceResponse {
+        let bytes = message.cborBytes()
+        var requestId: UInt64 = 0
+        let result = bytes.withUnsafeBufferPointer {
+            table.api.pointee.send(table.api, channel, $0.baseAddress, $0.count, &requestId)
+        }
+        guard result == ATRIUM_OK else {
+            throw ServiceChannelError(code: result, description: "the host refused the message (code \(result))")
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            let early = awaiting.withLock { awaiting -> ServiceResponse? in
+                if let answer = awaiting.early.removeValue(forKey: requestId) { return answer }
+                awaiting.continuations[requestId] = continuation
+                return nil
+            }
+            if let early { continuation.resume(returning: early) }
+        }
+    }
+
+    func deliver(_ response: ServiceResponse, for requestId: UInt64) {
+        let continuation = awaiting.withLock { awaiting -> CheckedContinuation<ServiceResponse, any Error>? in
+            if let continuation = awaiting.continuations.removeValue(forKey: requestId) { return continuation }
+            awaiting.early[requestId] = response
+            return nil
+        }
+        continuation?.resume(returning: response)
+    }
+
+    @discardableResult
+    func respond(_ request: UInt64, _ response: ServiceResponse) -> Bool {
+        let bytes = response.message.cborBytes()
+        let status = Int32(response.status.rawValue)
+        let result = bytes.withUnsafeBufferPointer { buffer in
+            if let error = response.error {
+                return table.api.pointee.respond(table.api, request, status, buffer.baseAddress, buffer.count, error)
+            }
+            return table.api.pointee.respond(table.api, request, status, buffer.baseAddress, buffer.count, nil)
+        }
+        if result != ATRIUM_OK && result != ATRIUM_E_UNKNOWN_REQUEST {
+            table.log(Int32(ATRIUM_LOG_WARNING), "the host refused the answer to request \(request) (code \(result))")
+        }
+        return result == ATRIUM_OK
+    }
+}
+
+/// A `PluginRuntime` that can be stored in `ServiceChannel` values.
+struct PluginRuntimeReference: Sendable {
+    let value: PluginRuntime
+}
+
+func runtime(_ instance: UnsafeMutableRawPointer?) -> PluginRuntime {
+    Unmanaged<PluginRuntime>.fromOpaque(instance!).takeUnretainedValue()
+}
+
+/// Runs `body` as a task and blocks this (host plugin-queue) thread until it returns. Used
+/// for the callbacks whose answer the C ABI wants at once; the host never calls them on a
+/// network thread or a Swift concurrency thread.
+func waitFor<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+    let semaphore = DispatchSemaphore(value: 0)
+    let result = Mutex<T?>(nil)
+    Task {
+        let value = await body()
+        result.withLock { $0 = value }
+        semaphore.signal()
+    }
+    semaphore.wait()
+    return result.withLock { $0! }
+}
+
+let pluginCreate: @convention(c) (UnsafePointer<atrium_host_api>?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 = { api, config, instance in
+    guard let api, let instance, let type = exported.withLock({ $0.serviceType }) else { return ATRIUM_E_INVALID_ARGUMENT }
+    let table = HostTable(api: api)
+    let host = ServiceHost(table: table, configJSON: config.map { String(cString: $0) } ?? "{}")
+    do {
+        let service = try type.init(host: host)
+        instance.pointee = Unmanaged.passRetained(PluginRuntime(table: table, service: service)).toOpaque()
+        return ATRIUM_OK
+    } catch {
+        table.log(Int32(ATRIUM_LOG_ERROR), "could not start: \(error)")
+        return ATRIUM_E_INVALID_ARGUMENT
+    }
+}
+
+let pluginDestroy: @convention(c) (UnsafeMutableRawPointer?) -> Void = { instance in
+    guard let instance else { return }
+    Unmanaged<PluginRuntime>.fromOpaque(instance).release()
+}
+
+func channel(_ runtime: PluginRuntime, _ info: UnsafePointer<atrium_channel_info>) -> ServiceChannel {
+    ServiceChannel(
+        id: info.pointee.channel,
+        service: String(cString: info.pointee.service),
+        clientId: String(cString: info.pointee.client_id),
+        clientName: info.pointee.client_name.map { String(cString: $0) },
+        isRemote: info.pointee.is_remote != 0,
+        runtime: PluginRuntimeReference(value: runtime)
+    )
+}
+
+/// Channels the service has accepted, so that later callbacks (which carry only the id)
+/// can hand the service the same `ServiceChannel`.
+let openChannels = Mutex<[UInt64: ServiceChannel]>([:])
+
+let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_channel_info>?) -> Int32 = { instance, info in
+    guard let info else { return Int32(ATRIUM_OPEN_UNKNOWN) }
+    let runtime = runtime(instance)
+    let channel = channel(runtime, info)
+    let status = waitFor { await runtime.service.open(channel) }
+    if status == .success {
+        openChannels.withLock { $0[channel.id] = channel }
+    }
+    return Int32(status.rawValue)
+}
+
+let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, UnsafePointer<UInt8>?, Int) -> Void = { instance, channelId, request, bytes, length in
+    let runtime = runtime(instance)
+    let decoded = Result { () throws(ValueSetError) -> ValueSet in
+        try ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))
+    }
+    guard let channel = openChannels.withLock({ $0[channelId] }) else {
+        runtime.respond(request, .failure("channel \(channelId) is not open"))
+        return
+    }
+    Task {
+        do {
+            let message = try decoded.get()
+            let response = try await runtime.service.request(
+                ServiceRequest(message: message, channel: channel, id: request, runtime: PluginRuntimeReference(value: runtime))
+            )
+            if !response.isDeferred { runtime.respond(request, response) }
+        } catch {
+            runtime.respond(request, .failure(String(describing: error)))
+        }
+    }
+}
+
+let pluginResponse: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Int32, UnsafePointer<UInt8>?, Int) -> Void = { instance, _, request, status, bytes, length in
+    let runtime = runtime(instance)
+    let message = (try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))) ?? [:]
+    runtime.deliver(ServiceResponse(status: AppServiceResponseStatus(rawValue: Int(status)), message: message), for: request)
+}
+
+let pluginClosed: @convention(c) (UnsafeMutableRawPointer?, UInt64, Int32, Int32) -> Void = { instance, channelId, status, _ in
+    let runtime = runtime(instance)
+    guard let channel = openChannels.withLock({ $0.removeValue(forKey: channelId) }) else { return }
+    Task { await runtime.service.closed(channel, status: AppServiceClosedStatus(rawValue: Int(status))) }
+}
+
+let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_launch_info>?) -> Int32 = { instance, info in
+    guard let info else { return Int32(ATRIUM_LAUNCH_UNKNOWN) }
+    let runtime = runtime(instance)
+    let data = info.pointee.data.flatMap { try? ValueSet(cbor: UnsafeRawBufferPointer(start: $0, count: info.pointee.data_length)) }
+    let launch = LaunchRequest(
+        uri: String(cString: info.pointee.uri),
+        data: data,
+        clientId: info.pointee.client_id.map { String(cString: $0) } ?? "",
+        isRemote: info.pointee.is_remote != 0
+    )
+    let status = waitFor { await runtime.service.launch(launch) }
+    return Int32(status.rawValue)
+}

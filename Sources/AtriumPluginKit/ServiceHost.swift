@@ -1,0 +1,103 @@
+public import AtriumValues
+import CAtriumPlugin
+import Dispatch
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#else
+import Foundation
+#endif
+
+/// The host's function table, as the C ABI hands it over. Valid until the plugin is
+/// destroyed; its functions may be called from any thread.
+struct HostTable: @unchecked Sendable {
+    let api: UnsafePointer<atrium_host_api>
+
+    func log(_ level: Int32, _ message: String) {
+        api.pointee.log?(api, level, message)
+    }
+}
+
+/// What the host offers a plugin: its configuration, logging, and launching URIs.
+///
+/// Safe to use from any thread or task.
+public struct ServiceHost: Sendable {
+    let table: HostTable
+
+    /// The manifest's `config` object, as JSON text (`{}` when the manifest has none).
+    public let configJSON: String
+
+    /// Decodes the manifest's `config` object into your own type.
+    ///
+    /// - Throws: `DecodingError` when the configuration does not match `T`.
+    public func config<T: Decodable>(as type: T.Type) throws -> T {
+        try JSONDecoder().decode(type, from: Data(configJSON.utf8))
+    }
+
+    /// Log levels, as the host's log knows them.
+    public enum LogLevel: Int32, Sendable {
+        case trace = 0, debug, info, notice, warning, error
+    }
+
+    /// Writes to the host's log, tagged with the package.
+    public func log(_ level: LogLevel, _ message: String) {
+        table.log(level.rawValue, message)
+    }
+
+    /// Launches `uri` through the host's scheme registry, as a client's `launch` would.
+    /// Runs off the caller's executor, since a launch handler may take a while.
+    public func launch(_ uri: String, data: ValueSet? = nil) async -> RemoteLaunchUriStatus {
+        let table = self.table
+        let bytes = data?.cborBytes()
+        return await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let status: Int32
+                if let bytes {
+                    status = bytes.withUnsafeBufferPointer {
+                        table.api.pointee.launch_uri(table.api, uri, $0.baseAddress, $0.count)
+                    }
+                } else {
+                    status = table.api.pointee.launch_uri(table.api, uri, nil, 0)
+                }
+                continuation.resume(returning: RemoteLaunchUriStatus(rawValue: Int(status)))
+            }
+        }
+    }
+}
+
+/// A channel from a client to one of the package's services.
+public struct ServiceChannel: Sendable, Hashable {
+    /// The host's id for the channel, unique in the host.
+    public let id: UInt64
+    /// The service the client opened.
+    public let service: String
+    /// The client's `clientId` and, if it sent one, `clientName`.
+    public let clientId: String
+    public let clientName: String?
+    /// Whether the client is on another machine (TCP) rather than the local socket.
+    public let isRemote: Bool
+
+    let runtime: PluginRuntimeReference
+
+    public static func == (lhs: ServiceChannel, rhs: ServiceChannel) -> Bool { lhs.id == rhs.id }
+    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+
+    /// Sends a message to the client and waits for its answer.
+    ///
+    /// - Throws: ``ServiceChannelError`` when the channel is closed or the message is refused.
+    public func send(_ message: ValueSet) async throws -> ServiceResponse {
+        try await runtime.value.send(message, on: id)
+    }
+
+    /// Closes the channel from the service side; the client is told `status`.
+    public func close(status: AppServiceClosedStatus = .completed) {
+        let table = runtime.value.table
+        _ = table.api.pointee.close_channel(table.api, id, Int32(status.rawValue))
+    }
+}
+
+/// Why a message could not be sent to a client.
+public struct ServiceChannelError: Error, Sendable, CustomStringConvertible {
+    /// The host's ATRIUM_E_ code.
+    public var code: Int32
+    public var description: String
+}

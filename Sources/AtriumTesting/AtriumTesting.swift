@@ -1,0 +1,1 @@
+// Test helpers are added with the host.

@@ -1,0 +1,324 @@
+/*
+ * atrium_plugin.h: the Atrium plugin ABI, version 1.
+ *
+ * An Atrium app service is a shared library that exports one C function,
+ *
+ *     const atrium_plugin *atrium_plugin_entry_v1(void);
+ *
+ * whose name carries the ABI major version. It returns a descriptor (atrium_plugin) that
+ * begins with its own size and the ABI version it was built against, followed by the
+ * plugin's callbacks. The host hands the plugin a table of host functions
+ * (atrium_host_api): answering requests, sending messages to the client, closing channels,
+ * launching URIs, logging, and reading and building messages without parsing CBOR.
+ *
+ * Rules that keep old plugins and new hosts (and the reverse) working together:
+ *   - Every struct starts with `struct_size` and only ever grows at its end. Before using a
+ *     field, check that `struct_size` covers it (ATRIUM_HAS_FIELD).
+ *   - The host refuses a plugin whose abi_major differs from its own, or whose abi_minor is
+ *     newer than its own, with the reason in its log and in `atriumd --check`.
+ *   - Only C types cross the boundary. Messages cross as CBOR bytes: one map, encoded as the
+ *     Atrium ValueSet (docs/PROTOCOL.md section 3).
+ *   - The plugin never links against host symbols: everything it calls is in the table.
+ *
+ * Threads: the host never calls a plugin on a network thread. Each plugin instance has its
+ * own serial queue, so its callbacks are never called concurrently, unless the plugin sets
+ * ATRIUM_PLUGIN_CONCURRENT in `flags` (or its manifest says "concurrent": true); then
+ * `request` and `response` may run concurrently with each other and themselves.
+ * Host functions may be called from any thread, at any time between `create` returning and
+ * `destroy` being called, unless their comment says otherwise.
+ *
+ * Pointers: unless a comment says otherwise, a pointer the host passes to a callback is
+ * borrowed and valid only until the callback returns (copy what you keep), and a pointer
+ * the plugin passes to a host function is only read during the call (the host copies it).
+ *
+ * Compiles as C11 and C++17.
+ */
+#ifndef ATRIUM_PLUGIN_H
+#define ATRIUM_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATRIUM_PLUGIN_ABI_MAJOR 1
+#define ATRIUM_PLUGIN_ABI_MINOR 0
+
+/* The exported entry symbol, as a string, for dlsym. */
+#define ATRIUM_PLUGIN_ENTRY_SYMBOL "atrium_plugin_entry_v1"
+
+/* Whether a struct that starts with struct_size holds `field` (for structs from the other
+ * side, which may be older or newer than this header). */
+#define ATRIUM_HAS_FIELD(pointer, type, field) \
+    ((pointer)->struct_size >= offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* ---- Return codes of host functions: 0 or a negative error. ---- */
+#define ATRIUM_OK 0
+#define ATRIUM_E_INVALID_ARGUMENT (-1)  /* a NULL pointer, a bad length, a status out of range */
+#define ATRIUM_E_UNKNOWN_REQUEST (-2)   /* already answered, timed out, or its client went away */
+#define ATRIUM_E_UNKNOWN_CHANNEL (-3)   /* never opened, or closed by now */
+#define ATRIUM_E_NOT_A_VALUESET (-4)    /* the bytes are not a valid ValueSet */
+#define ATRIUM_E_NOT_FOUND (-5)         /* no such key */
+#define ATRIUM_E_WRONG_KIND (-6)        /* the key holds another kind of value */
+#define ATRIUM_E_TOO_LARGE (-7)         /* over the host's message size limit */
+#define ATRIUM_E_SHUTTING_DOWN (-8)     /* the host is stopping */
+
+/* ---- Status numbering (the Windows enumerations; docs/PROTOCOL.md section 4). ---- */
+/* AppServiceConnectionStatus, returned by `open`. */
+#define ATRIUM_OPEN_SUCCESS 0
+#define ATRIUM_OPEN_APP_NOT_INSTALLED 1
+#define ATRIUM_OPEN_APP_UNAVAILABLE 2
+#define ATRIUM_OPEN_APP_SERVICE_UNAVAILABLE 3
+#define ATRIUM_OPEN_UNKNOWN 4
+#define ATRIUM_OPEN_REMOTE_SYSTEM_UNAVAILABLE 5
+#define ATRIUM_OPEN_REMOTE_SYSTEM_NOT_SUPPORTED_BY_APP 6
+#define ATRIUM_OPEN_NOT_AUTHORIZED 7
+#define ATRIUM_OPEN_AUTHENTICATION_ERROR 8
+#define ATRIUM_OPEN_NETWORK_NOT_AVAILABLE 9
+#define ATRIUM_OPEN_DISABLED_BY_POLICY 10
+#define ATRIUM_OPEN_WEB_SERVICE_UNAVAILABLE 11
+
+/* AppServiceResponseStatus, passed to `respond`. */
+#define ATRIUM_RESPONSE_SUCCESS 0
+#define ATRIUM_RESPONSE_FAILURE 1
+#define ATRIUM_RESPONSE_RESOURCE_LIMITS_EXCEEDED 2
+#define ATRIUM_RESPONSE_UNKNOWN 3
+#define ATRIUM_RESPONSE_REMOTE_SYSTEM_UNAVAILABLE 4
+#define ATRIUM_RESPONSE_MESSAGE_SIZE_TOO_LARGE 5
+#define ATRIUM_RESPONSE_APP_UNAVAILABLE 6
+#define ATRIUM_RESPONSE_AUTHENTICATION_ERROR 7
+#define ATRIUM_RESPONSE_NETWORK_NOT_AVAILABLE 8
+#define ATRIUM_RESPONSE_DISABLED_BY_POLICY 9
+#define ATRIUM_RESPONSE_WEB_SERVICE_UNAVAILABLE 10
+
+/* AppServiceClosedStatus, passed to `closed` and `close_channel`. */
+#define ATRIUM_CLOSED_COMPLETED 0
+#define ATRIUM_CLOSED_CANCELED 1
+#define ATRIUM_CLOSED_RESOURCE_LIMITS_EXCEEDED 2
+#define ATRIUM_CLOSED_UNKNOWN 3
+
+/* RemoteLaunchUriStatus, returned by `launch` and `launch_uri`. */
+#define ATRIUM_LAUNCH_UNKNOWN 0
+#define ATRIUM_LAUNCH_SUCCESS 1
+#define ATRIUM_LAUNCH_APP_UNAVAILABLE 2
+#define ATRIUM_LAUNCH_PROTOCOL_UNAVAILABLE 3
+#define ATRIUM_LAUNCH_REMOTE_SYSTEM_UNAVAILABLE 4
+#define ATRIUM_LAUNCH_VALUESET_TOO_LARGE 5
+#define ATRIUM_LAUNCH_DENIED_BY_LOCAL_SYSTEM 6
+#define ATRIUM_LAUNCH_DENIED_BY_REMOTE_SYSTEM 7
+
+/* Who closed a channel, passed to `closed`. */
+#define ATRIUM_CLOSED_BY_CLIENT 0  /* the client sent `close` */
+#define ATRIUM_CLOSED_BY_NETWORK 1 /* the client's connection dropped */
+#define ATRIUM_CLOSED_BY_HOST 2    /* the host is shutting down */
+#define ATRIUM_CLOSED_BY_SERVICE 3 /* the plugin itself called close_channel */
+
+/* Log levels for `log`. */
+#define ATRIUM_LOG_TRACE 0
+#define ATRIUM_LOG_DEBUG 1
+#define ATRIUM_LOG_INFO 2
+#define ATRIUM_LOG_NOTICE 3
+#define ATRIUM_LOG_WARNING 4
+#define ATRIUM_LOG_ERROR 5
+
+/* Value kinds, returned by `message_kind`. */
+#define ATRIUM_KIND_NONE 0 /* no such key */
+#define ATRIUM_KIND_STRING 1
+#define ATRIUM_KIND_INT 2
+#define ATRIUM_KIND_DOUBLE 3
+#define ATRIUM_KIND_BOOL 4
+#define ATRIUM_KIND_DATE 5
+#define ATRIUM_KIND_UUID 6
+#define ATRIUM_KIND_BYTES 7
+#define ATRIUM_KIND_ARRAY 8
+#define ATRIUM_KIND_MAP 9
+
+/* Plugin flags. */
+#define ATRIUM_PLUGIN_CONCURRENT 1 /* callbacks may run concurrently (see Threads); a bit of `flags` */
+
+/* A parsed, read-only message. Made by `message_parse`, freed by `message_free`. */
+typedef struct atrium_message atrium_message;
+/* A message under construction. Made by `builder_new`, freed by `builder_free`. */
+typedef struct atrium_builder atrium_builder;
+
+/* What the plugin is told about a channel being opened. Borrowed during `open`. */
+typedef struct atrium_channel_info {
+    uint32_t struct_size;
+    uint32_t is_remote;      /* 1 for a TCP client, 0 for a client on the local socket */
+    uint64_t channel;        /* the host's id for the channel, unique in this host */
+    const char *service;     /* the service name the client opened (one the manifest declares) */
+    const char *client_id;   /* the client's `clientId` */
+    const char *client_name; /* the client's `clientName`, or NULL */
+} atrium_channel_info;
+
+/* A launch handed to the plugin (a URI whose scheme its manifest declares). Borrowed during
+ * `launch`. */
+typedef struct atrium_launch_info {
+    uint32_t struct_size;
+    uint32_t is_remote;
+    const char *uri;
+    const uint8_t *data; /* CBOR ValueSet, or NULL when the launch carried none */
+    size_t data_length;
+    const char *client_id; /* who asked, or "" for a launch from a plugin */
+} atrium_launch_info;
+
+/*
+ * The host's functions, handed to `create`. The table, and every pointer in it, stays valid
+ * until `destroy` returns. Pass the table itself as the first argument of each function.
+ */
+typedef struct atrium_host_api {
+    uint32_t struct_size;
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    /* The host's own; the plugin never touches it. */
+    void *host_data;
+
+    /* Answers the request `request` (from `request`), exactly once, now or later, from any
+     * thread. `message`/`length`: a CBOR ValueSet, copied before the call returns; NULL and 0
+     * for an empty answer. `error`: a reason for a non-success status, or NULL.
+     * Returns ATRIUM_OK, ATRIUM_E_UNKNOWN_REQUEST when the request was already answered (also
+     * by the host's timeout) or its client went away, ATRIUM_E_NOT_A_VALUESET or
+     * ATRIUM_E_TOO_LARGE (the client then gets status 1 or 5 instead). */
+    int32_t (*respond)(const struct atrium_host_api *host, uint64_t request, int32_t status,
+                       const uint8_t *message, size_t length, const char *error);
+
+    /* Sends a message to the client of `channel`. The client's answer arrives through the
+     * plugin's `response` callback with the id written to `*out_request` (which may be NULL
+     * when the plugin does not need it). Any thread. */
+    int32_t (*send)(const struct atrium_host_api *host, uint64_t channel, const uint8_t *message,
+                    size_t length, uint64_t *out_request);
+
+    /* Closes `channel` from the service side; the client receives `closed` with `status`.
+     * Requests on it that are still unanswered are answered with status 1. Any thread. */
+    int32_t (*close_channel)(const struct atrium_host_api *host, uint64_t channel, int32_t status);
+
+    /* Launches `uri` through the host's scheme registry, as a client's `launch` would, and
+     * returns a RemoteLaunchUriStatus. May block while a handler runs: call it from the
+     * plugin's own callbacks or threads. `data` may be NULL. */
+    int32_t (*launch_uri)(const struct atrium_host_api *host, const char *uri, const uint8_t *data,
+                          size_t data_length);
+
+    /* Writes `message` (UTF-8, NUL-terminated) to the host's log at `level`, tagged with the
+     * plugin's package. Any thread. */
+    void (*log)(const struct atrium_host_api *host, int32_t level, const char *message);
+
+    /* ---- Reading messages. ---- */
+
+    /* Parses CBOR bytes as a ValueSet; NULL when they are not one. The bytes need not outlive
+     * the call. Free the result with `message_free`. */
+    atrium_message *(*message_parse)(const struct atrium_host_api *host, const uint8_t *bytes,
+                                     size_t length);
+    void (*message_free)(const struct atrium_host_api *host, atrium_message *message);
+    /* The number of keys. */
+    size_t (*message_count)(const struct atrium_host_api *host, const atrium_message *message);
+    /* The key at `index` (0 ..< count, in the order of the message), NUL-terminated, owned by
+     * the message; NULL when out of range. */
+    const char *(*message_key_at)(const struct atrium_host_api *host, const atrium_message *message,
+                                  size_t index);
+    /* The ATRIUM_KIND_ of the value under `key`, ATRIUM_KIND_NONE when absent. */
+    int32_t (*message_kind)(const struct atrium_host_api *host, const atrium_message *message,
+                            const char *key);
+    /* Typed reads: ATRIUM_OK, ATRIUM_E_NOT_FOUND or ATRIUM_E_WRONG_KIND. Strings and bytes
+     * point into the message (strings NUL-terminated) and live until `message_free`. A date is
+     * seconds since 1970-01-01 UTC. A map comes back as its CBOR bytes, to parse again. */
+    int32_t (*message_get_string)(const struct atrium_host_api *host, const atrium_message *message,
+                                  const char *key, const char **out, size_t *out_length);
+    int32_t (*message_get_int)(const struct atrium_host_api *host, const atrium_message *message,
+                               const char *key, int64_t *out);
+    int32_t (*message_get_double)(const struct atrium_host_api *host, const atrium_message *message,
+                                  const char *key, double *out);
+    int32_t (*message_get_bool)(const struct atrium_host_api *host, const atrium_message *message,
+                                const char *key, int32_t *out);
+    int32_t (*message_get_date)(const struct atrium_host_api *host, const atrium_message *message,
+                                const char *key, double *out_seconds);
+    int32_t (*message_get_uuid)(const struct atrium_host_api *host, const atrium_message *message,
+                                const char *key, uint8_t out[16]);
+    int32_t (*message_get_bytes)(const struct atrium_host_api *host, const atrium_message *message,
+                                 const char *key, const uint8_t **out, size_t *out_length);
+    int32_t (*message_get_map)(const struct atrium_host_api *host, const atrium_message *message,
+                               const char *key, const uint8_t **out, size_t *out_length);
+
+    /* ---- Building messages. ---- */
+
+    atrium_builder *(*builder_new)(const struct atrium_host_api *host);
+    void (*builder_free)(const struct atrium_host_api *host, atrium_builder *builder);
+    /* Each put sets `key` (replacing an earlier value): ATRIUM_OK, or
+     * ATRIUM_E_INVALID_ARGUMENT for text that is not UTF-8, ATRIUM_E_NOT_A_VALUESET for
+     * `put_map` bytes that are not a ValueSet. */
+    int32_t (*builder_put_string)(const struct atrium_host_api *host, atrium_builder *builder,
+                                  const char *key, const char *utf8, size_t length);
+    int32_t (*builder_put_int)(const struct atrium_host_api *host, atrium_builder *builder,
+                               const char *key, int64_t value);
+    int32_t (*builder_put_double)(const struct atrium_host_api *host, atrium_builder *builder,
+                                  const char *key, double value);
+    int32_t (*builder_put_bool)(const struct atrium_host_api *host, atrium_builder *builder,
+                                const char *key, int32_t value);
+    int32_t (*builder_put_date)(const struct atrium_host_api *host, atrium_builder *builder,
+                                const char *key, double seconds);
+    int32_t (*builder_put_uuid)(const struct atrium_host_api *host, atrium_builder *builder,
+                                const char *key, const uint8_t value[16]);
+    int32_t (*builder_put_bytes)(const struct atrium_host_api *host, atrium_builder *builder,
+                                 const char *key, const uint8_t *bytes, size_t length);
+    int32_t (*builder_put_map)(const struct atrium_host_api *host, atrium_builder *builder,
+                               const char *key, const uint8_t *cbor, size_t length);
+    /* The message's CBOR bytes, owned by the builder: valid until the next put or
+     * `builder_free`. Pass them to `respond` or `send`. */
+    int32_t (*builder_bytes)(const struct atrium_host_api *host, atrium_builder *builder,
+                             const uint8_t **out, size_t *out_length);
+} atrium_host_api;
+
+/*
+ * The plugin's descriptor, returned by atrium_plugin_entry_v1. It must stay valid for the
+ * life of the process (a static constant is usual). Callbacks other than `create` may be
+ * NULL; a NULL `open` accepts every channel, a NULL `request` answers status 1.
+ */
+typedef struct atrium_plugin {
+    uint32_t struct_size; /* sizeof(atrium_plugin) as the plugin was built */
+    uint16_t abi_major;   /* ATRIUM_PLUGIN_ABI_MAJOR */
+    uint16_t abi_minor;   /* ATRIUM_PLUGIN_ABI_MINOR */
+    const char *name;     /* for logs, e.g. "Echo" */
+    const char *version;  /* for logs, e.g. "1.0.0" */
+    uint64_t flags;       /* ATRIUM_PLUGIN_ */
+
+    /* Called once, on the plugin's queue, after loading. `config_json` is the manifest's
+     * `config` object as JSON text (NUL-terminated, "{}" when absent), borrowed. Store an
+     * instance in `*instance` (passed to every other callback) and return ATRIUM_OK; any
+     * other value fails the load, and the package answers `open` with status 2. */
+    int32_t (*create)(const atrium_host_api *host, const char *config_json, void **instance);
+
+    /* Called once when the host shuts down, after every channel has been closed. The
+     * library is never unloaded. */
+    void (*destroy)(void *instance);
+
+    /* A client opens `info->service`. Return an AppServiceConnectionStatus: ATRIUM_OPEN_SUCCESS
+     * to accept, anything else to refuse (the client receives that status). */
+    int32_t (*open)(void *instance, const atrium_channel_info *info);
+
+    /* A message on an open channel. Answer it with host->respond(host, request, ...), now or
+     * later, from any thread. `message` is borrowed (copy it to answer later). */
+    void (*request)(void *instance, uint64_t channel, uint64_t request, const uint8_t *message,
+                    size_t length);
+
+    /* The client's answer to a message the plugin sent with `send`. A `status` other than
+     * success with an empty message when the client went away or did not answer. */
+    void (*response)(void *instance, uint64_t channel, uint64_t request, int32_t status,
+                     const uint8_t *message, size_t length);
+
+    /* `channel` is closed (ATRIUM_CLOSED_BY_): no more requests will arrive on it, and
+     * unanswered requests on it can no longer be answered. */
+    void (*closed)(void *instance, uint64_t channel, int32_t status, int32_t closed_by);
+
+    /* A URI whose scheme the package declares is launched. Return a RemoteLaunchUriStatus. */
+    int32_t (*launch)(void *instance, const atrium_launch_info *info);
+} atrium_plugin;
+
+/* The type of the exported entry function. */
+typedef const atrium_plugin *(*atrium_plugin_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATRIUM_PLUGIN_H */

@@ -1,0 +1,97 @@
+// A service that does, on request, every thing a plugin can do wrong or unusually, so that
+// the host's tests can check that every request is still answered exactly once and that no
+// other client notices. The message's "Action" says what to do:
+//
+//   "echo"     answer with the message                 "fail"   answer status 1 with a reason
+//   "throw"    throw an error                         "hang"   never answer
+//   "late"     answer after "DelayMs" milliseconds    "twice"  answer, then try to answer again
+//   "deferred" answer later through the responder
+//   "send"     send {"Hello": "client"} to the client, then answer with the client's reply
+//   "close"    answer, then close the channel with status "Status"
+//   "block"    block the thread for "DelayMs" milliseconds, then answer
+//
+// Opening the service "refuse.<n>" is refused with status n. The manifest's config
+// {"greeting": text} comes back in every "echo" answer as "Greeting".
+
+import AtriumPluginKit
+import AtriumValues
+import Foundation
+
+struct Config: Decodable {
+    var greeting: String?
+}
+
+final class TestService: AppService {
+    let host: ServiceHost
+    let greeting: String?
+
+    init(host: ServiceHost) throws {
+        self.host = host
+        greeting = try host.config(as: Config.self).greeting
+    }
+
+    func open(_ channel: ServiceChannel) async -> AppServiceConnectionStatus {
+        if channel.service.hasPrefix("refuse."), let status = Int(channel.service.dropFirst("refuse.".count)) {
+            return AppServiceConnectionStatus(rawValue: status)
+        }
+        return .success
+    }
+
+    struct Thrown: Error, CustomStringConvertible {
+        var description: String { "the test service threw, as asked" }
+    }
+
+    func request(_ request: ServiceRequest) async throws -> ServiceResponse {
+        let message = request.message
+        let delay = Double(message["DelayMs"]?.int ?? 0) / 1000
+        switch message["Action"]?.string {
+        case "fail":
+            return .failure("failed, as asked")
+        case "throw":
+            throw Thrown()
+        case "hang":
+            try await Task.sleep(for: .seconds(3600))
+            return .failure("woke up")
+        case "late":
+            try await Task.sleep(for: .seconds(delay))
+            return .success(message)
+        case "block":
+            usleep(UInt32(delay * 1_000_000))
+            return .success(message)
+        case "twice":
+            let responder = request.responder
+            let first = responder.respond(.success(message))
+            let second = responder.respond(.failure("second answer"))
+            host.log(.info, "answered twice: first taken \(first), second taken \(second)")
+            return .deferred
+        case "deferred":
+            let responder = request.responder
+            Task {
+                try await Task.sleep(for: .seconds(delay))
+                responder.respond(.success(["Deferred": true]))
+            }
+            return .deferred
+        case "send":
+            let reply = try await request.channel.send(["Hello": "client"])
+            return ServiceResponse(
+                status: reply.status,
+                message: ["ClientSaid": .map(reply.message), "ClientStatus": .int(Int64(reply.status.rawValue))]
+            )
+        case "close":
+            let channel = request.channel
+            let status = AppServiceClosedStatus(rawValue: Int(message["Status"]?.int ?? 0))
+            Task {
+                try await Task.sleep(for: .milliseconds(20))
+                channel.close(status: status)
+            }
+            return .success(message)
+        default:
+            var answer = message
+            if let greeting { answer["Greeting"] = .string(greeting) }
+            return .success(answer)
+        }
+    }
+}
+
+@_cdecl("atrium_plugin_entry_v1")
+public func atriumPluginEntry() -> UnsafeRawPointer { exportAppService(TestService.self) }
