@@ -1,0 +1,424 @@
+import AtriumProtocol
+import AtriumValues
+import CAtriumPlugin
+public import Foundation
+public import Logging
+import NIOCore
+import Synchronization
+
+/// A package as the host knows it: its manifest, and its plugin or why it has none.
+public struct LoadedPackage: Sendable {
+    public var manifest: Manifest
+    /// Why the plugin is not running, when it is not; the package then answers `open` with
+    /// status 2 (AppUnavailable).
+    public var loadError: String?
+    /// Where the library was found.
+    public var libraryPath: URL?
+    let plugin: PluginInstance?
+}
+
+/// The heart of the host: the packages and their plugins, and the routing tables that tie
+/// clients' channels and requests to plugins. Every method is thread-safe: connections call
+/// it from their event loops, plugins from any thread.
+///
+/// Exactly-once answers rest on one rule: a request is answered by whoever removes it from
+/// ``State/pending`` (the plugin's `respond`, the timeout, the channel closing, shutdown),
+/// and removal happens under the lock.
+public final class HostCore: @unchecked Sendable {
+    let configuration: HostConfiguration
+    let logger: Logger
+    /// Set once by ``load(_:)`` before any connection is accepted; read-only afterwards.
+    private(set) var packages: [LoadedPackage] = []
+    private var packageIndex: [String: Int] = [:]
+    let state = Mutex(State())
+    private let nextId = Atomic<UInt64>(1)
+
+    struct OpenChannel {
+        var connection: ConnectionLink
+        var clientChannel: UInt64
+        var plugin: PluginInstance
+        var service: String
+    }
+
+    struct PendingRequest {
+        var connection: ConnectionLink
+        var clientChannel: UInt64
+        var clientRequest: UInt64
+        var channel: UInt64
+        var plugin: PluginInstance
+        var timeout: Scheduled<Void>?
+    }
+
+    struct OutgoingRequest {
+        var connection: ConnectionLink
+        var channel: UInt64
+        var plugin: PluginInstance
+        var timeout: Scheduled<Void>?
+    }
+
+    struct State {
+        var channels: [UInt64: OpenChannel] = [:]
+        var pending: [UInt64: PendingRequest] = [:]
+        var outgoing: [UInt64: OutgoingRequest] = [:]
+        var connections: [UInt64: ConnectionLink] = [:]
+        var shuttingDown = false
+    }
+
+    public init(configuration: HostConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// A fresh id, unique in this host, for a channel, a request or a connection.
+    func makeId() -> UInt64 {
+        nextId.wrappingAdd(1, ordering: .relaxed).oldValue
+    }
+
+    // MARK: - Loading
+
+    /// Loads the plugins of `directory`'s manifests, in order. A plugin that fails to load is
+    /// recorded with its reason; the others load regardless. Call once, before serving.
+    public func load(_ directory: ManifestDirectory) {
+        var loaded: [LoadedPackage] = []
+        for manifest in directory.manifests {
+            guard let library = manifest.library else {
+                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, plugin: nil))
+                continue
+            }
+            do {
+                let (path, descriptor) = try PluginLibrary.open(
+                    library,
+                    manifestFolder: manifest.file.deletingLastPathComponent(),
+                    searchPath: configuration.pluginSearchPath
+                )
+                let plugin = PluginInstance(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
+                try plugin.create()
+                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, plugin: plugin))
+            } catch {
+                logger.error(
+                    "package not available: \(error.reason)",
+                    metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
+                )
+                loaded.append(LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, plugin: nil))
+            }
+        }
+        packages = loaded
+        packageIndex = Dictionary(uniqueKeysWithValues: loaded.enumerated().map { ($0.element.manifest.package, $0.offset) })
+    }
+
+    func package(_ name: String) -> LoadedPackage? {
+        packageIndex[name].map { packages[$0] }
+    }
+
+    /// The `apps` listing: every package, its remote-capable services and its schemes.
+    func apps() -> [AppInfo] {
+        packages.map { package in
+            AppInfo(
+                package: package.manifest.package,
+                displayName: package.manifest.displayName,
+                services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
+                schemes: package.manifest.schemes
+            )
+        }
+    }
+
+    // MARK: - Opening channels
+
+    /// Which plugin serves `service` of `package` for this client, or the status that says why
+    /// none does (CONTRACT section 4).
+    func route(package name: String, service: String, isRemote: Bool) -> Result<PluginInstance, RouteRefusal> {
+        guard let package = package(name) else {
+            return .failure(RouteRefusal(.appNotInstalled, "no package \"\(name)\" is installed"))
+        }
+        guard let declared = package.manifest.service(named: service) else {
+            if package.plugin == nil, let error = package.loadError {
+                return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(error)"))
+            }
+            return .failure(RouteRefusal(.appServiceUnavailable, "package \"\(name)\" has no service \"\(service)\""))
+        }
+        guard let plugin = package.plugin else {
+            let reason = package.loadError ?? "it has no plugin"
+            return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(reason)"))
+        }
+        if isRemote && !declared.supportsRemoteSystems {
+            return .failure(
+                RouteRefusal(
+                    .remoteSystemNotSupportedByApp,
+                    "service \"\(service)\" does not accept remote callers (supportsRemoteSystems is false)"
+                )
+            )
+        }
+        return .success(plugin)
+    }
+
+    struct RouteRefusal: Error {
+        var status: AppServiceConnectionStatus
+        var reason: String
+        init(_ status: AppServiceConnectionStatus, _ reason: String) {
+            self.status = status
+            self.reason = reason
+        }
+    }
+
+    func addChannel(_ handle: UInt64, _ channel: OpenChannel) {
+        state.withLock { $0.channels[handle] = channel }
+    }
+
+    /// Removes a channel and everything waiting on it: its unanswered client requests and
+    /// the plugin's unanswered messages to the client.
+    func removeChannel(_ handle: UInt64) -> (OpenChannel, [UInt64: PendingRequest], [UInt64: OutgoingRequest])? {
+        state.withLock { state in
+            guard let channel = state.channels.removeValue(forKey: handle) else { return nil }
+            let pending = state.pending.filter { $0.value.channel == handle }
+            for key in pending.keys { state.pending.removeValue(forKey: key) }
+            let outgoing = state.outgoing.filter { $0.value.channel == handle }
+            for key in outgoing.keys { state.outgoing.removeValue(forKey: key) }
+            return (channel, pending, outgoing)
+        }
+    }
+
+    // MARK: - Requests from clients
+
+    /// Records a request handed to a plugin, with its timeout; returns the plugin's id for it.
+    func addPending(_ request: PendingRequest) -> UInt64 {
+        let handle = makeId()
+        state.withLock { $0.pending[handle] = request }
+        let timeout = request.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
+            self.timeOut(handle)
+        }
+        let stillPending = state.withLock { state -> Bool in
+            guard state.pending[handle] != nil else { return false }
+            state.pending[handle]!.timeout = timeout
+            return true
+        }
+        if !stillPending { timeout.cancel() }
+        return handle
+    }
+
+    func takePending(_ handle: UInt64) -> PendingRequest? {
+        state.withLock { $0.pending.removeValue(forKey: handle) }
+    }
+
+    private func timeOut(_ handle: UInt64) {
+        guard let request = takePending(handle) else { return }
+        let seconds = configuration.responseTimeout.components.seconds
+        logger.warning(
+            "the service did not answer within \(seconds) s",
+            metadata: ["package": "\(request.plugin.package)", "request": "\(handle)"]
+        )
+        request.connection.run { connection in
+            connection.finish(
+                request, status: .resourceLimitsExceeded, message: nil,
+                error: "the service did not answer within \(seconds) seconds"
+            )
+        }
+    }
+
+    /// A plugin's answer (the C table's `respond`).
+    func respond(
+        _ handle: UInt64,
+        from plugin: PluginInstance,
+        status: AppServiceResponseStatus,
+        bytes: UnsafeRawBufferPointer,
+        error: String?
+    ) -> Int32 {
+        var status = status
+        var error = error
+        var message: ByteBuffer? = nil
+        var result = ATRIUM_OK
+        if bytes.count > 0 {
+            if bytes.count > configuration.limits.maxMessageBytes {
+                status = .messageSizeTooLarge
+                error = "the service's answer is \(bytes.count) bytes, over the limit of \(configuration.limits.maxMessageBytes)"
+                result = ATRIUM_E_TOO_LARGE
+            } else {
+                do {
+                    _ = try ValueSet(cbor: bytes)
+                    message = ByteBuffer(bytes: bytes)
+                } catch let invalid {
+                    status = .failure
+                    error = "the service answered with a message that is not a ValueSet: \(invalid)"
+                    result = ATRIUM_E_NOT_A_VALUESET
+                }
+            }
+        }
+        let taken = state.withLock { state -> PendingRequest? in
+            guard let request = state.pending[handle], request.plugin === plugin else { return nil }
+            return state.pending.removeValue(forKey: handle)
+        }
+        guard let request = taken else {
+            plugin.logger.debug("an answer to request \(handle) came too late or twice; ignored")
+            return ATRIUM_E_UNKNOWN_REQUEST
+        }
+        request.timeout?.cancel()
+        if result != ATRIUM_OK {
+            plugin.logger.warning("\(error ?? "")")
+        }
+        let (finalStatus, finalMessage, finalError) = (status, message, error)
+        request.connection.run { connection in
+            connection.finish(request, status: finalStatus, message: finalMessage, error: finalError)
+        }
+        return result
+    }
+
+    /// Answers a request on the plugin's behalf (when it cannot take requests at all).
+    func answer(_ handle: UInt64, from plugin: PluginInstance, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?) {
+        guard let request = takePending(handle) else { return }
+        request.timeout?.cancel()
+        request.connection.run { connection in
+            connection.finish(request, status: status, message: message, error: error)
+        }
+    }
+
+    // MARK: - Messages from plugins to clients
+
+    /// The C table's `send`: a plugin's own message to the client of `channel`.
+    func send(_ bytes: UnsafeRawBufferPointer, on handle: UInt64, from plugin: PluginInstance, requestId out: UnsafeMutablePointer<UInt64>?) -> Int32 {
+        guard bytes.count <= configuration.limits.maxMessageBytes else { return ATRIUM_E_TOO_LARGE }
+        guard (try? ValueSet(cbor: bytes)) != nil else { return ATRIUM_E_NOT_A_VALUESET }
+        let id = makeId()
+        let message = ByteBuffer(bytes: bytes)
+        let channel = state.withLock { state -> OpenChannel? in
+            guard let channel = state.channels[handle], channel.plugin === plugin, !state.shuttingDown else { return nil }
+            state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, plugin: plugin)
+            return channel
+        }
+        guard let channel else {
+            return state.withLock { $0.shuttingDown } ? ATRIUM_E_SHUTTING_DOWN : ATRIUM_E_UNKNOWN_CHANNEL
+        }
+        out?.pointee = id
+        let timeout = channel.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
+            guard let outgoing = self.state.withLock({ $0.outgoing.removeValue(forKey: id) }) else { return }
+            outgoing.plugin.response(channel: handle, request: id, status: .resourceLimitsExceeded, message: nil)
+        }
+        state.withLock { state in
+            if state.outgoing[id] != nil { state.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
+        }
+        channel.connection.run { connection in
+            connection.write(.request(RequestFrame(channel: channel.clientChannel, id: id, message: EncodedValueSet(uncheckedBytes: message))))
+        }
+        return ATRIUM_OK
+    }
+
+    /// A client's answer to a plugin's message.
+    func clientResponded(_ response: ResponseFrame, on connection: UInt64) -> Bool {
+        guard
+            let outgoing = state.withLock({ state -> OutgoingRequest? in
+                guard let outgoing = state.outgoing[response.id], outgoing.connection.id == connection else { return nil }
+                return state.outgoing.removeValue(forKey: response.id)
+            })
+        else { return false }
+        outgoing.timeout?.cancel()
+        outgoing.plugin.response(channel: outgoing.channel, request: response.id, status: response.status, message: response.message.buffer)
+        return true
+    }
+
+    /// The C table's `close_channel`.
+    func closeChannel(_ handle: UInt64, from plugin: PluginInstance, status: AppServiceClosedStatus) -> Int32 {
+        let owned = state.withLock { $0.channels[handle]?.plugin === plugin }
+        guard owned, let (channel, pending, outgoing) = removeChannel(handle) else { return ATRIUM_E_UNKNOWN_CHANNEL }
+        settle(pending: pending, outgoing: outgoing, reason: "the service closed the channel", outgoingStatus: .failure)
+        channel.connection.run { connection in
+            connection.channelClosedByService(clientChannel: channel.clientChannel, status: status)
+        }
+        plugin.closed(channel: handle, status: status, by: ATRIUM_CLOSED_BY_SERVICE)
+        return ATRIUM_OK
+    }
+
+    /// Answers requests left on a channel that is going away: the client's with status 1,
+    /// the plugin's own messages with `outgoingStatus`.
+    func settle(
+        pending: [UInt64: PendingRequest],
+        outgoing: [UInt64: OutgoingRequest],
+        reason: String,
+        outgoingStatus: AppServiceResponseStatus,
+        answerClients: Bool = true
+    ) {
+        for (_, request) in pending {
+            request.timeout?.cancel()
+            if answerClients {
+                request.connection.run { connection in
+                    connection.finish(request, status: .failure, message: nil, error: reason)
+                }
+            }
+        }
+        for (id, request) in outgoing {
+            request.timeout?.cancel()
+            request.plugin.response(channel: request.channel, request: id, status: outgoingStatus, message: nil)
+        }
+    }
+
+    // MARK: - Connections
+
+    func connectionOpened(_ link: ConnectionLink) -> Bool {
+        state.withLock { state in
+            guard !state.shuttingDown else { return false }
+            state.connections[link.id] = link
+            return true
+        }
+    }
+
+    /// A connection is gone: close its channels (plugins are told, as canceled), forget its
+    /// requests (late answers are refused), and fail the plugins' messages to it.
+    func connectionClosed(_ id: UInt64, channels: [UInt64]) {
+        state.withLock { _ = $0.connections.removeValue(forKey: id) }
+        for handle in channels {
+            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
+            settle(pending: pending, outgoing: outgoing, reason: "", outgoingStatus: .remoteSystemUnavailable, answerClients: false)
+            channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_NETWORK)
+        }
+    }
+
+    var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+
+    // MARK: - Shutdown
+
+    /// Stops taking new work, waits up to the drain timeout for requests in flight, answers
+    /// the rest with status 4, closes every channel (clients get `closed`, plugins are told),
+    /// closes the connections and destroys the plugins.
+    func shutDown() async {
+        let connections = state.withLock { state -> [ConnectionLink] in
+            state.shuttingDown = true
+            return Array(state.connections.values)
+        }
+        logger.info("shutting down: \(connections.count) connections open")
+        let deadline = ContinuousClock.now + configuration.drainTimeout
+        while ContinuousClock.now < deadline, state.withLock({ !$0.pending.isEmpty }) {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        let leftover = state.withLock { state in
+            let pending = state.pending
+            state.pending.removeAll()
+            return pending
+        }
+        if !leftover.isEmpty {
+            logger.warning("\(leftover.count) requests still unanswered at shutdown; answering them with status 4")
+        }
+        for (_, request) in leftover {
+            request.timeout?.cancel()
+            request.connection.run { connection in
+                connection.finish(request, status: .remoteSystemUnavailable, message: nil, error: "the host shut down before the service answered")
+            }
+        }
+        let channels = state.withLock { Array($0.channels.keys) }
+        for handle in channels {
+            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
+            settle(pending: pending, outgoing: outgoing, reason: "the host is shutting down", outgoingStatus: .remoteSystemUnavailable)
+            channel.connection.run { connection in
+                connection.channelClosedByService(clientChannel: channel.clientChannel, status: .canceled)
+            }
+            channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_HOST)
+        }
+        var closes: [EventLoopFuture<Void>] = []
+        for link in connections {
+            let promise = link.eventLoop.makePromise(of: Void.self)
+            link.run { connection in connection.close(promise: promise) }
+            closes.append(promise.futureResult)
+        }
+        for close in closes { try? await close.get() }
+        for package in packages {
+            package.plugin?.destroy()
+        }
+        logger.info("shut down")
+    }
+}

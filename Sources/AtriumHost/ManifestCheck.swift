@@ -1,0 +1,53 @@
+public import Foundation
+
+/// What `atriumd --check` reports: each manifest, whether it would load, and why not.
+public struct ManifestCheck: Sendable {
+    public struct Entry: Sendable {
+        public var file: String
+        public var package: String?
+        /// What would be served: services (with their remote flag) and schemes.
+        public var summary: String
+        /// Why it would not load or not be available; nil when all is well.
+        public var problem: String?
+    }
+
+    public var entries: [Entry]
+    public var warnings: [String]
+
+    /// Whether everything would load.
+    public var isClean: Bool { entries.allSatisfy { $0.problem == nil } }
+
+    /// Validates every manifest of `folder` and opens each plugin library to check its
+    /// descriptor against the ABI, without starting the plugin.
+    ///
+    /// - Throws: ``ManifestError`` when the folder cannot be read.
+    public static func run(folder: URL, pluginSearchPath: [URL]) throws(ManifestError) -> ManifestCheck {
+        let directory = try ManifestDirectory.load(folder)
+        var entries: [Entry] = directory.problems.map {
+            Entry(file: $0.file, package: nil, summary: "", problem: $0.description)
+        }
+        for manifest in directory.manifests {
+            let services = manifest.services.map { $0.name + ($0.supportsRemoteSystems ? "" : " (local only)") }
+            var parts: [String] = []
+            if !services.isEmpty { parts.append("services: " + services.joined(separator: ", ")) }
+            if !manifest.schemes.isEmpty { parts.append("schemes: " + manifest.schemes.joined(separator: ", ")) }
+            var entry = Entry(
+                file: manifest.file.lastPathComponent, package: manifest.package,
+                summary: parts.joined(separator: "; "), problem: nil
+            )
+            if let library = manifest.library {
+                do {
+                    let (path, _) = try PluginLibrary.open(
+                        library, manifestFolder: manifest.file.deletingLastPathComponent(), searchPath: pluginSearchPath
+                    )
+                    entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path)"
+                } catch {
+                    entry.problem = error.reason
+                }
+            }
+            entries.append(entry)
+        }
+        entries.sort { $0.file < $1.file }
+        return ManifestCheck(entries: entries, warnings: directory.warnings)
+    }
+}

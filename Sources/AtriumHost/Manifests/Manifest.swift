@@ -1,0 +1,259 @@
+public import Foundation
+
+/// One package, as its JSON manifest declares it (docs/MANIFEST.md).
+public struct Manifest: Sendable, Hashable {
+    /// One app service of the package.
+    public struct Service: Sendable, Hashable {
+        public var name: String
+        /// Whether clients on other machines (TCP) may open it; local-socket clients always may.
+        public var supportsRemoteSystems: Bool
+    }
+
+    public var manifestVersion: Int
+    public var package: String
+    public var displayName: String
+    /// The plugin's shared library, as written in the manifest.
+    public var library: String?
+    public var services: [Service]
+    /// URI schemes, lowercased.
+    public var schemes: [String]
+    /// The `config` object, as JSON text ("{}" when absent).
+    public var configJSON: String
+    /// Whether the plugin's callbacks may run concurrently.
+    public var concurrent: Bool
+    /// The file it came from.
+    public var file: URL
+
+    /// The service named `name`, if the package declares it.
+    public func service(named name: String) -> Service? {
+        services.first { $0.name == name }
+    }
+}
+
+/// Why a manifest was refused: the file, the field, and the rule it broke.
+public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var file: String
+    public var field: String?
+    public var reason: String
+
+    public init(file: String, field: String?, reason: String) {
+        self.file = file
+        self.field = field
+        self.reason = reason
+    }
+
+    public var description: String {
+        if let field { return "\(file): \(field): \(reason)" }
+        return "\(file): \(reason)"
+    }
+}
+
+extension Manifest {
+    /// The manifest version this host reads.
+    public static let supportedVersion = 1
+
+    /// Parses and validates one manifest. `file` is used for `file` and in errors.
+    ///
+    /// - Throws: ``ManifestError`` naming the file, the field and the rule broken.
+    public init(json data: Data, file: URL) throws(ManifestError) {
+        let name = file.lastPathComponent
+        func fail(_ field: String?, _ reason: String) -> ManifestError {
+            ManifestError(file: name, field: field, reason: reason)
+        }
+        let root: [String: JSONValue]
+        do {
+            let value = try JSONDecoder().decode(JSONValue.self, from: data)
+            guard case .object(let object) = value else { throw fail(nil, "must hold a JSON object") }
+            root = object
+        } catch let error as ManifestError {
+            throw error
+        } catch {
+            throw fail(nil, "is not valid JSON: \(Self.jsonErrorReason(error))")
+        }
+
+        guard let version = root["manifestVersion"] else { throw fail("manifestVersion", "is missing") }
+        guard case .number(1) = version else {
+            throw fail("manifestVersion", "must be 1, not \(version)")
+        }
+
+        guard let package = root["package"] else { throw fail("package", "is missing") }
+        guard case .string(let packageName) = package else { throw fail("package", "must be a string, not \(package)") }
+        if let problem = Self.identifierProblem(packageName) { throw fail("package", problem) }
+
+        var displayName = packageName
+        if let value = root["displayName"] {
+            guard case .string(let text) = value, !text.isEmpty else {
+                throw fail("displayName", "must be a non-empty string")
+            }
+            displayName = text
+        }
+
+        var library: String?
+        if let value = root["library"] {
+            guard case .string(let text) = value, !text.isEmpty else {
+                throw fail("library", "must be a non-empty string (a path to the plugin's shared library)")
+            }
+            library = text
+        }
+
+        var services: [Service] = []
+        if let value = root["services"] {
+            guard case .array(let list) = value else { throw fail("services", "must be an array") }
+            for (index, item) in list.enumerated() {
+                let field = "services[\(index)]"
+                guard case .object(let entry) = item else { throw fail(field, "must be an object") }
+                guard let nameValue = entry["name"] else { throw fail("\(field).name", "is missing") }
+                guard case .string(let serviceName) = nameValue else { throw fail("\(field).name", "must be a string") }
+                if let problem = Self.identifierProblem(serviceName) { throw fail("\(field).name", problem) }
+                if services.contains(where: { $0.name == serviceName }) {
+                    throw fail("\(field).name", "\"\(serviceName)\" is declared twice in this package")
+                }
+                var remote = false
+                if let flag = entry["supportsRemoteSystems"] {
+                    guard case .bool(let value) = flag else {
+                        throw fail("\(field).supportsRemoteSystems", "must be true or false, not \(flag)")
+                    }
+                    remote = value
+                }
+                services.append(Service(name: serviceName, supportsRemoteSystems: remote))
+            }
+        }
+        if !services.isEmpty && library == nil {
+            throw fail("library", "is missing: a package with services needs a plugin library")
+        }
+
+        var schemes: [String] = []
+        if let value = root["schemes"] {
+            guard case .array(let list) = value else { throw fail("schemes", "must be an array of strings") }
+            for (index, item) in list.enumerated() {
+                guard case .string(let scheme) = item else { throw fail("schemes[\(index)]", "must be a string") }
+                guard Self.isScheme(scheme) else {
+                    throw fail(
+                        "schemes[\(index)]",
+                        "\"\(scheme)\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)"
+                    )
+                }
+                let lowered = scheme.lowercased()
+                if schemes.contains(lowered) { throw fail("schemes[\(index)]", "\"\(scheme)\" is declared twice") }
+                schemes.append(lowered)
+            }
+        }
+
+        var configJSON = "{}"
+        if let value = root["config"] {
+            guard case .object = value else { throw fail("config", "must be a JSON object, not \(value)") }
+            let object = (try? JSONSerialization.jsonObject(with: data) as? [String: Any])?["config"] ?? [:]
+            let encoded = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+            configJSON = String(decoding: encoded, as: UTF8.self)
+        }
+
+        var concurrent = false
+        if let value = root["concurrent"] {
+            guard case .bool(let flag) = value else { throw fail("concurrent", "must be true or false, not \(value)") }
+            concurrent = flag
+        }
+
+        self.init(
+            manifestVersion: 1, package: packageName, displayName: displayName, library: library,
+            services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, file: file
+        )
+    }
+
+    /// The keys of `data`'s top object that this host does not know, for a warning.
+    static func unknownKeys(in data: Data) -> [String] {
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [] }
+        let known: Set<String> = [
+            "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
+        ]
+        return root.keys.filter { !known.contains($0) }.sorted()
+    }
+
+    /// Why `name` is not a valid package or service name, or nil.
+    static func identifierProblem(_ name: String) -> String? {
+        if name.isEmpty { return "must not be empty" }
+        if name.count > 255 { return "is \(name.count) characters long; the limit is 255" }
+        if let bad = name.unicodeScalars.first(where: { !isIdentifierScalar($0) }) {
+            return "\"\(name)\" holds \"\(bad)\": only letters, digits, '.', '_' and '-' are allowed"
+        }
+        return nil
+    }
+
+    static func isIdentifierScalar(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar {
+        case "a"..."z", "A"..."Z", "0"..."9", ".", "_", "-": true
+        default: false
+        }
+    }
+
+    /// RFC 3986: `scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+    public static func isScheme(_ text: String) -> Bool {
+        guard let first = text.unicodeScalars.first, ("a"..."z").contains(first) || ("A"..."Z").contains(first) else {
+            return false
+        }
+        return text.unicodeScalars.allSatisfy { scalar in
+            switch scalar {
+            case "a"..."z", "A"..."Z", "0"..."9", "+", "-", ".": true
+            default: false
+            }
+        }
+    }
+
+    static func jsonErrorReason(_ error: any Error) -> String {
+        if case DecodingError.dataCorrupted(let context) = error {
+            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
+        }
+        return "\(error)"
+    }
+}
+
+/// Any JSON value, read with `JSONDecoder` so that `true` and `1` stay apart.
+enum JSONValue: Decodable, CustomStringConvertible {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init?(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    init(from decoder: any Decoder) throws {
+        if let object = try? decoder.container(keyedBy: Key.self) {
+            var values: [String: JSONValue] = [:]
+            for key in object.allKeys { values[key.stringValue] = try object.decode(JSONValue.self, forKey: key) }
+            self = .object(values)
+        } else if var array = try? decoder.unkeyedContainer() {
+            var values: [JSONValue] = []
+            while !array.isAtEnd { values.append(try array.decode(JSONValue.self)) }
+            self = .array(values)
+        } else {
+            let single = try decoder.singleValueContainer()
+            if single.decodeNil() {
+                self = .null
+            } else if let bool = try? single.decode(Bool.self) {
+                self = .bool(bool)
+            } else if let number = try? single.decode(Double.self) {
+                self = .number(number)
+            } else {
+                self = .string(try single.decode(String.self))
+            }
+        }
+    }
+
+    /// How the value reads in an error message.
+    var description: String {
+        switch self {
+        case .null: "null"
+        case .bool(let value): "\(value)"
+        case .number(let value): value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : "\(value)"
+        case .string(let value): "the string \"\(value)\""
+        case .array: "an array"
+        case .object: "an object"
+        }
+    }
+}

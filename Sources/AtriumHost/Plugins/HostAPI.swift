@@ -1,0 +1,382 @@
+import AtriumValues
+import CAtriumPlugin
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The host function table of the C ABI (`atrium_host_api`). Each plugin gets its own copy,
+/// whose `host_data` points at its ``PluginInstance``; every function finds its way back
+/// through that. All of them may be called from any thread.
+enum HostAPI {
+    /// A fresh table with every function set; `host_data` is left for the instance.
+    static func makeTable() -> atrium_host_api {
+        var api = atrium_host_api()
+        api.struct_size = UInt32(MemoryLayout<atrium_host_api>.size)
+        api.abi_major = UInt16(ATRIUM_PLUGIN_ABI_MAJOR)
+        api.abi_minor = UInt16(ATRIUM_PLUGIN_ABI_MINOR)
+        api.respond = respond
+        api.send = send
+        api.close_channel = closeChannel
+        api.launch_uri = launchURI
+        api.log = log
+        api.message_parse = messageParse
+        api.message_free = messageFree
+        api.message_count = messageCount
+        api.message_key_at = messageKeyAt
+        api.message_kind = messageKind
+        api.message_get_string = getString
+        api.message_get_int = getInt
+        api.message_get_double = getDouble
+        api.message_get_bool = getBool
+        api.message_get_date = getDate
+        api.message_get_uuid = getUUID
+        api.message_get_bytes = getBytes
+        api.message_get_map = getMap
+        api.builder_new = builderNew
+        api.builder_free = builderFree
+        api.builder_put_string = putString
+        api.builder_put_int = putInt
+        api.builder_put_double = putDouble
+        api.builder_put_bool = putBool
+        api.builder_put_date = putDate
+        api.builder_put_uuid = putUUID
+        api.builder_put_bytes = putBytes
+        api.builder_put_map = putMap
+        api.builder_bytes = builderBytes
+        return api
+    }
+
+    typealias API = UnsafePointer<atrium_host_api>?
+
+    static let respond: @convention(c) (API, UInt64, Int32, UnsafePointer<UInt8>?, Int, UnsafePointer<CChar>?) -> Int32 = {
+        api, request, status, bytes, length, error in
+        guard let plugin = PluginInstance.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
+            return ATRIUM_E_INVALID_ARGUMENT
+        }
+        let raw = UnsafeRawBufferPointer(start: bytes, count: length)
+        return plugin.core.respond(
+            request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
+            bytes: raw, error: error.map { String(cString: $0) }
+        )
+    }
+
+    static let send: @convention(c) (API, UInt64, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt64>?) -> Int32 = {
+        api, channel, bytes, length, out in
+        guard let plugin = PluginInstance.from(api), length >= 0, bytes != nil || length == 0 else {
+            return ATRIUM_E_INVALID_ARGUMENT
+        }
+        return plugin.core.send(UnsafeRawBufferPointer(start: bytes, count: length), on: channel, from: plugin, requestId: out)
+    }
+
+    static let closeChannel: @convention(c) (API, UInt64, Int32) -> Int32 = { api, channel, status in
+        guard let plugin = PluginInstance.from(api), status >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
+        return plugin.core.closeChannel(channel, from: plugin, status: AppServiceClosedStatus(rawValue: Int(status)))
+    }
+
+    static let launchURI: @convention(c) (API, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
+        api, uri, data, length in
+        guard let plugin = PluginInstance.from(api), let uri else { return Int32(RemoteLaunchUriStatus.unknown.rawValue) }
+        let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
+        let status = plugin.core.launch(
+            LaunchRequestInfo(uri: String(cString: uri), package: nil, fallbackUri: nil, preferredPackages: [], data: bytes),
+            clientId: "", clientDescription: "plugin \(plugin.package)", isRemote: false
+        )
+        return Int32(status.status.rawValue)
+    }
+
+    static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in
+        guard let plugin = PluginInstance.from(api), let message else { return }
+        let levels: [Logger.Level] = [.trace, .debug, .info, .notice, .warning, .error]
+        let logLevel = levels.indices.contains(Int(level)) ? levels[Int(level)] : .error
+        plugin.logger.log(level: logLevel, "\(String(cString: message))")
+    }
+
+    // MARK: Reading messages
+
+    static func message(_ pointer: OpaquePointer?) -> ParsedMessage? {
+        pointer.map { Unmanaged<ParsedMessage>.fromOpaque(UnsafeRawPointer($0)).takeUnretainedValue() }
+    }
+
+    static let messageParse: @convention(c) (API, UnsafePointer<UInt8>?, Int) -> OpaquePointer? = { _, bytes, length in
+        guard bytes != nil || length == 0, length >= 0,
+            let set = try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))
+        else { return nil }
+        return OpaquePointer(Unmanaged.passRetained(ParsedMessage(set)).toOpaque())
+    }
+
+    static let messageFree: @convention(c) (API, OpaquePointer?) -> Void = { _, pointer in
+        guard let pointer else { return }
+        Unmanaged<ParsedMessage>.fromOpaque(UnsafeRawPointer(pointer)).release()
+    }
+
+    static let messageCount: @convention(c) (API, OpaquePointer?) -> Int = { _, pointer in
+        message(pointer)?.set.count ?? 0
+    }
+
+    static let messageKeyAt: @convention(c) (API, OpaquePointer?, Int) -> UnsafePointer<CChar>? = { _, pointer, index in
+        message(pointer)?.key(at: index)
+    }
+
+    static let messageKind: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?) -> Int32 = { _, pointer, key in
+        guard let key, let value = message(pointer)?.set[String(cString: key)] else { return ATRIUM_KIND_NONE }
+        return value.cKind
+    }
+
+    /// Looks `key` up and hands its value to `read`, which returns ATRIUM_OK or WRONG_KIND.
+    static func get(_ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ read: (ParsedMessage, String, Value) -> Int32) -> Int32 {
+        guard let parsed = message(pointer), let key else { return ATRIUM_E_INVALID_ARGUMENT }
+        let name = String(cString: key)
+        guard let value = parsed.set[name] else { return ATRIUM_E_NOT_FOUND }
+        return read(parsed, name, value)
+    }
+
+    static let getString: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<CChar>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
+        _, pointer, key, out, length in
+        get(pointer, key) { parsed, name, value in
+            guard case .string(let text) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = parsed.cString(name, text)
+            length?.pointee = text.utf8.count
+            return ATRIUM_OK
+        }
+    }
+
+    static let getInt: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int64>?) -> Int32 = {
+        _, pointer, key, out in
+        get(pointer, key) { _, _, value in
+            guard case .int(let int) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = int
+            return ATRIUM_OK
+        }
+    }
+
+    static let getDouble: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
+        _, pointer, key, out in
+        get(pointer, key) { _, _, value in
+            guard case .double(let double) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = double
+            return ATRIUM_OK
+        }
+    }
+
+    static let getBool: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int32>?) -> Int32 = {
+        _, pointer, key, out in
+        get(pointer, key) { _, _, value in
+            guard case .bool(let bool) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = bool ? 1 : 0
+            return ATRIUM_OK
+        }
+    }
+
+    static let getDate: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
+        _, pointer, key, out in
+        get(pointer, key) { _, _, value in
+            guard case .date(let date) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = date.secondsSince1970
+            return ATRIUM_OK
+        }
+    }
+
+    static let getUUID: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) -> Int32 = {
+        _, pointer, key, out in
+        get(pointer, key) { _, _, value in
+            guard case .uuid(let uuid) = value else { return ATRIUM_E_WRONG_KIND }
+            if let out {
+                withUnsafeBytes(of: uuid.uuid) { UnsafeMutableRawPointer(out).copyMemory(from: $0.baseAddress!, byteCount: 16) }
+            }
+            return ATRIUM_OK
+        }
+    }
+
+    static let getBytes: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
+        _, pointer, key, out, length in
+        get(pointer, key) { parsed, name, value in
+            guard case .bytes(let bytes) = value else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = parsed.bytes(name, bytes)
+            length?.pointee = bytes.count
+            return ATRIUM_OK
+        }
+    }
+
+    static let getMap: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
+        _, pointer, key, out, length in
+        get(pointer, key) { parsed, name, value in
+            guard case .map(let set) = value else { return ATRIUM_E_WRONG_KIND }
+            let encoded = set.cborBytes()
+            out?.pointee = parsed.bytes("\u{0}map:" + name, encoded)
+            length?.pointee = encoded.count
+            return ATRIUM_OK
+        }
+    }
+
+    // MARK: Building messages
+
+    static func builder(_ pointer: OpaquePointer?) -> MessageBuilder? {
+        pointer.map { Unmanaged<MessageBuilder>.fromOpaque(UnsafeRawPointer($0)).takeUnretainedValue() }
+    }
+
+    static let builderNew: @convention(c) (API) -> OpaquePointer? = { _ in
+        OpaquePointer(Unmanaged.passRetained(MessageBuilder()).toOpaque())
+    }
+
+    static let builderFree: @convention(c) (API, OpaquePointer?) -> Void = { _, pointer in
+        guard let pointer else { return }
+        Unmanaged<MessageBuilder>.fromOpaque(UnsafeRawPointer(pointer)).release()
+    }
+
+    static func put(_ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ value: () -> Value?) -> Int32 {
+        guard let builder = builder(pointer), let key, let name = String(validatingCString: key) else {
+            return ATRIUM_E_INVALID_ARGUMENT
+        }
+        guard let value = value() else { return ATRIUM_E_INVALID_ARGUMENT }
+        builder.put(name, value)
+        return ATRIUM_OK
+    }
+
+    static let putString: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, Int) -> Int32 = {
+        _, pointer, key, text, length in
+        put(pointer, key) {
+            guard let text, length >= 0 else { return nil }
+            let bytes = UnsafeRawBufferPointer(start: text, count: length)
+            guard let string = String(validating: bytes.bindMemory(to: UInt8.self), as: UTF8.self) else { return nil }
+            return .string(string)
+        }
+    }
+
+    static let putInt: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int64) -> Int32 = { _, pointer, key, value in
+        put(pointer, key) { .int(value) }
+    }
+
+    static let putDouble: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = { _, pointer, key, value in
+        put(pointer, key) { .double(value) }
+    }
+
+    static let putBool: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = { _, pointer, key, value in
+        put(pointer, key) { .bool(value != 0) }
+    }
+
+    static let putDate: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = { _, pointer, key, value in
+        put(pointer, key) { .date(Timestamp(secondsSince1970: value)) }
+    }
+
+    static let putUUID: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?) -> Int32 = {
+        _, pointer, key, value in
+        put(pointer, key) {
+            guard let value else { return nil }
+            return .uuid(UUID(uuid: UnsafeRawPointer(value).loadUnaligned(as: uuid_t.self)))
+        }
+    }
+
+    static let putBytes: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
+        _, pointer, key, bytes, length in
+        put(pointer, key) {
+            guard bytes != nil || length == 0, length >= 0 else { return nil }
+            return .bytes(Array(UnsafeBufferPointer(start: bytes, count: length)))
+        }
+    }
+
+    static let putMap: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
+        _, pointer, key, bytes, length in
+        guard bytes != nil || length == 0, length >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
+        guard let set = try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length)) else {
+            return ATRIUM_E_NOT_A_VALUESET
+        }
+        return put(pointer, key) { .map(set) }
+    }
+
+    static let builderBytes: @convention(c) (API, OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
+        _, pointer, out, length in
+        guard let builder = builder(pointer) else { return ATRIUM_E_INVALID_ARGUMENT }
+        let encoded = builder.encoded()
+        out?.pointee = UnsafePointer(encoded.baseAddress?.assumingMemoryBound(to: UInt8.self))
+        length?.pointee = encoded.count
+        return ATRIUM_OK
+    }
+}
+
+extension Value {
+    /// The ATRIUM_KIND_ of this value.
+    var cKind: Int32 {
+        switch self {
+        case .string: ATRIUM_KIND_STRING
+        case .int: ATRIUM_KIND_INT
+        case .double: ATRIUM_KIND_DOUBLE
+        case .bool: ATRIUM_KIND_BOOL
+        case .date: ATRIUM_KIND_DATE
+        case .uuid: ATRIUM_KIND_UUID
+        case .bytes: ATRIUM_KIND_BYTES
+        case .array: ATRIUM_KIND_ARRAY
+        case .map: ATRIUM_KIND_MAP
+        }
+    }
+}
+
+/// An `atrium_message`: a parsed ValueSet, plus the C copies of the strings and bytes handed
+/// out, which live as long as the message. Used by one plugin thread at a time.
+final class ParsedMessage {
+    let set: ValueSet
+    private var keys: [UnsafeMutablePointer<CChar>?]
+    private var owned: [String: UnsafeMutableRawPointer] = [:]
+
+    init(_ set: ValueSet) {
+        self.set = set
+        keys = Array(repeating: nil, count: set.count)
+    }
+
+    func key(at index: Int) -> UnsafePointer<CChar>? {
+        guard index >= 0, index < keys.count else { return nil }
+        if keys[index] == nil { keys[index] = strdup(set.keys[index]) }
+        return UnsafePointer(keys[index])
+    }
+
+    func cString(_ name: String, _ text: String) -> UnsafePointer<CChar> {
+        if let existing = owned[name] { return UnsafePointer(existing.assumingMemoryBound(to: CChar.self)) }
+        let copy = strdup(text)!
+        owned[name] = UnsafeMutableRawPointer(copy)
+        return UnsafePointer(copy)
+    }
+
+    func bytes(_ name: String, _ bytes: [UInt8]) -> UnsafePointer<UInt8> {
+        if let existing = owned[name] { return UnsafePointer(existing.assumingMemoryBound(to: UInt8.self)) }
+        let copy = UnsafeMutableRawPointer.allocate(byteCount: max(bytes.count, 1), alignment: 1)
+        bytes.withUnsafeBytes { if let base = $0.baseAddress { copy.copyMemory(from: base, byteCount: $0.count) } }
+        owned[name] = copy
+        return UnsafePointer(copy.assumingMemoryBound(to: UInt8.self))
+    }
+
+    deinit {
+        for key in keys { free(key) }
+        for (_, pointer) in owned { free(pointer) }
+    }
+}
+
+/// An `atrium_builder`: a ValueSet under construction, and its latest encoding.
+final class MessageBuilder {
+    private var set = ValueSet()
+    private var encoding: UnsafeMutableRawBufferPointer?
+
+    func put(_ key: String, _ value: Value) {
+        set[key] = value
+        release()
+    }
+
+    func encoded() -> UnsafeRawBufferPointer {
+        if let encoding { return UnsafeRawBufferPointer(encoding) }
+        let bytes = set.cborBytes()
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)
+        bytes.withUnsafeBytes { memory.copyMemory(from: $0) }
+        encoding = memory
+        return UnsafeRawBufferPointer(memory)
+    }
+
+    private func release() {
+        encoding?.deallocate()
+        encoding = nil
+    }
+
+    deinit { release() }
+}

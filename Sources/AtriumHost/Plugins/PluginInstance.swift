@@ -1,0 +1,175 @@
+import AtriumValues
+import CAtriumPlugin
+import Dispatch
+import Foundation
+import Logging
+import NIOCore
+
+/// A loaded plugin: its descriptor, its instance, the host table it was given, and the
+/// queue its callbacks run on.
+///
+/// Thread rules: every callback into the plugin goes through ``queue`` (serial unless the
+/// plugin or its manifest says it is safe to call concurrently), never a network thread.
+/// The stored properties never change after `create`, so the object may be shared freely.
+final class PluginInstance: @unchecked Sendable {
+    let manifest: Manifest
+    let descriptor: UnsafePointer<atrium_plugin>
+    let queue: DispatchQueue
+    let table: UnsafeMutablePointer<atrium_host_api>
+    let logger: Logger
+    private(set) var instance: UnsafeMutableRawPointer?
+    /// The host, for the table's functions. Set before `create` and never changed.
+    unowned let core: HostCore
+
+    var package: String { manifest.package }
+
+    init(manifest: Manifest, descriptor: UnsafePointer<atrium_plugin>, core: HostCore, logger: Logger) {
+        self.manifest = manifest
+        self.descriptor = descriptor
+        self.core = core
+        var logger = logger
+        logger[metadataKey: "package"] = .string(manifest.package)
+        self.logger = logger
+        let concurrent = manifest.concurrent || descriptor.pointee.flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
+        queue = DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
+        table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
+        table.initialize(to: HostAPI.makeTable())
+        table.pointee.host_data = nil
+    }
+
+    /// Calls the plugin's `create` with the manifest's config, on its queue.
+    func create() throws(PluginLoadError) {
+        table.pointee.host_data = Unmanaged.passUnretained(self).toOpaque()
+        let create = descriptor.pointee.create!
+        let config = manifest.configJSON
+        let (status, created) = queue.sync(flags: .barrier) { () -> (Int32, UnsafeMutableRawPointer?) in
+            var created: UnsafeMutableRawPointer?
+            let status = config.withCString { create(table, $0, &created) }
+            return (status, created)
+        }
+        guard status == ATRIUM_OK else {
+            throw PluginLoadError(reason: "the plugin's create() returned \(status)")
+        }
+        instance = created
+    }
+
+    /// The instance for the table's host functions to find.
+    static func from(_ api: UnsafePointer<atrium_host_api>?) -> PluginInstance? {
+        guard let data = api?.pointee.host_data else { return nil }
+        return Unmanaged<PluginInstance>.fromOpaque(data).takeUnretainedValue()
+    }
+
+    // MARK: Calls into the plugin, each on the plugin's queue.
+
+    /// Asks the plugin whether to accept a channel; `completion` gets its status.
+    func open(
+        channel: UInt64,
+        service: String,
+        clientId: String,
+        clientName: String?,
+        isRemote: Bool,
+        completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void
+    ) {
+        queue.async {
+            guard self.descriptor.has(\.open), let open = self.descriptor.pointee.open else {
+                completion(.success)
+                return
+            }
+            let status = service.withCString { service in
+                clientId.withCString { clientId in
+                    withOptionalCString(clientName) { clientName in
+                        var info = atrium_channel_info(
+                            struct_size: UInt32(MemoryLayout<atrium_channel_info>.size),
+                            is_remote: isRemote ? 1 : 0,
+                            channel: channel,
+                            service: service,
+                            client_id: clientId,
+                            client_name: clientName
+                        )
+                        return open(self.instance, &info)
+                    }
+                }
+            }
+            completion(AppServiceConnectionStatus(rawValue: Int(status)))
+        }
+    }
+
+    /// Hands a request to the plugin. The message bytes are read in place, not copied.
+    func request(channel: UInt64, request: UInt64, message: ByteBuffer) {
+        queue.async {
+            guard self.descriptor.has(\.request), let callback = self.descriptor.pointee.request else {
+                self.core.answer(request, from: self, status: .failure, message: nil, error: "the service does not take requests")
+                return
+            }
+            message.withUnsafeReadableBytes { bytes in
+                callback(self.instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+            }
+        }
+    }
+
+    /// Hands the plugin a client's answer to a message the plugin sent.
+    func response(channel: UInt64, request: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?) {
+        queue.async {
+            guard self.descriptor.has(\.response), let callback = self.descriptor.pointee.response else { return }
+            let bytes = message ?? ByteBuffer(bytes: [0xa0])
+            bytes.withUnsafeReadableBytes { raw in
+                callback(
+                    self.instance, channel, request, Int32(status.rawValue),
+                    raw.baseAddress?.assumingMemoryBound(to: UInt8.self), raw.count
+                )
+            }
+        }
+    }
+
+    /// Tells the plugin a channel is closed.
+    func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: Int32) {
+        queue.async {
+            guard self.descriptor.has(\.closed), let callback = self.descriptor.pointee.closed else { return }
+            callback(self.instance, channel, Int32(status.rawValue), closer)
+        }
+    }
+
+    /// Asks the plugin to handle a launch, waiting for its answer (call off the event loop).
+    func launch(uri: String, data: [UInt8]?, clientId: String, isRemote: Bool) -> RemoteLaunchUriStatus {
+        queue.sync {
+            guard self.descriptor.has(\.launch), let callback = self.descriptor.pointee.launch else {
+                return .protocolUnavailable
+            }
+            let status = uri.withCString { uri in
+                clientId.withCString { clientId in
+                    withOptionalBytes(data) { bytes, count in
+                        var info = atrium_launch_info(
+                            struct_size: UInt32(MemoryLayout<atrium_launch_info>.size),
+                            is_remote: isRemote ? 1 : 0,
+                            uri: uri,
+                            data: bytes,
+                            data_length: count,
+                            client_id: clientId
+                        )
+                        return callback(self.instance, &info)
+                    }
+                }
+            }
+            return RemoteLaunchUriStatus(rawValue: Int(status))
+        }
+    }
+
+    /// Calls `destroy`, after which the plugin is never called again.
+    func destroy() {
+        queue.sync(flags: .barrier) {
+            if descriptor.has(\.destroy), let destroy = descriptor.pointee.destroy {
+                destroy(instance)
+            }
+        }
+    }
+}
+
+func withOptionalCString<Result>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> Result) -> Result {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
+}
+
+func withOptionalBytes<Result>(_ bytes: [UInt8]?, _ body: (UnsafePointer<UInt8>?, Int) -> Result) -> Result {
+    guard let bytes else { return body(nil, 0) }
+    return bytes.withUnsafeBufferPointer { body($0.baseAddress, $0.count) }
+}

@@ -1,0 +1,85 @@
+import CAtriumPlugin
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Why a plugin library could not be used. The package stays listed and answers `open`
+/// with status 2 (AppUnavailable); the reason goes to the log and to `atriumd --check`.
+public struct PluginLoadError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var reason: String
+    public var description: String { reason }
+}
+
+/// Finding and opening plugin libraries, and checking their descriptors against the ABI.
+enum PluginLibrary {
+    /// Where a manifest's `library` may be: beside the manifest, then in each folder of the
+    /// search path. An absolute path is taken as it is.
+    static func candidates(for library: String, manifestFolder: URL, searchPath: [URL]) -> [URL] {
+        if library.hasPrefix("/") { return [URL(fileURLWithPath: library)] }
+        return [manifestFolder.appendingPathComponent(library)] + searchPath.map { $0.appendingPathComponent(library) }
+    }
+
+    /// Opens the first existing candidate and returns its checked descriptor.
+    static func open(_ library: String, manifestFolder: URL, searchPath: [URL]) throws(PluginLoadError)
+        -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
+    {
+        let candidates = candidates(for: library, manifestFolder: manifestFolder, searchPath: searchPath)
+        guard let path = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) }) else {
+            let tried = candidates.map(\.path).joined(separator: ", ")
+            throw PluginLoadError(reason: "library \(library) not found (looked at \(tried))")
+        }
+        // RTLD_LOCAL keeps each plugin's symbols (each Swift plugin carries its own copy of
+        // the SDK) to itself. The library is never closed: unloading Swift code is unsafe.
+        guard let handle = dlopen(path.path, RTLD_NOW | RTLD_LOCAL) else {
+            let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
+            throw PluginLoadError(reason: "cannot load \(path.path): \(reason)")
+        }
+        guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
+            throw PluginLoadError(
+                reason: "\(path.lastPathComponent) does not export \(ATRIUM_PLUGIN_ENTRY_SYMBOL): it is not an Atrium plugin, or it was built for another ABI major version"
+            )
+        }
+        let entry = unsafeBitCast(symbol, to: atrium_plugin_entry_fn.self)
+        guard let descriptor = entry() else {
+            throw PluginLoadError(reason: "\(ATRIUM_PLUGIN_ENTRY_SYMBOL) of \(path.lastPathComponent) returned NULL")
+        }
+        try check(descriptor, file: path.lastPathComponent)
+        return (path, descriptor)
+    }
+
+    /// The smallest descriptor this host can use: everything up to `create`.
+    static let minimumDescriptorSize = MemoryLayout<atrium_plugin>.offset(of: \atrium_plugin.create)!
+        + MemoryLayout<UnsafeRawPointer>.size
+
+    static func check(_ descriptor: UnsafePointer<atrium_plugin>, file: String) throws(PluginLoadError) {
+        let plugin = descriptor.pointee
+        guard plugin.abi_major == UInt16(ATRIUM_PLUGIN_ABI_MAJOR) else {
+            throw PluginLoadError(
+                reason: "\(file) was built for plugin ABI \(plugin.abi_major).\(plugin.abi_minor); this host speaks ABI \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR)"
+            )
+        }
+        guard plugin.abi_minor <= UInt16(ATRIUM_PLUGIN_ABI_MINOR) else {
+            throw PluginLoadError(
+                reason: "\(file) needs plugin ABI \(plugin.abi_major).\(plugin.abi_minor), newer than this host's \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR): update atriumd"
+            )
+        }
+        guard Int(plugin.struct_size) >= minimumDescriptorSize else {
+            throw PluginLoadError(reason: "\(file)'s descriptor is \(plugin.struct_size) bytes, too small to hold create()")
+        }
+        guard plugin.create != nil else {
+            throw PluginLoadError(reason: "\(file)'s descriptor has no create() callback")
+        }
+    }
+}
+
+extension UnsafePointer where Pointee == atrium_plugin {
+    /// Whether the plugin's descriptor (which may be older than this header) has `field`.
+    func has<Field>(_ field: KeyPath<atrium_plugin, Field>) -> Bool {
+        guard let offset = MemoryLayout<atrium_plugin>.offset(of: field) else { return false }
+        return Int(pointee.struct_size) >= offset + MemoryLayout<Field>.size
+    }
+}

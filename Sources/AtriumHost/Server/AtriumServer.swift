@@ -1,0 +1,113 @@
+import AtriumProtocol
+import Foundation
+public import Logging
+public import NIOCore
+import NIOPosix
+public import ServiceLifecycle
+
+/// The Atrium host as a `Service`: it loads the manifests and their plugins, listens on TCP
+/// and on the local Unix socket, and runs until graceful shutdown (SIGTERM or SIGINT in
+/// `atriumd`), when it stops taking connections, lets requests in flight finish (within the
+/// drain timeout), closes every channel and tells the plugins.
+public final class AtriumServer: Service, Sendable {
+    /// Where the host is listening, once it is.
+    public struct Addresses: Sendable {
+        /// The TCP address actually bound (with the real port when 0 was asked for).
+        public var tcp: SocketAddress?
+        public var unixSocket: String?
+    }
+
+    public let core: HostCore
+    /// The manifests read at start, with the problems found in them.
+    public let manifests: ManifestDirectory
+    let configuration: HostConfiguration
+    let logger: Logger
+    let group: any EventLoopGroup
+    let onReady: @Sendable (Addresses) -> Void
+
+    /// Reads the manifests and loads their plugins. A bad manifest or plugin is logged and
+    /// skipped; only an unreadable manifests folder throws.
+    public init(
+        configuration: HostConfiguration,
+        logger: Logger,
+        group: (any EventLoopGroup)? = nil,
+        onReady: @escaping @Sendable (Addresses) -> Void = { _ in }
+    ) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.group = group ?? MultiThreadedEventLoopGroup.singleton
+        self.onReady = onReady
+        manifests = try ManifestDirectory.load(configuration.manifestsFolder)
+        for problem in manifests.problems {
+            logger.error("manifest skipped: \(problem)")
+        }
+        for warning in manifests.warnings {
+            logger.warning("\(warning)")
+        }
+        core = HostCore(configuration: configuration, logger: logger)
+        core.load(manifests)
+    }
+
+    /// The packages, with their load errors.
+    public var packages: [LoadedPackage] { core.packages }
+
+    public func run() async throws {
+        var listeners: [any Channel] = []
+        var addresses = Addresses()
+        do {
+            if let host = configuration.listenHost {
+                let channel = try await bootstrap(isLocal: false)
+                    .bind(host: host, port: configuration.listenPort).get()
+                listeners.append(channel)
+                addresses.tcp = channel.localAddress
+            }
+            if let path = configuration.socketPath {
+                try FileManager.default.createDirectory(
+                    atPath: (path as NSString).deletingLastPathComponent,
+                    withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700]
+                )
+                let channel = try await bootstrap(isLocal: true)
+                    .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                listeners.append(channel)
+                addresses.unixSocket = path
+            }
+        } catch {
+            for listener in listeners { try? await listener.close() }
+            throw error
+        }
+        logger.info(
+            "listening",
+            metadata: [
+                "tcp": "\(addresses.tcp.map { "\($0)" } ?? "off")", "unix": "\(addresses.unixSocket ?? "off")",
+            ]
+        )
+        onReady(addresses)
+
+        // Runs until graceful shutdown is triggered (or the task is cancelled).
+        try? await gracefulShutdown()
+
+        for listener in listeners { try? await listener.close() }
+        await core.shutDown()
+        if let path = addresses.unixSocket { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    private func bootstrap(isLocal: Bool) -> ServerBootstrap {
+        let core = self.core
+        let logger = self.logger
+        let maxFrameBytes = configuration.limits.maxFrameBytes
+        return ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: isLocal ? 0 : 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ByteToMessageHandler(FrameDecoder<ClientFrame>(maxFrameBytes: maxFrameBytes)),
+                        MessageToByteHandler(FrameEncoder<HostFrame>()),
+                        ConnectionHandler(core: core, isLocal: isLocal, logger: logger),
+                    ])
+                }
+            }
+    }
+}

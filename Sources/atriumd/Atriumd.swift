@@ -1,0 +1,177 @@
+public import ArgumentParser
+import AtriumHost
+import AtriumProtocol
+import Foundation
+public import Logging
+import ServiceLifecycle
+
+@main
+struct Atriumd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "atriumd",
+        abstract: "The Atrium host: serves app services from plugins to clients on this machine and others.",
+        discussion: """
+            atriumd reads the package manifests in a folder (one JSON file per package), loads
+            each package's plugin library, and serves its app services to clients over TCP
+            (remote clients) and a Unix domain socket (local clients). SIGTERM or SIGINT shuts
+            it down gracefully: requests in flight are answered, channels closed, plugins told.
+
+            Examples:
+              atriumd                                   # ./manifests, 127.0.0.1:7340
+              atriumd --listen 0.0.0.0:7340             # accept clients from the network
+              atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
+              atriumd --check --manifests ~/my-services # validate manifests, print what would load
+            """
+    )
+
+    @Option(help: ArgumentHelp("The folder of package manifests.", valueName: "dir"))
+    var manifests: String = "manifests"
+
+    @Option(help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
+    var listen: String = "127.0.0.1:7340"
+
+    @Option(help: ArgumentHelp("The Unix domain socket for local clients, or 'off'.", valueName: "path"))
+    var socket: String = HostConfiguration.defaultSocketPath()
+
+    @Option(
+        name: .customLong("plugin-path"),
+        help: ArgumentHelp(
+            "A folder to look for plugin libraries in, after the manifest's own folder (repeatable). Default: the folder of atriumd.",
+            valueName: "dir"
+        )
+    )
+    var pluginPath: [String] = []
+
+    @Option(help: "The log level: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    @Option(help: ArgumentHelp("Seconds a plugin has to answer a request before the client gets status 2.", valueName: "seconds"))
+    var responseTimeout: Double = 30
+
+    @Option(help: ArgumentHelp("Seconds shutdown waits for requests in flight.", valueName: "seconds"))
+    var drainTimeout: Double = 10
+
+    @Option(help: "The largest request message, in bytes (larger ones get status 5).")
+    var maxMessageBytes: Int = ProtocolLimits.default.maxMessageBytes
+
+    @Option(help: "The hard limit on a frame, in bytes (a longer frame closes the connection).")
+    var maxFrameBytes: Int = ProtocolLimits.default.maxFrameBytes
+
+    @Option(help: "The most channels one connection may have open.")
+    var maxChannels: Int = ProtocolLimits.default.maxChannels
+
+    @Option(help: "The most unanswered requests one connection may have (the excess get status 2).")
+    var maxInFlight: Int = ProtocolLimits.default.maxInFlight
+
+    @Flag(help: "Validate the manifests folder, print what would load, and exit (1 if anything would not).")
+    var check = false
+
+    func validate() throws {
+        if listen != "off" {
+            _ = try parseListen()
+        }
+        guard responseTimeout > 0, drainTimeout >= 0 else {
+            throw ValidationError("--response-timeout must be above 0 and --drain-timeout at least 0")
+        }
+        guard maxMessageBytes > 0, maxFrameBytes >= maxMessageBytes, maxChannels > 0, maxInFlight > 0 else {
+            throw ValidationError("limits must be positive, and --max-frame-bytes at least --max-message-bytes")
+        }
+    }
+
+    func parseListen() throws -> (String, Int) {
+        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+            (0...65535).contains(port)
+        else {
+            throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got '\(listen)'")
+        }
+        var host = String(listen[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return (host.isEmpty ? "0.0.0.0" : host, port)
+    }
+
+    func makeConfiguration() throws -> HostConfiguration {
+        let listenAddress = listen == "off" ? nil : try parseListen()
+        return HostConfiguration(
+            manifestsFolder: URL(fileURLWithPath: manifests),
+            listenHost: listenAddress?.0,
+            listenPort: listenAddress?.1 ?? 0,
+            socketPath: socket == "off" ? nil : socket,
+            pluginSearchPath: pluginPath.isEmpty ? [HostConfiguration.executableFolder()] : pluginPath.map { URL(fileURLWithPath: $0) },
+            limits: ProtocolLimits(
+                maxMessageBytes: maxMessageBytes, maxFrameBytes: maxFrameBytes, maxChannels: maxChannels, maxInFlight: maxInFlight
+            ),
+            responseTimeout: .milliseconds(Int64(responseTimeout * 1000)),
+            drainTimeout: .milliseconds(Int64(drainTimeout * 1000))
+        )
+    }
+
+    func run() async throws {
+        let level = logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "atriumd")
+        let configuration = try makeConfiguration()
+
+        if check {
+            try runCheck(configuration)
+            return
+        }
+
+        let server: AtriumServer
+        do {
+            server = try AtriumServer(configuration: configuration, logger: logger) { addresses in
+                if let tcp = addresses.tcp, let port = tcp.port {
+                    say("listening on tcp \(tcp.ipAddress ?? "?"):\(port)")
+                }
+                if let path = addresses.unixSocket { say("listening on unix \(path)") }
+                say("ready")
+            }
+        } catch let error as ManifestError {
+            throw ValidationError("\(error)")
+        }
+        for problem in server.manifests.problems { say("manifest skipped: \(problem)") }
+        for package in server.packages {
+            let name = "\(package.manifest.package) (\(package.manifest.displayName))"
+            if let error = package.loadError {
+                say("package \(name) is listed but not available: \(error)")
+            } else {
+                let services = package.manifest.services.map(\.name).joined(separator: ", ")
+                say("loaded \(name)" + (services.isEmpty ? "" : ": \(services)"))
+            }
+        }
+        let group = ServiceGroup(
+            configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        )
+        try await group.run()
+    }
+
+    func runCheck(_ configuration: HostConfiguration) throws {
+        let report: ManifestCheck
+        do {
+            report = try ManifestCheck.run(folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        for entry in report.entries {
+            if let problem = entry.problem {
+                print("✗ \(entry.file)\(entry.package.map { " (\($0))" } ?? ""): \(problem)")
+            } else {
+                print("✓ \(entry.file) (\(entry.package ?? "")): \(entry.summary)")
+            }
+        }
+        for warning in report.warnings { print("! \(warning)") }
+        let bad = report.entries.filter { $0.problem != nil }.count
+        print("\(report.entries.count) manifests, \(report.entries.count - bad) would load, \(bad) would not")
+        if bad > 0 { throw ExitCode(1) }
+    }
+}
+
+/// A line on standard output, flushed at once (tests and scripts read it as it comes).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data("atriumd: \(line)\n".utf8))
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}
