@@ -1,1 +1,0 @@
-// Test helpers are added with the host.

@@ -1,0 +1,131 @@
+public import Foundation
+
+/// A real `atriumd`, started as its own process on port 0 with a manifests folder of the
+/// test's choosing, for end-to-end tests. Stop it with ``stop(signal:)``; a host left
+/// running is killed when the object goes away.
+public final class TestHost: @unchecked Sendable {
+    public let process: Process
+    /// The TCP port it bound.
+    public let port: Int
+    /// Its local Unix socket.
+    public let socketPath: String
+    public let manifestsFolder: URL
+    private let output: OutputCollector
+
+    /// The folder `swift build` put the executables and plugin libraries in: the test
+    /// binary's own folder.
+    public static var buildFolder: URL {
+        let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var folder = URL(fileURLWithPath: path).deletingLastPathComponent()
+        // On macOS the test binary sits inside an .xctest bundle.
+        while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS" || folder.lastPathComponent == "Contents" {
+            folder.deleteLastPathComponent()
+        }
+        return folder
+    }
+
+    public struct StartError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Writes `manifests` (file name → JSON text) to a fresh folder and starts a host on it.
+    public static func start(manifests: [String: String], arguments: [String] = []) async throws -> TestHost {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for (name, json) in manifests {
+            try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+        return try await start(manifestsFolder: folder, arguments: arguments)
+    }
+
+    /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits
+    /// until it says it is ready.
+    public static func start(manifestsFolder: URL, arguments: [String] = []) async throws -> TestHost {
+        let executable = buildFolder.appendingPathComponent("atriumd")
+        guard FileManager.default.isExecutableFile(atPath: executable.path) else {
+            throw StartError(description: "\(executable.path) is missing: run `swift build` before the tests (Scripts/test.sh does)")
+        }
+        let socket = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-\(UUID().uuidString.prefix(8)).sock").path
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
+        let collector = OutputCollector()
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        pipe.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            collector.append(data)
+        }
+        try process.run()
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            let text = collector.text
+            if text.contains("atriumd: ready"), let port = Self.port(in: text) {
+                return TestHost(process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder, output: collector)
+            }
+            if !process.isRunning {
+                throw StartError(description: "atriumd exited with \(process.terminationStatus) before it was ready:\n\(text)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        process.terminate()
+        throw StartError(description: "atriumd was not ready within 20 s:\n\(collector.text)")
+    }
+
+    private init(process: Process, port: Int, socketPath: String, manifestsFolder: URL, output: OutputCollector) {
+        self.process = process
+        self.port = port
+        self.socketPath = socketPath
+        self.manifestsFolder = manifestsFolder
+        self.output = output
+    }
+
+    static func port(in text: String) -> Int? {
+        guard let range = text.range(of: "listening on tcp 127.0.0.1:") else { return nil }
+        return Int(text[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    /// Everything the host printed so far (standard output and the log on standard error).
+    public var log: String { output.text }
+
+    /// Sends `signal` (SIGTERM by default) and waits up to `timeout` for the host to exit.
+    ///
+    /// - Returns: its exit status, or nil when it did not exit in time (it is then killed).
+    @discardableResult
+    public func stop(signal: Int32 = SIGTERM, timeout: Duration = .seconds(20)) async -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        kill(process.processIdentifier, signal)
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            return nil
+        }
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        try? FileManager.default.removeItem(at: manifestsFolder)
+    }
+}
+
+final class OutputCollector: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+
+    func append(_ chunk: Data) {
+        lock.lock()
+        data.append(chunk)
+        lock.unlock()
+    }
+
+    var text: String {
+        lock.lock()
+        defer { lock.unlock() }
+        return String(decoding: data, as: UTF8.self)
+    }
+}

@@ -1,0 +1,134 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// The reference services, end to end, against a real atriumd.
+@Suite(.serialized)
+struct ReferenceServiceTests {
+    @Test func helloPingAndApps() async throws {
+        let host = try await startHost()
+        let client = try await TestClient.connect(port: host.port)
+        let welcome = try await client.hello()
+        #expect(welcome.version == 1 && welcome.platform == "linux")
+        #expect(welcome.limits == .default)
+        try await client.send(.ping(id: 42))
+        #expect(try await client.next() == .pong(id: 42))
+        try await client.send(.apps(id: 7))
+        guard case .apps(let apps) = try await client.next() else {
+            Issue.record("no apps answer")
+            return
+        }
+        #expect(apps.id == 7)
+        let byPackage = Dictionary(uniqueKeysWithValues: apps.apps.map { ($0.package, $0) })
+        #expect(byPackage[Fixtures.romanPackage]?.services == [Fixtures.romanService])
+        #expect(byPackage[Fixtures.romanPackage]?.schemes == ["roman-test"])
+        #expect(byPackage[Fixtures.romanPackage]?.displayName == "Roman Test App")
+        #expect(byPackage[Fixtures.echoPackage]?.services == [Fixtures.echoService])
+        #expect(byPackage[Fixtures.testPackage]?.services == ["test", "refuse.7"], "local-only services are not listed")
+        #expect(byPackage["atrium.tests.missing"] != nil, "a package whose plugin failed stays listed")
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func romanPingEchoesDatesAndTextUnchanged() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+
+        let when = Timestamp(secondsSince1970: 1_763_700_000.123)
+        let pong = try await client.request(channel: 1, id: 1, ["Type": "ping", "CreationDate": .date(when), "TargetId": "phone"])
+        #expect(pong.status == .success)
+        #expect(try pong.decoded == ["Type": "pong", "CreationDate": .date(when), "TargetId": "phone"])
+
+        let text = try await client.request(channel: 1, id: 2, ["Type": "ping", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7])
+        #expect(try text.decoded == ["Type": "pong", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7], "kinds are kept")
+
+        let before = Timestamp.now
+        let ack = try await client.request(channel: 1, id: 3, ["Type": "hello"])
+        #expect(try ack.decoded["Type"] == "Ack")
+        let ackDate = try #require(try ack.decoded["CreationDate"]?.timestamp)
+        #expect(ackDate >= Timestamp(secondsSince1970: before.secondsSince1970 - 1))
+
+        let launched = try await client.request(channel: 1, id: 4, ["Type": "LaunchUri", "Uri": "atrium-test://from-roman"])
+        #expect(try launched.decoded["Type"] == "Ok")
+        let noUri = try await client.request(channel: 1, id: 5, ["Type": "LaunchUri"])
+        #expect(noUri.status == .failure)
+        #expect(noUri.error == "a LaunchUri message needs a Uri string")
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func echoReturnsGeneratedValueSetsByteForByte() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        var generator = SeededValues(seed: 2026)
+        for id in 0..<200 {
+            let message = generator.valueSet()
+            let sent = EncodedValueSet(message)
+            try await client.send(.request(RequestFrame(channel: 9, id: UInt64(id), message: sent)))
+            let answer = try await client.response()
+            #expect(answer.id == UInt64(id) && answer.channel == 9 && answer.status == .success)
+            #expect(answer.message == sent, "the C plugin answers with the very bytes it got")
+            #expect(try answer.decoded == message)
+        }
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theLocalSocketWorksAndMayOpenLocalOnlyServices() async throws {
+        let host = try await startHost()
+        let local = try await TestClient.connect(unixSocket: host.socketPath)
+        try await local.hello(clientId: "local")
+        #expect(try await local.open(channel: 1, service: "local.only", package: Fixtures.testPackage) == .success)
+        let answer = try await local.request(channel: 1, id: 1, ["Action": "echo", "N": 1])
+        #expect(try answer.decoded == ["Action": "echo", "N": 1, "Greeting": "hi"], "the manifest's config reached the plugin")
+        let remote = try await connectedClient(host)
+        #expect(
+            try await remote.open(channel: 1, service: "local.only", package: Fixtures.testPackage) == .remoteSystemNotSupportedByApp
+        )
+        await local.close()
+        await remote.close()
+        #expect(await host.stop() == 0)
+    }
+}
+
+/// Generated ValueSets for the echo test (every kind, nested, seeded).
+struct SeededValues {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func scalar() -> Value {
+        switch next() % 7 {
+        case 0: .string(["", "ping", "ü水𐅑", String(repeating: "x", count: Int(next() % 300))][Int(next() % 4)])
+        case 1: .int(Int64(bitPattern: next()) >> Int64(next() % 64))
+        case 2: .double(Double(bitPattern: next()))
+        case 3: .bool(next() % 2 == 0)
+        case 4: .date(Timestamp(secondsSince1970: Double(Int64(next() % 4_000_000_000)) / 4 - 100))
+        case 5: .uuid(UUID())
+        default: .bytes((0..<Int(next() % 40)).map { _ in UInt8(truncatingIfNeeded: next()) })
+        }
+    }
+
+    mutating func valueSet(depth: Int = 1) -> ValueSet {
+        var set = ValueSet()
+        for index in 0..<Int(next() % 8) {
+            switch next() % 5 {
+            case 0 where depth < 6: set["m\(index)"] = .map(valueSet(depth: depth + 1))
+            case 1: set["a\(index)"] = .array(ValueArray(ints: (0..<Int(next() % 5)).map { _ in Int64(bitPattern: next()) }))
+            default: set["s\(index)"] = scalar()
+            }
+        }
+        return set
+    }
+}
