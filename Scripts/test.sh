@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs Atrium's whole test suite. Installs what the tests need first: Python's cbor2, which
-# the CBOR cross-check tests compare against. Extra arguments go to `swift test`
-# (for example `Scripts/test.sh --filter FrameCodec`).
+# the CBOR cross-check tests compare against. Builds everything first, because the
+# end-to-end tests start the real atriumd with the real plugin libraries. Extra arguments
+# go to `swift test` (for example `Scripts/test.sh --filter FrameCodec`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,4 +11,5 @@ if ! python3 -c 'import cbor2' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check cbor2
 fi
 
+swift build
 exec swift test "$@"

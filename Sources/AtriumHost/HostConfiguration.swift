@@ -62,7 +62,8 @@ public struct HostConfiguration: Sendable {
 
     /// The folder of the running executable, where `swift build` puts the plugin libraries.
     public static func executableFolder() -> URL {
-        let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        let path =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
             ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: path).deletingLastPathComponent()
     }

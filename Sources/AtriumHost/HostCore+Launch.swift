@@ -27,7 +27,9 @@ extension HostCore {
 
     /// Launches a URI: finds the package that handles its scheme and hands it the launch.
     /// Blocks while the handler runs: call it off the event loop.
-    func launch(_ request: LaunchRequestInfo, clientId: String, clientDescription: String, isRemote: Bool) -> LaunchOutcome {
+    func launch(_ request: LaunchRequestInfo, clientId: String, clientDescription: String, isRemote: Bool)
+        -> LaunchOutcome
+    {
         if let data = request.data, data.count > configuration.launchDataLimit {
             return LaunchOutcome(
                 status: .valueSetTooLarge,
@@ -44,7 +46,9 @@ extension HostCore {
         let outcome = resolveAndLaunch(request.uri, request, clientId: clientId, isRemote: isRemote)
         if outcome.status == .protocolUnavailable, let fallback = request.fallbackUri {
             guard let scheme = Self.scheme(of: fallback), scheme == "http" || scheme == "https" else {
-                return LaunchOutcome(status: .protocolUnavailable, error: "\(outcome.error ?? ""); the fallback \(fallback) is not an http or https URI")
+                return LaunchOutcome(
+                    status: .protocolUnavailable,
+                    error: "\(outcome.error ?? ""); the fallback \(fallback) is not an http or https URI")
             }
             return resolveAndLaunch(fallback, request, clientId: clientId, isRemote: isRemote)
         }
@@ -55,7 +59,9 @@ extension HostCore {
         return outcome
     }
 
-    private func resolveAndLaunch(_ uri: String, _ request: LaunchRequestInfo, clientId: String, isRemote: Bool) -> LaunchOutcome {
+    private func resolveAndLaunch(_ uri: String, _ request: LaunchRequestInfo, clientId: String, isRemote: Bool)
+        -> LaunchOutcome
+    {
         guard let scheme = Self.scheme(of: uri) else {
             return LaunchOutcome(status: .protocolUnavailable, error: "\"\(uri)\" is not a URI with a valid scheme")
         }
@@ -67,7 +73,9 @@ extension HostCore {
                 return LaunchOutcome(status: .appUnavailable, error: "package \"\(target)\" \(why)")
             }
             chosen = package
-        } else if let preferred = request.preferredPackages.lazy.compactMap({ name in handlers.first { $0.manifest.package == name } }).first {
+        } else if let preferred = request.preferredPackages.lazy.compactMap({ name in
+            handlers.first { $0.manifest.package == name }
+        }).first {
             chosen = preferred
         } else if let first = handlers.first {
             chosen = first
@@ -75,9 +83,15 @@ extension HostCore {
             return LaunchOutcome(status: .protocolUnavailable, error: "no package handles the scheme \(scheme)")
         }
         guard let plugin = chosen.plugin else {
-            return LaunchOutcome(status: .appUnavailable, error: "package \"\(chosen.manifest.package)\" is not available: \(chosen.loadError ?? "it has no plugin")")
+            return LaunchOutcome(
+                status: .appUnavailable,
+                error:
+                    "package \"\(chosen.manifest.package)\" is not available: \(chosen.loadError ?? "it has no plugin")"
+            )
         }
         let status = plugin.launch(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote)
-        return LaunchOutcome(status: status, error: status == .success ? nil : "package \"\(chosen.manifest.package)\" answered \(status)")
+        return LaunchOutcome(
+            status: status,
+            error: status == .success ? nil : "package \"\(chosen.manifest.package)\" answered \(status)")
     }
 }

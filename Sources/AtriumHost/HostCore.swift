@@ -103,7 +103,8 @@ public final class HostCore: @unchecked Sendable {
             }
         }
         packages = loaded
-        packageIndex = Dictionary(uniqueKeysWithValues: loaded.enumerated().map { ($0.element.manifest.package, $0.offset) })
+        packageIndex = Dictionary(
+            uniqueKeysWithValues: loaded.enumerated().map { ($0.element.manifest.package, $0.offset) })
     }
 
     func package(_ name: String) -> LoadedPackage? {
@@ -201,16 +202,10 @@ public final class HostCore: @unchecked Sendable {
 
     private func timeOut(_ handle: UInt64) {
         guard let request = takePending(handle) else { return }
-        let seconds = configuration.responseTimeout.components.seconds
-        logger.warning(
-            "the service did not answer within \(seconds) s",
-            metadata: ["package": "\(request.plugin.package)", "request": "\(handle)"]
-        )
+        let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
+        logger.warning("\(reason)", metadata: ["package": "\(request.plugin.package)", "request": "\(handle)"])
         request.connection.run { connection in
-            connection.finish(
-                request, status: .resourceLimitsExceeded, message: nil,
-                error: "the service did not answer within \(seconds) seconds"
-            )
+            connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
         }
     }
 
@@ -229,7 +224,8 @@ public final class HostCore: @unchecked Sendable {
         if bytes.count > 0 {
             if bytes.count > configuration.limits.maxMessageBytes {
                 status = .messageSizeTooLarge
-                error = "the service's answer is \(bytes.count) bytes, over the limit of \(configuration.limits.maxMessageBytes)"
+                error =
+                    "the service's answer is \(bytes.count) bytes, over the limit of \(configuration.limits.maxMessageBytes)"
                 result = ATRIUM_E_TOO_LARGE
             } else {
                 do {
@@ -262,7 +258,10 @@ public final class HostCore: @unchecked Sendable {
     }
 
     /// Answers a request on the plugin's behalf (when it cannot take requests at all).
-    func answer(_ handle: UInt64, from plugin: PluginInstance, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?) {
+    func answer(
+        _ handle: UInt64, from plugin: PluginInstance, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) {
         guard let request = takePending(handle) else { return }
         request.timeout?.cancel()
         request.connection.run { connection in
@@ -273,13 +272,18 @@ public final class HostCore: @unchecked Sendable {
     // MARK: - Messages from plugins to clients
 
     /// The C table's `send`: a plugin's own message to the client of `channel`.
-    func send(_ bytes: UnsafeRawBufferPointer, on handle: UInt64, from plugin: PluginInstance, requestId out: UnsafeMutablePointer<UInt64>?) -> Int32 {
+    func send(
+        _ bytes: UnsafeRawBufferPointer, on handle: UInt64, from plugin: PluginInstance,
+        requestId out: UnsafeMutablePointer<UInt64>?
+    ) -> Int32 {
         guard bytes.count <= configuration.limits.maxMessageBytes else { return ATRIUM_E_TOO_LARGE }
         guard (try? ValueSet(cbor: bytes)) != nil else { return ATRIUM_E_NOT_A_VALUESET }
         let id = makeId()
         let message = ByteBuffer(bytes: bytes)
         let channel = state.withLock { state -> OpenChannel? in
-            guard let channel = state.channels[handle], channel.plugin === plugin, !state.shuttingDown else { return nil }
+            guard let channel = state.channels[handle], channel.plugin === plugin, !state.shuttingDown else {
+                return nil
+            }
             state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, plugin: plugin)
             return channel
         }
@@ -295,7 +299,10 @@ public final class HostCore: @unchecked Sendable {
             if state.outgoing[id] != nil { state.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
         }
         channel.connection.run { connection in
-            connection.write(.request(RequestFrame(channel: channel.clientChannel, id: id, message: EncodedValueSet(uncheckedBytes: message))))
+            connection.write(
+                .request(
+                    RequestFrame(
+                        channel: channel.clientChannel, id: id, message: EncodedValueSet(uncheckedBytes: message))))
         }
         return ATRIUM_OK
     }
@@ -304,12 +311,15 @@ public final class HostCore: @unchecked Sendable {
     func clientResponded(_ response: ResponseFrame, on connection: UInt64) -> Bool {
         guard
             let outgoing = state.withLock({ state -> OutgoingRequest? in
-                guard let outgoing = state.outgoing[response.id], outgoing.connection.id == connection else { return nil }
+                guard let outgoing = state.outgoing[response.id], outgoing.connection.id == connection else {
+                    return nil
+                }
                 return state.outgoing.removeValue(forKey: response.id)
             })
         else { return false }
         outgoing.timeout?.cancel()
-        outgoing.plugin.response(channel: outgoing.channel, request: response.id, status: response.status, message: response.message.buffer)
+        outgoing.plugin.response(
+            channel: outgoing.channel, request: response.id, status: response.status, message: response.message.buffer)
         return true
     }
 
@@ -364,7 +374,9 @@ public final class HostCore: @unchecked Sendable {
         state.withLock { _ = $0.connections.removeValue(forKey: id) }
         for handle in channels {
             guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            settle(pending: pending, outgoing: outgoing, reason: "", outgoingStatus: .remoteSystemUnavailable, answerClients: false)
+            settle(
+                pending: pending, outgoing: outgoing, reason: "", outgoingStatus: .remoteSystemUnavailable,
+                answerClients: false)
             channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_NETWORK)
         }
     }
@@ -397,13 +409,17 @@ public final class HostCore: @unchecked Sendable {
         for (_, request) in leftover {
             request.timeout?.cancel()
             request.connection.run { connection in
-                connection.finish(request, status: .remoteSystemUnavailable, message: nil, error: "the host shut down before the service answered")
+                connection.finish(
+                    request, status: .remoteSystemUnavailable, message: nil,
+                    error: "the host shut down before the service answered")
             }
         }
         let channels = state.withLock { Array($0.channels.keys) }
         for handle in channels {
             guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            settle(pending: pending, outgoing: outgoing, reason: "the host is shutting down", outgoingStatus: .remoteSystemUnavailable)
+            settle(
+                pending: pending, outgoing: outgoing, reason: "the host is shutting down",
+                outgoingStatus: .remoteSystemUnavailable)
             channel.connection.run { connection in
                 connection.channelClosedByService(clientChannel: channel.clientChannel, status: .canceled)
             }
@@ -421,4 +437,11 @@ public final class HostCore: @unchecked Sendable {
         }
         logger.info("shut down")
     }
+}
+
+/// A duration in words: `30 seconds`, `0.5 seconds`.
+func describe(_ duration: Duration) -> String {
+    let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    let text = seconds == seconds.rounded() ? String(Int64(seconds)) : String(seconds)
+    return text + (seconds == 1 ? " second" : " seconds")
 }

@@ -4,9 +4,9 @@ import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Builds the C descriptor for `service` and returns it, for the plugin's exported entry:
@@ -138,19 +138,24 @@ func waitFor<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
     return result.withLock { $0! }
 }
 
-let pluginCreate: @convention(c) (UnsafePointer<atrium_host_api>?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> Int32 = { api, config, instance in
-    guard let api, let instance, let type = exported.withLock({ $0.serviceType }) else { return ATRIUM_E_INVALID_ARGUMENT }
-    let table = HostTable(api: api)
-    let host = ServiceHost(table: table, configJSON: config.map { String(cString: $0) } ?? "{}")
-    do {
-        let service = try type.init(host: host)
-        instance.pointee = Unmanaged.passRetained(PluginRuntime(table: table, service: service)).toOpaque()
-        return ATRIUM_OK
-    } catch {
-        table.log(Int32(ATRIUM_LOG_ERROR), "could not start: \(error)")
-        return ATRIUM_E_INVALID_ARGUMENT
+let pluginCreate:
+    @convention(c) (
+        UnsafePointer<atrium_host_api>?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+    ) -> Int32 = { api, config, instance in
+        guard let api, let instance, let type = exported.withLock({ $0.serviceType }) else {
+            return ATRIUM_E_INVALID_ARGUMENT
+        }
+        let table = HostTable(api: api)
+        let host = ServiceHost(table: table, configJSON: config.map { String(cString: $0) } ?? "{}")
+        do {
+            let service = try type.init(host: host)
+            instance.pointee = Unmanaged.passRetained(PluginRuntime(table: table, service: service)).toOpaque()
+            return ATRIUM_OK
+        } catch {
+            table.log(Int32(ATRIUM_LOG_ERROR), "could not start: \(error)")
+            return ATRIUM_E_INVALID_ARGUMENT
+        }
     }
-}
 
 let pluginDestroy: @convention(c) (UnsafeMutableRawPointer?) -> Void = { instance in
     guard let instance else { return }
@@ -172,7 +177,8 @@ func channel(_ runtime: PluginRuntime, _ info: UnsafePointer<atrium_channel_info
 /// can hand the service the same `ServiceChannel`.
 let openChannels = Mutex<[UInt64: ServiceChannel]>([:])
 
-let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_channel_info>?) -> Int32 = { instance, info in
+let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_channel_info>?) -> Int32 = {
+    instance, info in
     guard let info else { return Int32(ATRIUM_OPEN_UNKNOWN) }
     let runtime = runtime(instance)
     let channel = channel(runtime, info)
@@ -183,7 +189,8 @@ let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_c
     return Int32(status.rawValue)
 }
 
-let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, UnsafePointer<UInt8>?, Int) -> Void = { instance, channelId, request, bytes, length in
+let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, UnsafePointer<UInt8>?, Int) -> Void = {
+    instance, channelId, request, bytes, length in
     let runtime = runtime(instance)
     let decoded = Result { () throws(ValueSetError) -> ValueSet in
         try ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))
@@ -196,7 +203,8 @@ let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Uns
         do {
             let message = try decoded.get()
             let response = try await runtime.service.request(
-                ServiceRequest(message: message, channel: channel, id: request, runtime: PluginRuntimeReference(value: runtime))
+                ServiceRequest(
+                    message: message, channel: channel, id: request, runtime: PluginRuntimeReference(value: runtime))
             )
             if !response.isDeferred { runtime.respond(request, response) }
         } catch {
@@ -205,22 +213,29 @@ let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Uns
     }
 }
 
-let pluginResponse: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Int32, UnsafePointer<UInt8>?, Int) -> Void = { instance, _, request, status, bytes, length in
-    let runtime = runtime(instance)
-    let message = (try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))) ?? [:]
-    runtime.deliver(ServiceResponse(status: AppServiceResponseStatus(rawValue: Int(status)), message: message), for: request)
-}
+let pluginResponse:
+    @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Int32, UnsafePointer<UInt8>?, Int) -> Void = {
+        instance, _, request, status, bytes, length in
+        let runtime = runtime(instance)
+        let message = (try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length))) ?? [:]
+        runtime.deliver(
+            ServiceResponse(status: AppServiceResponseStatus(rawValue: Int(status)), message: message), for: request)
+    }
 
-let pluginClosed: @convention(c) (UnsafeMutableRawPointer?, UInt64, Int32, Int32) -> Void = { instance, channelId, status, _ in
+let pluginClosed: @convention(c) (UnsafeMutableRawPointer?, UInt64, Int32, Int32) -> Void = {
+    instance, channelId, status, _ in
     let runtime = runtime(instance)
     guard let channel = openChannels.withLock({ $0.removeValue(forKey: channelId) }) else { return }
     Task { await runtime.service.closed(channel, status: AppServiceClosedStatus(rawValue: Int(status))) }
 }
 
-let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_launch_info>?) -> Int32 = { instance, info in
+let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_launch_info>?) -> Int32 = {
+    instance, info in
     guard let info else { return Int32(ATRIUM_LAUNCH_UNKNOWN) }
     let runtime = runtime(instance)
-    let data = info.pointee.data.flatMap { try? ValueSet(cbor: UnsafeRawBufferPointer(start: $0, count: info.pointee.data_length)) }
+    let data = info.pointee.data.flatMap {
+        try? ValueSet(cbor: UnsafeRawBufferPointer(start: $0, count: info.pointee.data_length))
+    }
     let launch = LaunchRequest(
         uri: String(cString: info.pointee.uri),
         data: data,

@@ -1,10 +1,11 @@
 public import AtriumValues
 import CAtriumPlugin
 import Dispatch
+
 #if canImport(FoundationEssentials)
-import FoundationEssentials
+    import FoundationEssentials
 #else
-import Foundation
+    import Foundation
 #endif
 
 /// The host's function table, as the C ABI hands it over. Valid until the plugin is

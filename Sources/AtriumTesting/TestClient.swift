@@ -78,7 +78,9 @@ public final class TestClient: Sendable {
     public func hello(clientId: String = "test-client") async throws -> WelcomeFrame {
         try await send(.hello(HelloFrame(clientId: clientId)))
         let frame = try await next()
-        guard case .welcome(let welcome) = frame else { throw Timeout(description: "expected welcome, got \(String(describing: frame))") }
+        guard case .welcome(let welcome) = frame else {
+            throw Timeout(description: "expected welcome, got \(String(describing: frame))")
+        }
         return welcome
     }
 

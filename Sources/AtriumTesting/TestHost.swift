@@ -15,10 +15,13 @@ public final class TestHost: @unchecked Sendable {
     /// The folder `swift build` put the executables and plugin libraries in: the test
     /// binary's own folder.
     public static var buildFolder: URL {
-        let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let path =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var folder = URL(fileURLWithPath: path).deletingLastPathComponent()
         // On macOS the test binary sits inside an .xctest bundle.
-        while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS" || folder.lastPathComponent == "Contents" {
+        while folder.pathExtension == "xctest" || folder.lastPathComponent == "MacOS"
+            || folder.lastPathComponent == "Contents"
+        {
             folder.deleteLastPathComponent()
         }
         return folder
@@ -43,12 +46,16 @@ public final class TestHost: @unchecked Sendable {
     public static func start(manifestsFolder: URL, arguments: [String] = []) async throws -> TestHost {
         let executable = buildFolder.appendingPathComponent("atriumd")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
-            throw StartError(description: "\(executable.path) is missing: run `swift build` before the tests (Scripts/test.sh does)")
+            throw StartError(
+                description: "\(executable.path) is missing: run `swift build` before the tests (Scripts/test.sh does)")
         }
-        let socket = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-\(UUID().uuidString.prefix(8)).sock").path
+        let socket = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-\(UUID().uuidString.prefix(8)).sock"
+        ).path
         let process = Process()
         process.executableURL = executable
-        process.arguments = ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
+        process.arguments =
+            ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
         let collector = OutputCollector()
         let pipe = Pipe()
         process.standardOutput = pipe
@@ -62,10 +69,13 @@ public final class TestHost: @unchecked Sendable {
         while Date() < deadline {
             let text = collector.text
             if text.contains("atriumd: ready"), let port = Self.port(in: text) {
-                return TestHost(process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder, output: collector)
+                return TestHost(
+                    process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder,
+                    output: collector)
             }
             if !process.isRunning {
-                throw StartError(description: "atriumd exited with \(process.terminationStatus) before it was ready:\n\(text)")
+                throw StartError(
+                    description: "atriumd exited with \(process.terminationStatus) before it was ready:\n\(text)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }

@@ -27,7 +27,8 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The folder of package manifests.", valueName: "dir"))
     var manifests: String = "manifests"
 
-    @Option(help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
+    @Option(
+        help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
     var listen: String = "127.0.0.1:7340"
 
     @Option(help: ArgumentHelp("The Unix domain socket for local clients, or 'off'.", valueName: "path"))
@@ -45,7 +46,9 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: "The log level: trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
-    @Option(help: ArgumentHelp("Seconds a plugin has to answer a request before the client gets status 2.", valueName: "seconds"))
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a plugin has to answer a request before the client gets status 2.", valueName: "seconds"))
     var responseTimeout: Double = 30
 
     @Option(help: ArgumentHelp("Seconds shutdown waits for requests in flight.", valueName: "seconds"))
@@ -82,7 +85,8 @@ struct Atriumd: AsyncParsableCommand {
         guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
             (0...65535).contains(port)
         else {
-            throw ValidationError("--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got '\(listen)'")
+            throw ValidationError(
+                "--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got '\(listen)'")
         }
         var host = String(listen[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
@@ -96,9 +100,11 @@ struct Atriumd: AsyncParsableCommand {
             listenHost: listenAddress?.0,
             listenPort: listenAddress?.1 ?? 0,
             socketPath: socket == "off" ? nil : socket,
-            pluginSearchPath: pluginPath.isEmpty ? [HostConfiguration.executableFolder()] : pluginPath.map { URL(fileURLWithPath: $0) },
+            pluginSearchPath: pluginPath.isEmpty
+                ? [HostConfiguration.executableFolder()] : pluginPath.map { URL(fileURLWithPath: $0) },
             limits: ProtocolLimits(
-                maxMessageBytes: maxMessageBytes, maxFrameBytes: maxFrameBytes, maxChannels: maxChannels, maxInFlight: maxInFlight
+                maxMessageBytes: maxMessageBytes, maxFrameBytes: maxFrameBytes, maxChannels: maxChannels,
+                maxInFlight: maxInFlight
             ),
             responseTimeout: .milliseconds(Int64(responseTimeout * 1000)),
             drainTimeout: .milliseconds(Int64(drainTimeout * 1000))
@@ -151,7 +157,8 @@ struct Atriumd: AsyncParsableCommand {
     func runCheck(_ configuration: HostConfiguration) throws {
         let report: ManifestCheck
         do {
-            report = try ManifestCheck.run(folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath)
+            report = try ManifestCheck.run(
+                folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath)
         } catch {
             throw ValidationError("\(error)")
         }

@@ -16,7 +16,8 @@ enum Fixtures {
         let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("manifests")
         var manifests: [String: String] = [:]
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? [] where name.hasSuffix(".json") {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        where name.hasSuffix(".json") {
             manifests[name] = try? String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8)
         }
         return manifests

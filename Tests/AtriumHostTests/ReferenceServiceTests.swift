@@ -26,7 +26,8 @@ struct ReferenceServiceTests {
         #expect(byPackage[Fixtures.romanPackage]?.schemes == ["roman-test"])
         #expect(byPackage[Fixtures.romanPackage]?.displayName == "Roman Test App")
         #expect(byPackage[Fixtures.echoPackage]?.services == [Fixtures.echoService])
-        #expect(byPackage[Fixtures.testPackage]?.services == ["test", "refuse.7"], "local-only services are not listed")
+        #expect(
+            byPackage[Fixtures.testPackage]?.services == ["test", "refuse.7"], "local-only services are not listed")
         #expect(byPackage["atrium.tests.missing"] != nil, "a package whose plugin failed stays listed")
         await client.close()
         #expect(await host.stop() == 0)
@@ -35,15 +36,21 @@ struct ReferenceServiceTests {
     @Test func romanPingEchoesDatesAndTextUnchanged() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)
-        #expect(try await client.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage)
+                == .success)
 
         let when = Timestamp(secondsSince1970: 1_763_700_000.123)
-        let pong = try await client.request(channel: 1, id: 1, ["Type": "ping", "CreationDate": .date(when), "TargetId": "phone"])
+        let pong = try await client.request(
+            channel: 1, id: 1, ["Type": "ping", "CreationDate": .date(when), "TargetId": "phone"])
         #expect(pong.status == .success)
         #expect(try pong.decoded == ["Type": "pong", "CreationDate": .date(when), "TargetId": "phone"])
 
-        let text = try await client.request(channel: 1, id: 2, ["Type": "ping", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7])
-        #expect(try text.decoded == ["Type": "pong", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7], "kinds are kept")
+        let text = try await client.request(
+            channel: 1, id: 2, ["Type": "ping", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7])
+        #expect(
+            try text.decoded == ["Type": "pong", "CreationDate": "11/21/2026 5:00:00 AM", "TargetId": 7],
+            "kinds are kept")
 
         let before = Timestamp.now
         let ack = try await client.request(channel: 1, id: 3, ["Type": "hello"])
@@ -51,7 +58,8 @@ struct ReferenceServiceTests {
         let ackDate = try #require(try ack.decoded["CreationDate"]?.timestamp)
         #expect(ackDate >= Timestamp(secondsSince1970: before.secondsSince1970 - 1))
 
-        let launched = try await client.request(channel: 1, id: 4, ["Type": "LaunchUri", "Uri": "atrium-test://from-roman"])
+        let launched = try await client.request(
+            channel: 1, id: 4, ["Type": "LaunchUri", "Uri": "atrium-test://from-roman"])
         #expect(try launched.decoded["Type"] == "Ok")
         let noUri = try await client.request(channel: 1, id: 5, ["Type": "LaunchUri"])
         #expect(noUri.status == .failure)
@@ -63,7 +71,8 @@ struct ReferenceServiceTests {
     @Test func echoReturnsGeneratedValueSetsByteForByte() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)
-        #expect(try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(
+            try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         var generator = SeededValues(seed: 2026)
         for id in 0..<200 {
             let message = generator.valueSet()
@@ -84,10 +93,13 @@ struct ReferenceServiceTests {
         try await local.hello(clientId: "local")
         #expect(try await local.open(channel: 1, service: "local.only", package: Fixtures.testPackage) == .success)
         let answer = try await local.request(channel: 1, id: 1, ["Action": "echo", "N": 1])
-        #expect(try answer.decoded == ["Action": "echo", "N": 1, "Greeting": "hi"], "the manifest's config reached the plugin")
+        #expect(
+            try answer.decoded == ["Action": "echo", "N": 1, "Greeting": "hi"],
+            "the manifest's config reached the plugin")
         let remote = try await connectedClient(host)
         #expect(
-            try await remote.open(channel: 1, service: "local.only", package: Fixtures.testPackage) == .remoteSystemNotSupportedByApp
+            try await remote.open(channel: 1, service: "local.only", package: Fixtures.testPackage)
+                == .remoteSystemNotSupportedByApp
         )
         await local.close()
         await remote.close()
@@ -125,7 +137,9 @@ struct SeededValues {
         for index in 0..<Int(next() % 8) {
             switch next() % 5 {
             case 0 where depth < 6: set["m\(index)"] = .map(valueSet(depth: depth + 1))
-            case 1: set["a\(index)"] = .array(ValueArray(ints: (0..<Int(next() % 5)).map { _ in Int64(bitPattern: next()) }))
+            case 1:
+                set["a\(index)"] = .array(
+                    ValueArray(ints: (0..<Int(next() % 5)).map { _ in Int64(bitPattern: next()) }))
             default: set["s\(index)"] = scalar()
             }
         }

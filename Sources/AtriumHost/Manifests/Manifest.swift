@@ -68,7 +68,7 @@ extension Manifest {
         } catch let error as ManifestError {
             throw error
         } catch {
-            throw fail(nil, "is not valid JSON: \(Self.jsonErrorReason(error))")
+            throw fail(nil, "is not valid JSON: \(Self.jsonErrorReason(data))")
         }
 
         guard let version = root["manifestVersion"] else { throw fail("manifestVersion", "is missing") }
@@ -143,7 +143,8 @@ extension Manifest {
         if let value = root["config"] {
             guard case .object = value else { throw fail("config", "must be a JSON object, not \(value)") }
             let object = (try? JSONSerialization.jsonObject(with: data) as? [String: Any])?["config"] ?? [:]
-            let encoded = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+            let encoded =
+                (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
             configJSON = String(decoding: encoded, as: UTF8.self)
         }
 
@@ -198,11 +199,22 @@ extension Manifest {
         }
     }
 
-    static func jsonErrorReason(_ error: any Error) -> String {
-        if case DecodingError.dataCorrupted(let context) = error {
-            return context.underlyingError.map { "\($0)" } ?? context.debugDescription
+    /// Where and why `data` is not JSON, as Foundation's parser says, with a line and column.
+    static func jsonErrorReason(_ data: Data) -> String {
+        do {
+            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
+            return "not a JSON object"
+        } catch {
+            var reason = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String ?? "\(error)"
+            if reason.hasSuffix(".") { reason.removeLast() }
+            guard let range = reason.range(of: "character "),
+                let offset = Int(reason[range.upperBound...].prefix { $0.isNumber })
+            else { return reason }
+            let before = data.prefix(offset)
+            let line = before.filter { $0 == UInt8(ascii: "\n") }.count + 1
+            let column = offset - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
+            return "\(reason) (line \(line), column \(column))"
         }
-        return "\(error)"
     }
 }
 

@@ -18,7 +18,9 @@ public struct ManifestDirectory: Sendable {
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
         } catch {
-            throw ManifestError(file: folder.path, field: nil, reason: "cannot read the manifests folder: \(error.localizedDescription)")
+            throw ManifestError(
+                file: folder.path, field: nil, reason: "cannot read the manifests folder: \(error.localizedDescription)"
+            )
         }
         var result = ManifestDirectory(folder: folder, manifests: [], problems: [], warnings: [])
         for name in names.filter({ $0.hasSuffix(".json") }).sorted() {

@@ -4,9 +4,9 @@ import Foundation
 import Logging
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// The host function table of the C ABI (`atrium_host_api`). Each plugin gets its own copy,
@@ -53,25 +53,28 @@ enum HostAPI {
 
     typealias API = UnsafePointer<atrium_host_api>?
 
-    static let respond: @convention(c) (API, UInt64, Int32, UnsafePointer<UInt8>?, Int, UnsafePointer<CChar>?) -> Int32 = {
-        api, request, status, bytes, length, error in
-        guard let plugin = PluginInstance.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
-            return ATRIUM_E_INVALID_ARGUMENT
+    static let respond:
+        @convention(c) (API, UInt64, Int32, UnsafePointer<UInt8>?, Int, UnsafePointer<CChar>?) -> Int32 = {
+            api, request, status, bytes, length, error in
+            guard let plugin = PluginInstance.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
+                return ATRIUM_E_INVALID_ARGUMENT
+            }
+            let raw = UnsafeRawBufferPointer(start: bytes, count: length)
+            return plugin.core.respond(
+                request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
+                bytes: raw, error: error.map { String(cString: $0) }
+            )
         }
-        let raw = UnsafeRawBufferPointer(start: bytes, count: length)
-        return plugin.core.respond(
-            request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
-            bytes: raw, error: error.map { String(cString: $0) }
-        )
-    }
 
-    static let send: @convention(c) (API, UInt64, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt64>?) -> Int32 = {
-        api, channel, bytes, length, out in
-        guard let plugin = PluginInstance.from(api), length >= 0, bytes != nil || length == 0 else {
-            return ATRIUM_E_INVALID_ARGUMENT
+    static let send: @convention(c) (API, UInt64, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt64>?) -> Int32 =
+        {
+            api, channel, bytes, length, out in
+            guard let plugin = PluginInstance.from(api), length >= 0, bytes != nil || length == 0 else {
+                return ATRIUM_E_INVALID_ARGUMENT
+            }
+            return plugin.core.send(
+                UnsafeRawBufferPointer(start: bytes, count: length), on: channel, from: plugin, requestId: out)
         }
-        return plugin.core.send(UnsafeRawBufferPointer(start: bytes, count: length), on: channel, from: plugin, requestId: out)
-    }
 
     static let closeChannel: @convention(c) (API, UInt64, Int32) -> Int32 = { api, channel, status in
         guard let plugin = PluginInstance.from(api), status >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
@@ -80,10 +83,13 @@ enum HostAPI {
 
     static let launchURI: @convention(c) (API, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
         api, uri, data, length in
-        guard let plugin = PluginInstance.from(api), let uri else { return Int32(RemoteLaunchUriStatus.unknown.rawValue) }
+        guard let plugin = PluginInstance.from(api), let uri else {
+            return Int32(RemoteLaunchUriStatus.unknown.rawValue)
+        }
         let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
         let status = plugin.core.launch(
-            LaunchRequestInfo(uri: String(cString: uri), package: nil, fallbackUri: nil, preferredPackages: [], data: bytes),
+            LaunchRequestInfo(
+                uri: String(cString: uri), package: nil, fallbackUri: nil, preferredPackages: [], data: bytes),
             clientId: "", clientDescription: "plugin \(plugin.package)", isRemote: false
         )
         return Int32(status.status.rawValue)
@@ -128,90 +134,111 @@ enum HostAPI {
     }
 
     /// Looks `key` up and hands its value to `read`, which returns ATRIUM_OK or WRONG_KIND.
-    static func get(_ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ read: (ParsedMessage, String, Value) -> Int32) -> Int32 {
+    static func get(
+        _ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ read: (ParsedMessage, String, Value) -> Int32
+    ) -> Int32 {
         guard let parsed = message(pointer), let key else { return ATRIUM_E_INVALID_ARGUMENT }
         let name = String(cString: key)
         guard let value = parsed.set[name] else { return ATRIUM_E_NOT_FOUND }
         return read(parsed, name, value)
     }
 
-    static let getString: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<CChar>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
-        _, pointer, key, out, length in
-        get(pointer, key) { parsed, name, value in
-            guard case .string(let text) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = parsed.cString(name, text)
-            length?.pointee = text.utf8.count
-            return ATRIUM_OK
-        }
-    }
-
-    static let getInt: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int64>?) -> Int32 = {
-        _, pointer, key, out in
-        get(pointer, key) { _, _, value in
-            guard case .int(let int) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = int
-            return ATRIUM_OK
-        }
-    }
-
-    static let getDouble: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
-        _, pointer, key, out in
-        get(pointer, key) { _, _, value in
-            guard case .double(let double) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = double
-            return ATRIUM_OK
-        }
-    }
-
-    static let getBool: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int32>?) -> Int32 = {
-        _, pointer, key, out in
-        get(pointer, key) { _, _, value in
-            guard case .bool(let bool) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = bool ? 1 : 0
-            return ATRIUM_OK
-        }
-    }
-
-    static let getDate: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
-        _, pointer, key, out in
-        get(pointer, key) { _, _, value in
-            guard case .date(let date) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = date.secondsSince1970
-            return ATRIUM_OK
-        }
-    }
-
-    static let getUUID: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) -> Int32 = {
-        _, pointer, key, out in
-        get(pointer, key) { _, _, value in
-            guard case .uuid(let uuid) = value else { return ATRIUM_E_WRONG_KIND }
-            if let out {
-                withUnsafeBytes(of: uuid.uuid) { UnsafeMutableRawPointer(out).copyMemory(from: $0.baseAddress!, byteCount: 16) }
+    static let getString:
+        @convention(c) (
+            API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<CChar>?>?,
+            UnsafeMutablePointer<Int>?
+        ) -> Int32 = {
+            _, pointer, key, out, length in
+            get(pointer, key) { parsed, name, value in
+                guard case .string(let text) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = parsed.cString(name, text)
+                length?.pointee = text.utf8.count
+                return ATRIUM_OK
             }
-            return ATRIUM_OK
         }
-    }
 
-    static let getBytes: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
-        _, pointer, key, out, length in
-        get(pointer, key) { parsed, name, value in
-            guard case .bytes(let bytes) = value else { return ATRIUM_E_WRONG_KIND }
-            out?.pointee = parsed.bytes(name, bytes)
-            length?.pointee = bytes.count
-            return ATRIUM_OK
+    static let getInt:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int64>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .int(let int) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = int
+                return ATRIUM_OK
+            }
         }
-    }
 
-    static let getMap: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
-        _, pointer, key, out, length in
-        get(pointer, key) { parsed, name, value in
-            guard case .map(let set) = value else { return ATRIUM_E_WRONG_KIND }
-            let encoded = set.cborBytes()
-            out?.pointee = parsed.bytes("\u{0}map:" + name, encoded)
-            length?.pointee = encoded.count
-            return ATRIUM_OK
+    static let getDouble:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .double(let double) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = double
+                return ATRIUM_OK
+            }
         }
-    }
+
+    static let getBool:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int32>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .bool(let bool) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = bool ? 1 : 0
+                return ATRIUM_OK
+            }
+        }
+
+    static let getDate:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .date(let date) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = date.secondsSince1970
+                return ATRIUM_OK
+            }
+        }
+
+    static let getUUID:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .uuid(let uuid) = value else { return ATRIUM_E_WRONG_KIND }
+                if let out {
+                    withUnsafeBytes(of: uuid.uuid) {
+                        UnsafeMutableRawPointer(out).copyMemory(from: $0.baseAddress!, byteCount: 16)
+                    }
+                }
+                return ATRIUM_OK
+            }
+        }
+
+    static let getBytes:
+        @convention(c) (
+            API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?,
+            UnsafeMutablePointer<Int>?
+        ) -> Int32 = {
+            _, pointer, key, out, length in
+            get(pointer, key) { parsed, name, value in
+                guard case .bytes(let bytes) = value else { return ATRIUM_E_WRONG_KIND }
+                out?.pointee = parsed.bytes(name, bytes)
+                length?.pointee = bytes.count
+                return ATRIUM_OK
+            }
+        }
+
+    static let getMap:
+        @convention(c) (
+            API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?,
+            UnsafeMutablePointer<Int>?
+        ) -> Int32 = {
+            _, pointer, key, out, length in
+            get(pointer, key) { parsed, name, value in
+                guard case .map(let set) = value else { return ATRIUM_E_WRONG_KIND }
+                let encoded = set.cborBytes()
+                out?.pointee = parsed.bytes("\u{0}map:" + name, encoded)
+                length?.pointee = encoded.count
+                return ATRIUM_OK
+            }
+        }
 
     // MARK: Building messages
 
@@ -237,29 +264,36 @@ enum HostAPI {
         return ATRIUM_OK
     }
 
-    static let putString: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, Int) -> Int32 = {
-        _, pointer, key, text, length in
-        put(pointer, key) {
-            guard let text, length >= 0 else { return nil }
-            let bytes = UnsafeRawBufferPointer(start: text, count: length)
-            guard let string = String(validating: bytes.bindMemory(to: UInt8.self), as: UTF8.self) else { return nil }
-            return .string(string)
+    static let putString:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, Int) -> Int32 = {
+            _, pointer, key, text, length in
+            put(pointer, key) {
+                guard let text, length >= 0 else { return nil }
+                let bytes = UnsafeRawBufferPointer(start: text, count: length)
+                guard let string = String(validating: bytes.bindMemory(to: UInt8.self), as: UTF8.self) else {
+                    return nil
+                }
+                return .string(string)
+            }
         }
-    }
 
-    static let putInt: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int64) -> Int32 = { _, pointer, key, value in
+    static let putInt: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int64) -> Int32 = {
+        _, pointer, key, value in
         put(pointer, key) { .int(value) }
     }
 
-    static let putDouble: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = { _, pointer, key, value in
+    static let putDouble: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = {
+        _, pointer, key, value in
         put(pointer, key) { .double(value) }
     }
 
-    static let putBool: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = { _, pointer, key, value in
+    static let putBool: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = {
+        _, pointer, key, value in
         put(pointer, key) { .bool(value != 0) }
     }
 
-    static let putDate: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = { _, pointer, key, value in
+    static let putDate: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, Double) -> Int32 = {
+        _, pointer, key, value in
         put(pointer, key) { .date(Timestamp(secondsSince1970: value)) }
     }
 
@@ -271,31 +305,35 @@ enum HostAPI {
         }
     }
 
-    static let putBytes: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
-        _, pointer, key, bytes, length in
-        put(pointer, key) {
-            guard bytes != nil || length == 0, length >= 0 else { return nil }
-            return .bytes(Array(UnsafeBufferPointer(start: bytes, count: length)))
+    static let putBytes:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
+            _, pointer, key, bytes, length in
+            put(pointer, key) {
+                guard bytes != nil || length == 0, length >= 0 else { return nil }
+                return .bytes(Array(UnsafeBufferPointer(start: bytes, count: length)))
+            }
         }
-    }
 
-    static let putMap: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
-        _, pointer, key, bytes, length in
-        guard bytes != nil || length == 0, length >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
-        guard let set = try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length)) else {
-            return ATRIUM_E_NOT_A_VALUESET
+    static let putMap:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
+            _, pointer, key, bytes, length in
+            guard bytes != nil || length == 0, length >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
+            guard let set = try? ValueSet(cbor: UnsafeRawBufferPointer(start: bytes, count: length)) else {
+                return ATRIUM_E_NOT_A_VALUESET
+            }
+            return put(pointer, key) { .map(set) }
         }
-        return put(pointer, key) { .map(set) }
-    }
 
-    static let builderBytes: @convention(c) (API, OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?) -> Int32 = {
-        _, pointer, out, length in
-        guard let builder = builder(pointer) else { return ATRIUM_E_INVALID_ARGUMENT }
-        let encoded = builder.encoded()
-        out?.pointee = UnsafePointer(encoded.baseAddress?.assumingMemoryBound(to: UInt8.self))
-        length?.pointee = encoded.count
-        return ATRIUM_OK
-    }
+    static let builderBytes:
+        @convention(c) (API, OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?)
+            -> Int32 = {
+                _, pointer, out, length in
+                guard let builder = builder(pointer) else { return ATRIUM_E_INVALID_ARGUMENT }
+                let encoded = builder.encoded()
+                out?.pointee = UnsafePointer(encoded.baseAddress?.assumingMemoryBound(to: UInt8.self))
+                length?.pointee = encoded.count
+                return ATRIUM_OK
+            }
 }
 
 extension Value {

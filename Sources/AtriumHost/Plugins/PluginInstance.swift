@@ -98,11 +98,14 @@ final class PluginInstance: @unchecked Sendable {
     func request(channel: UInt64, request: UInt64, message: ByteBuffer) {
         queue.async {
             guard self.descriptor.has(\.request), let callback = self.descriptor.pointee.request else {
-                self.core.answer(request, from: self, status: .failure, message: nil, error: "the service does not take requests")
+                self.core.answer(
+                    request, from: self, status: .failure, message: nil, error: "the service does not take requests")
                 return
             }
             message.withUnsafeReadableBytes { bytes in
-                callback(self.instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+                callback(
+                    self.instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count
+                )
             }
         }
     }

@@ -2,9 +2,9 @@ import CAtriumPlugin
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Why a plugin library could not be used. The package stays listed and answers `open`
@@ -40,7 +40,8 @@ enum PluginLibrary {
         }
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
             throw PluginLoadError(
-                reason: "\(path.lastPathComponent) does not export \(ATRIUM_PLUGIN_ENTRY_SYMBOL): it is not an Atrium plugin, or it was built for another ABI major version"
+                reason:
+                    "\(path.lastPathComponent) does not export \(ATRIUM_PLUGIN_ENTRY_SYMBOL): it is not an Atrium plugin, or it was built for another ABI major version"
             )
         }
         let entry = unsafeBitCast(symbol, to: atrium_plugin_entry_fn.self)
@@ -52,23 +53,27 @@ enum PluginLibrary {
     }
 
     /// The smallest descriptor this host can use: everything up to `create`.
-    static let minimumDescriptorSize = MemoryLayout<atrium_plugin>.offset(of: \atrium_plugin.create)!
+    static let minimumDescriptorSize =
+        MemoryLayout<atrium_plugin>.offset(of: \atrium_plugin.create)!
         + MemoryLayout<UnsafeRawPointer>.size
 
     static func check(_ descriptor: UnsafePointer<atrium_plugin>, file: String) throws(PluginLoadError) {
         let plugin = descriptor.pointee
         guard plugin.abi_major == UInt16(ATRIUM_PLUGIN_ABI_MAJOR) else {
             throw PluginLoadError(
-                reason: "\(file) was built for plugin ABI \(plugin.abi_major).\(plugin.abi_minor); this host speaks ABI \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR)"
+                reason:
+                    "\(file) was built for plugin ABI \(plugin.abi_major).\(plugin.abi_minor); this host speaks ABI \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR)"
             )
         }
         guard plugin.abi_minor <= UInt16(ATRIUM_PLUGIN_ABI_MINOR) else {
             throw PluginLoadError(
-                reason: "\(file) needs plugin ABI \(plugin.abi_major).\(plugin.abi_minor), newer than this host's \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR): update atriumd"
+                reason:
+                    "\(file) needs plugin ABI \(plugin.abi_major).\(plugin.abi_minor), newer than this host's \(ATRIUM_PLUGIN_ABI_MAJOR).\(ATRIUM_PLUGIN_ABI_MINOR): update atriumd"
             )
         }
         guard Int(plugin.struct_size) >= minimumDescriptorSize else {
-            throw PluginLoadError(reason: "\(file)'s descriptor is \(plugin.struct_size) bytes, too small to hold create()")
+            throw PluginLoadError(
+                reason: "\(file)'s descriptor is \(plugin.struct_size) bytes, too small to hold create()")
         }
         guard plugin.create != nil else {
             throw PluginLoadError(reason: "\(file)'s descriptor has no create() callback")

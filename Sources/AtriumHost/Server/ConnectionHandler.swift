@@ -83,7 +83,8 @@ final class ConnectionHandler: ChannelInboundHandler {
         let handles = channels.values.map(\.handle)
         channels.removeAll()
         core.connectionClosed(id, channels: handles)
-        logger.debug("disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
+        logger.debug(
+            "disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
         context.fireChannelInactive()
     }
 
@@ -160,7 +161,8 @@ final class ConnectionHandler: ChannelInboundHandler {
             return
         }
         let refuse = { (status: AppServiceConnectionStatus, reason: String) in
-            self.logger.info("open \(open.package)/\(open.service) refused: \(reason)", metadata: ["status": "\(status)"])
+            self.logger.info(
+                "open \(open.package)/\(open.service) refused: \(reason)", metadata: ["status": "\(status)"])
             self.write(.opened(OpenedFrame(channel: open.channel, status: status)))
         }
         if core.isShuttingDown {
@@ -178,7 +180,9 @@ final class ConnectionHandler: ChannelInboundHandler {
             let handle = core.makeId()
             opening.insert(open.channel)
             let link = self.link!
-            plugin.open(channel: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal) {
+            plugin.open(
+                channel: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal
+            ) {
                 status in
                 link.run { connection in
                     connection.opened(open, handle: handle, plugin: plugin, status: status)
@@ -198,11 +202,13 @@ final class ConnectionHandler: ChannelInboundHandler {
             channels[open.channel] = (handle, plugin)
             core.addChannel(
                 handle,
-                HostCore.OpenChannel(connection: link!, clientChannel: open.channel, plugin: plugin, service: open.service)
+                HostCore.OpenChannel(
+                    connection: link!, clientChannel: open.channel, plugin: plugin, service: open.service)
             )
             logger.debug("opened \(open.package)/\(open.service) as channel \(open.channel)")
         } else {
-            logger.info("open \(open.package)/\(open.service) refused by the service", metadata: ["status": "\(status)"])
+            logger.info(
+                "open \(open.package)/\(open.service) refused by the service", metadata: ["status": "\(status)"])
         }
         write(.opened(OpenedFrame(channel: open.channel, status: status)))
     }
@@ -247,13 +253,16 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     /// Sends the answer to a client request (from the plugin, a timeout, or the host).
-    func finish(_ request: HostCore.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?) {
+    func finish(
+        _ request: HostCore.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?
+    ) {
         inFlight -= 1
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
         write(
             .response(
                 ResponseFrame(
-                    channel: request.clientChannel, id: request.clientRequest, status: status, message: body, error: error
+                    channel: request.clientChannel, id: request.clientRequest, status: status, message: body,
+                    error: error
                 )
             )
         )
@@ -285,7 +294,8 @@ final class ConnectionHandler: ChannelInboundHandler {
         let (clientId, isRemote, link) = (self.clientId, !isLocal, self.link!)
         // A handler may take a while (a program starting): keep it off the event loop.
         DispatchQueue.global().async {
-            let outcome = core.launch(request, clientId: clientId, clientDescription: "client \(clientId)", isRemote: isRemote)
+            let outcome = core.launch(
+                request, clientId: clientId, clientDescription: "client \(clientId)", isRemote: isRemote)
             link.run { connection in
                 connection.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
             }

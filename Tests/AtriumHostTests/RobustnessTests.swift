@@ -1,0 +1,203 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import NIOCore
+import Testing
+
+/// Bad clients, disconnects, blocking plugins and shutdown: the host answers, closes only the
+/// offending connection, and keeps serving everyone else.
+@Suite(.serialized)
+struct RobustnessTests {
+    /// A frame with `body` as it is.
+    func rawFrame(_ body: [UInt8]) -> [UInt8] {
+        withUnsafeBytes(of: UInt32(body.count).bigEndian) { Array($0) } + body
+    }
+
+    /// Sends `bytes` on a fresh connection (after hello when `greet`) and returns the error
+    /// frame the host answers with; checks that the host then closes the connection.
+    func protocolError(
+        _ host: TestHost, _ bytes: [UInt8], greet: Bool = true, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> ErrorFrame? {
+        let client = try await TestClient.connect(port: host.port)
+        if greet { try await client.hello() }
+        try await client.sendRaw(bytes)
+        let frame = try await client.next()
+        guard case .error(let error) = frame else {
+            Issue.record("expected an error frame, got \(String(describing: frame))", sourceLocation: sourceLocation)
+            return nil
+        }
+        #expect(try await client.next() == nil, "the host closed the connection", sourceLocation: sourceLocation)
+        return error
+    }
+
+    @Test func badFramesGetAnErrorAndACloseWhileOthersCarryOn() async throws {
+        let host = try await startHost(arguments: ["--max-frame-bytes", "65536", "--max-message-bytes", "1024"])
+        let bystander = try await connectedClient(host, clientId: "bystander")
+        #expect(
+            try await bystander.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)
+                == .success)
+
+        let malformed = try await protocolError(host, rawFrame([0xa1, 0x1c]))
+        #expect(malformed?.code == .malformedFrame)
+        #expect(malformed?.message.contains("not well-formed CBOR") == true)
+
+        let notAMap = try await protocolError(host, rawFrame([0x83, 1, 2, 3]))
+        #expect(notAMap == ErrorFrame(code: .malformedFrame, message: "frame must be a CBOR map, not an array"))
+
+        let missing = try await protocolError(
+            host, rawFrame((["type": "request", "channel": 1] as ValueSet).cborBytes()))
+        #expect(missing == ErrorFrame(code: .malformedFrame, message: #"request: key "id" is missing"#))
+
+        let mistyped = try await protocolError(
+            host,
+            rawFrame((["type": "open", "channel": "one", "service": "s", "package": "p"] as ValueSet).cborBytes()))
+        #expect(mistyped?.message == #"open: key "channel" must be an unsigned integer, not a text string"#)
+
+        let oversized = try await protocolError(host, withUnsafeBytes(of: UInt32(65537).bigEndian) { Array($0) })
+        #expect(
+            oversized
+                == ErrorFrame(code: .frameTooLarge, message: "a frame of 65537 bytes is over the limit of 65536 bytes"))
+
+        let beforeHello = try await protocolError(
+            host, rawFrame((["type": "ping", "id": 1] as ValueSet).cborBytes()), greet: false)
+        #expect(beforeHello == ErrorFrame(code: .helloRequired, message: "the first frame must be hello, not ping"))
+
+        let wrongVersion = try await protocolError(
+            host, rawFrame((["type": "hello", "version": 2, "clientId": "c"] as ValueSet).cborBytes()), greet: false)
+        #expect(wrongVersion?.code == .unsupportedVersion)
+
+        let secondHello = try await protocolError(
+            host, rawFrame((["type": "hello", "version": 1, "clientId": "c"] as ValueSet).cborBytes()))
+        #expect(secondHello?.code == .duplicateHello)
+
+        // An unknown type is answered, and the connection stays open.
+        let curious = try await connectedClient(host)
+        try await curious.sendRaw(rawFrame((["type": "teleport", "to": "mars"] as ValueSet).cborBytes()))
+        #expect(
+            try await curious.next()
+                == .error(ErrorFrame(code: .unknownType, message: #"unknown frame type "teleport""#)))
+        try await curious.send(.ping(id: 1))
+        #expect(try await curious.next() == .pong(id: 1))
+
+        // The bystander noticed nothing.
+        let echo = try await bystander.request(channel: 1, id: 1, ["Still": "here"])
+        #expect(try echo.decoded == ["Still": "here"])
+        await bystander.close()
+        await curious.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aClientThatDisconnectsWithRequestsInFlightHurtsNoOne() async throws {
+        let host = try await startHost()
+        let leaver = try await connectedClient(host, clientId: "leaver")
+        #expect(try await leaver.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        for id in 0..<20 {
+            try await leaver.send(
+                .request(
+                    RequestFrame(
+                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "late", "DelayMs": 200]))))
+        }
+        await leaver.close()
+
+        let stayer = try await connectedClient(host, clientId: "stayer")
+        #expect(try await stayer.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await Task.sleep(for: .milliseconds(400))  // the plugin answers the departed client's requests now
+        let answer = try await stayer.request(channel: 1, id: 1, ["Action": "echo"])
+        #expect(answer.status == .success && answer.id == 1)
+        try await stayer.send(.ping(id: 2))
+        #expect(try await stayer.next() == .pong(id: 2), "no stray answers meant for the other client")
+        await stayer.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aBlockingPluginDoesNotHoldUpOthers() async throws {
+        let host = try await startHost()
+        let blocked = try await connectedClient(host, clientId: "blocked")
+        #expect(try await blocked.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await blocked.send(
+            .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "block", "DelayMs": 1500]))))
+        try await Task.sleep(for: .milliseconds(100))
+
+        let other = try await connectedClient(host, clientId: "other")
+        #expect(
+            try await other.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(
+            try await other.open(channel: 2, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success
+        )
+        for id in 0..<10 {
+            #expect(try await other.request(channel: 1, id: UInt64(id), ["N": .int(Int64(id))]).status == .success)
+        }
+        #expect(try await other.request(channel: 2, id: 99, ["Type": "ping"]).status == .success)
+        try await other.send(.ping(id: 100))
+        #expect(try await other.next() == .pong(id: 100))
+        // Only now does the blocked request finish: everything above got through before it.
+        let late = try await blocked.response(timeout: .seconds(10))
+        #expect(late.status == .success)
+        await blocked.close()
+        await other.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func shutdownAnswersRequestsInFlightClosesChannelsAndExitsZero() async throws {
+        let host = try await startHost(arguments: ["--drain-timeout", "5"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await client.send(
+            .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "late", "DelayMs": 300]))))
+        try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Action": "hang"]))))
+        try await Task.sleep(for: .milliseconds(50))
+        async let exit = host.stop(signal: SIGTERM)
+
+        var frames: [HostFrame] = []
+        while let frame = try await client.next(timeout: .seconds(15)) { frames.append(frame) }
+        let responses = frames.compactMap { frame -> ResponseFrame? in
+            if case .response(let response) = frame { return response }
+            return nil
+        }
+        #expect(responses.first { $0.id == 1 }?.status == .success, "the request that could finish, finished")
+        let hung = responses.first { $0.id == 2 }
+        #expect(hung?.status == .remoteSystemUnavailable, "the one that could not was given a status")
+        #expect(hung?.error == "the host shut down before the service answered")
+        #expect(frames.contains(.closed(ClosedFrame(channel: 1, status: .canceled))), "the channel was closed")
+        #expect(responses.count == 2)
+        #expect(await exit == 0)
+    }
+
+    @Test func shutdownWithSIGINTAndNoClientsExitsZero() async throws {
+        let host = try await startHost()
+        #expect(await host.stop(signal: SIGINT) == 0)
+        #expect(!FileManager.default.fileExists(atPath: host.socketPath), "the socket file is removed")
+    }
+
+    @Test func badManifestsAreSkippedWithAReasonAndTheRestLoad() async throws {
+        var manifests = Fixtures.referenceManifests
+        manifests["broken.json"] = "{ not json"
+        manifests["bad-name.json"] = #"{"manifestVersion": 1, "package": "has space", "library": "x.so"}"#
+        manifests["zz-duplicate.json"] =
+            #"{"manifestVersion": 1, "package": "atrium.examples.echo", "library": "libEcho.so"}"#
+        manifests["zz-wrong-abi.json"] =
+            #"{"manifestVersion": 1, "package": "atrium.tests.notaplugin", "library": "/lib/x86_64-linux-gnu/libz.so.1", "services": [{"name": "s", "supportsRemoteSystems": true}]}"#
+        let host = try await startHost(manifests: manifests)
+        let log = host.log
+        #expect(
+            log.contains(
+                "manifest skipped: broken.json: is not valid JSON: Invalid value around character 2 (line 1, column 3)")
+        )
+        #expect(
+            log.contains(
+                #"manifest skipped: bad-name.json: package: "has space" holds " ": only letters, digits, '.', '_' and '-' are allowed"#
+            ))
+        #expect(
+            log.contains(
+                #"manifest skipped: zz-duplicate.json: package: "atrium.examples.echo" is already declared by echo.json"#
+            ))
+        #expect(log.contains("does not export atrium_plugin_entry_v1") || log.contains("not found"))
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await client.open(channel: 2, service: "s", package: "atrium.tests.notaplugin") == .appUnavailable)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+}

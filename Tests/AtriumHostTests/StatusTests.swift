@@ -1,0 +1,149 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import NIOCore
+import Testing
+
+/// Every open status and every response status the host produces reaches the client.
+@Suite(.serialized)
+struct StatusTests {
+    @Test func openStatuses() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "x", package: "no.such.package") == .appNotInstalled)
+        #expect(
+            try await client.open(channel: 2, service: "nothing", package: "atrium.tests.missing") == .appUnavailable)
+        #expect(
+            try await client.open(channel: 3, service: "no.such.service", package: Fixtures.echoPackage)
+                == .appServiceUnavailable)
+        #expect(
+            try await client.open(channel: 4, service: "local.only", package: Fixtures.testPackage)
+                == .remoteSystemNotSupportedByApp)
+        #expect(
+            try await client.open(channel: 5, service: "refuse.7", package: Fixtures.testPackage) == .notAuthorized,
+            "the plugin's own status")
+        #expect(try await client.open(channel: 6, service: "test", package: Fixtures.testPackage) == .success)
+        // A refused channel is not open: requests on it fail with a reason.
+        let onRefused = try await client.request(channel: 5, id: 1, ["Action": "echo"])
+        #expect(onRefused.status == .failure && onRefused.error == "channel 5 is not open")
+        await client.close()
+        #expect(await host.stop() == 0)
+        #expect(host.log.contains("libDoesNotExist.so not found"), "the load failure is in the log with its reason")
+    }
+
+    @Test func pluginFailuresBecomeStatusOne() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let failed = try await client.request(channel: 1, id: 1, ["Action": "fail"])
+        #expect(failed.status == .failure && failed.error == "failed, as asked")
+        let thrown = try await client.request(channel: 1, id: 2, ["Action": "throw"])
+        #expect(thrown.status == .failure && thrown.error == "the test service threw, as asked")
+        #expect(try thrown.decoded == [:])
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func unansweredRequestsTimeOutWithStatusTwoAndLateAnswersAreDropped() async throws {
+        let host = try await startHost(arguments: ["--response-timeout", "0.5"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await client.send(.request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "hang"]))))
+        try await client.send(
+            .request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Action": "late", "DelayMs": 900]))))
+        let first = try await client.response()
+        let second = try await client.response()
+        #expect(Set([first.id, second.id]) == [1, 2])
+        for answer in [first, second] {
+            #expect(answer.status == .resourceLimitsExceeded)
+            #expect(answer.error == "the service did not answer within 0.5 seconds")
+        }
+        // The late answer (at 0.9 s) must not reach the client: the next frame is the pong.
+        try await Task.sleep(for: .milliseconds(600))
+        try await client.send(.ping(id: 99))
+        #expect(try await client.next() == .pong(id: 99))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func lateButInTimeDeferredAndTwice() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let late = try await client.request(channel: 1, id: 1, ["Action": "late", "DelayMs": 100])
+        #expect(late.status == .success)
+        #expect(try late.decoded["DelayMs"] == 100)
+        let deferred = try await client.request(channel: 1, id: 2, ["Action": "deferred", "DelayMs": 50])
+        #expect(try deferred.decoded == ["Deferred": true])
+        let twice = try await client.request(channel: 1, id: 3, ["Action": "twice"])
+        #expect(twice.status == .success, "the first answer wins")
+        try await client.send(.ping(id: 4))
+        #expect(try await client.next() == .pong(id: 4), "and the second never reaches the client")
+        await client.close()
+        #expect(await host.stop() == 0)
+        #expect(host.log.contains("answered twice: first taken true, second taken false"))
+    }
+
+    @Test func servicesSendTheirOwnMessagesAndCloseChannels() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 3, service: "test", package: Fixtures.testPackage) == .success)
+        try await client.send(.request(RequestFrame(channel: 3, id: 1, message: EncodedValueSet(["Action": "send"]))))
+        guard case .request(let fromService) = try await client.next() else {
+            Issue.record("the service's message did not arrive")
+            return
+        }
+        #expect(fromService.channel == 3)
+        #expect(try fromService.message.decode() == ["Hello": "client"])
+        try await client.send(
+            .response(
+                ResponseFrame(
+                    channel: 3, id: fromService.id, status: .success, message: EncodedValueSet(["Reply": "hi"]))))
+        let answer = try await client.response()
+        #expect(try answer.decoded == ["ClientSaid": ["Reply": "hi"], "ClientStatus": 0])
+
+        let closing = try await client.request(channel: 3, id: 2, ["Action": "close", "Status": 2])
+        #expect(closing.status == .success)
+        #expect(try await client.next() == .closed(ClosedFrame(channel: 3, status: .resourceLimitsExceeded)))
+        let afterClose = try await client.request(channel: 3, id: 3, ["Action": "echo"])
+        #expect(afterClose.status == .failure && afterClose.error == "channel 3 is not open")
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func tooLargeInvalidAndTooMany() async throws {
+        let host = try await startHost(arguments: ["--max-message-bytes", "1000", "--max-in-flight", "2"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let big = try await client.request(channel: 1, id: 1, ["Blob": .bytes(Array(repeating: 1, count: 2000))])
+        #expect(big.status == .messageSizeTooLarge)
+        #expect(big.error?.hasPrefix("the message is 2") == true)
+
+        // {"items": [1, "two"]}: well-formed CBOR, not a ValueSet.
+        let invalid: [UInt8] = [0xa1, 0x65] + Array("items".utf8) + [0x82, 0x01, 0x63] + Array("two".utf8)
+        var body = ByteBuffer()
+        body.writeFrame(
+            ClientFrame.request(
+                RequestFrame(channel: 1, id: 2, message: EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: invalid)))))
+        try await client.sendRaw(Array(body.readableBytesView))
+        let refused = try await client.response()
+        #expect(refused.status == .failure)
+        #expect(refused.error == "message.items[1]: array mixes int and string")
+
+        for id in 10..<12 {
+            try await client.send(
+                .request(
+                    RequestFrame(
+                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "late", "DelayMs": 300]))))
+        }
+        let third = try await client.request(channel: 1, id: 12, ["Action": "echo"])
+        #expect(third.id == 12 && third.status == .resourceLimitsExceeded, "over max-in-flight: answered at once")
+        let answers = [try await client.response(), try await client.response()]
+        #expect(Set(answers.map(\.id)) == [10, 11] && answers.allSatisfy { $0.status == .success })
+        // The connection is still usable.
+        #expect(try await client.request(channel: 1, id: 13, ["Action": "echo"]).status == .success)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+}
