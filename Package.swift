@@ -27,6 +27,8 @@ let package = Package(
         .library(name: "Echo", type: .dynamic, targets: ["Echo"]),
         // A service that misbehaves on request, for the host's tests.
         .library(name: "AtriumTestService", type: .dynamic, targets: ["AtriumTestService"]),
+        // A C service that exercises the host's message accessors and builders.
+        .library(name: "AtriumTestCService", type: .dynamic, targets: ["AtriumTestCService"]),
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
     ],
     dependencies: [
@@ -63,6 +65,7 @@ let package = Package(
             path: "Tests/Fixtures/TestService",
             swiftSettings: strict
         ),
+        .target(name: "AtriumTestCService", dependencies: ["CAtriumPlugin"], path: "Tests/Fixtures/CTestService"),
         .executableTarget(
             name: "AtriumCodecBenchmark",
             dependencies: ["AtriumValues", "AtriumProtocol", nioCore],

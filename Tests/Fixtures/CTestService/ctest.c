@@ -1,0 +1,85 @@
+/*
+ * A C service that reads every kind of value through the host's accessors and answers with
+ * what it found, built with the host's message builder: the tests check the C ABI's
+ * reading and building functions through it.
+ *
+ * Request keys it reads: Int, Double, Bool, Date, Text, Bytes, Uuid, Map.
+ * Answer: IntPlusOne, DoubleTimesTwo, NotBool, DateNextDay, Text, TextLength, Bytes, Uuid,
+ * Map, Count, FirstKey, KindOfText, Missing, WrongKind, BadUtf8, BadMap.
+ */
+#include <string.h>
+#include "atrium_plugin.h"
+
+static const atrium_host_api *host_api;
+
+static int32_t ctest_create(const atrium_host_api *host, const char *config_json, void **instance) {
+    (void)config_json;
+    host_api = host;
+    *instance = (void *)host;
+    return ATRIUM_OK;
+}
+
+static void ctest_request(void *instance, uint64_t channel, uint64_t request, const uint8_t *message,
+                          size_t length) {
+    (void)channel;
+    const atrium_host_api *host = (const atrium_host_api *)instance;
+    atrium_message *in = host->message_parse(host, message, length);
+    if (in == NULL) {
+        host->respond(host, request, ATRIUM_RESPONSE_FAILURE, NULL, 0, "could not parse");
+        return;
+    }
+    atrium_builder *out = host->builder_new(host);
+
+    int64_t i = 0;
+    if (host->message_get_int(host, in, "Int", &i) == ATRIUM_OK) host->builder_put_int(host, out, "IntPlusOne", i + 1);
+    double d = 0;
+    if (host->message_get_double(host, in, "Double", &d) == ATRIUM_OK) host->builder_put_double(host, out, "DoubleTimesTwo", d * 2);
+    int32_t b = 0;
+    if (host->message_get_bool(host, in, "Bool", &b) == ATRIUM_OK) host->builder_put_bool(host, out, "NotBool", !b);
+    double seconds = 0;
+    if (host->message_get_date(host, in, "Date", &seconds) == ATRIUM_OK) host->builder_put_date(host, out, "DateNextDay", seconds + 86400);
+    const char *text = NULL;
+    size_t text_length = 0;
+    if (host->message_get_string(host, in, "Text", &text, &text_length) == ATRIUM_OK) {
+        host->builder_put_string(host, out, "Text", text, text_length);
+        host->builder_put_int(host, out, "TextLength", (int64_t)strlen(text));
+    }
+    const uint8_t *bytes = NULL;
+    size_t bytes_length = 0;
+    if (host->message_get_bytes(host, in, "Bytes", &bytes, &bytes_length) == ATRIUM_OK) host->builder_put_bytes(host, out, "Bytes", bytes, bytes_length);
+    uint8_t uuid[16];
+    if (host->message_get_uuid(host, in, "Uuid", uuid) == ATRIUM_OK) host->builder_put_uuid(host, out, "Uuid", uuid);
+    const uint8_t *map = NULL;
+    size_t map_length = 0;
+    if (host->message_get_map(host, in, "Map", &map, &map_length) == ATRIUM_OK) host->builder_put_map(host, out, "Map", map, map_length);
+
+    host->builder_put_int(host, out, "Count", (int64_t)host->message_count(host, in));
+    const char *first = host->message_key_at(host, in, 0);
+    if (first != NULL) host->builder_put_string(host, out, "FirstKey", first, strlen(first));
+    host->builder_put_int(host, out, "KindOfText", host->message_kind(host, in, "Text"));
+    host->builder_put_int(host, out, "Missing", host->message_get_int(host, in, "NoSuchKey", &i));
+    host->builder_put_int(host, out, "WrongKind", host->message_get_int(host, in, "Text", &i));
+    host->builder_put_int(host, out, "BadUtf8", host->builder_put_string(host, out, "Never", "\xc3\x28", 2));
+    static const uint8_t not_a_map[] = {0xa1, 0x61, 0x78, 0xf6}; /* {"x": null} */
+    host->builder_put_int(host, out, "BadMap", host->builder_put_map(host, out, "Never2", not_a_map, sizeof not_a_map));
+
+    const uint8_t *answer = NULL;
+    size_t answer_length = 0;
+    host->builder_bytes(host, out, &answer, &answer_length);
+    host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
+    host->builder_free(host, out);
+    host->message_free(host, in);
+}
+
+static const atrium_plugin ctest_plugin = {
+    .struct_size = sizeof(atrium_plugin),
+    .abi_major = ATRIUM_PLUGIN_ABI_MAJOR,
+    .abi_minor = ATRIUM_PLUGIN_ABI_MINOR,
+    .name = "CTestService",
+    .version = "1.0.0",
+    .flags = 0,
+    .create = ctest_create,
+    .request = ctest_request,
+};
+
+__attribute__((visibility("default"))) const atrium_plugin *atrium_plugin_entry_v1(void) { return &ctest_plugin; }
