@@ -23,8 +23,9 @@ public struct ManifestCheck: Sendable {
     /// - Throws: ``ManifestError`` when the folder cannot be read.
     public static func run(folder: URL, pluginSearchPath: [URL]) throws(ManifestError) -> ManifestCheck {
         let directory = try ManifestDirectory.load(folder)
-        var entries: [Entry] = directory.problems.map {
-            Entry(file: $0.file, package: nil, summary: "", problem: $0.description)
+        var entries: [Entry] = directory.problems.map { problem in
+            let reason = problem.field.map { "\($0): \(problem.reason)" } ?? problem.reason
+            return Entry(file: problem.file, package: nil, summary: "", problem: reason)
         }
         for manifest in directory.manifests {
             let services = manifest.services.map { $0.name + ($0.supportsRemoteSystems ? "" : " (local only)") }

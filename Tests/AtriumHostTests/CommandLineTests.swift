@@ -1,0 +1,73 @@
+import AtriumTesting
+import Foundation
+import Testing
+
+/// `atriumd` as a person runs it: `--help`, `--check`, and refusing bad options with advice.
+struct CommandLineTests {
+    func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = Process()
+        process.executableURL = TestHost.buildFolder.appendingPathComponent("atriumd")
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    func folder(_ manifests: [String: String]) throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-check-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        for (name, json) in manifests {
+            try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+        return folder
+    }
+
+    @Test func helpDescribesEveryOption() throws {
+        let (status, output) = try run(["--help"])
+        #expect(status == 0)
+        for option in [
+            "--manifests", "--listen", "--socket", "--plugin-path", "--log-level", "--check", "--response-timeout",
+            "Examples:",
+        ] {
+            #expect(output.contains(option), "\(option) is in --help")
+        }
+    }
+
+    @Test func checkPassesTheReferenceManifests() throws {
+        let manifests = try folder(Fixtures.referenceManifests)
+        defer { try? FileManager.default.removeItem(at: manifests) }
+        let (status, output) = try run(["--check", "--manifests", manifests.path])
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("✓ echo.json (atrium.examples.echo): services: atrium.echo; library: "))
+        #expect(output.contains("2 manifests, 2 would load, 0 would not"))
+    }
+
+    @Test func checkNamesEveryProblemAndExitsOne() throws {
+        var manifests = Fixtures.referenceManifests
+        manifests["bad.json"] = #"{"manifestVersion": 2, "package": "x", "library": "x.so"}"#
+        manifests["missing.json"] =
+            #"{"manifestVersion": 1, "package": "m", "library": "libNope.so", "services": [{"name": "s"}]}"#
+        let folder = try folder(manifests)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let (status, output) = try run(["--check", "--manifests", folder.path])
+        #expect(status == 1)
+        #expect(output.contains("✗ bad.json: manifestVersion: must be 1, not 2"))
+        #expect(output.contains("✗ missing.json (m): library libNope.so not found"))
+        #expect(output.contains("4 manifests, 2 would load, 2 would not"))
+    }
+
+    @Test func badOptionsSayWhatToTypeInstead() throws {
+        let (status, output) = try run(["--listen", "localhost"])
+        #expect(status != 0)
+        #expect(
+            output.contains(
+                "--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got 'localhost'"))
+        let missing = try run(["--manifests", "/no/such/folder", "--socket", "off", "--listen", "127.0.0.1:0"])
+        #expect(missing.status != 0)
+        #expect(missing.output.contains("cannot read the manifests folder"))
+    }
+}
