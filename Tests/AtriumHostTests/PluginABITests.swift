@@ -82,3 +82,57 @@ struct PluginABITests {
         #expect(await host.stop() == 0)
     }
 }
+
+/// Libraries that are not usable plugins are refused with the reason, and the rest load.
+@Suite(.serialized)
+struct PluginLoadingTests {
+    /// Builds a one-file plugin whose descriptor says `major.minor` and whose create returns
+    /// `createResult`.
+    func buildPlugin(named name: String, major: Int, minor: Int, createResult: Int) throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-abi-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let source = folder.appendingPathComponent("\(name).c")
+        try """
+        #include "atrium_plugin.h"
+        static int32_t create(const atrium_host_api *h, const char *c, void **i) { (void)h; (void)c; *i = 0; return \(createResult); }
+        static const atrium_plugin p = { sizeof(atrium_plugin), \(major), \(minor), "\(name)", "0", 0, create, 0, 0, 0, 0, 0, 0 };
+        const atrium_plugin *atrium_plugin_entry_v1(void) { return &p; }
+        """.write(to: source, atomically: true, encoding: .utf8)
+        let library = folder.appendingPathComponent("lib\(name).so")
+        let (status, output) = try PluginABITests().compile(
+            "cc", ["-std=c11", "-shared", "-fPIC", "-ISources/CAtriumPlugin/include", "-o", library.path, source.path]
+        )
+        try #require(status == 0, "\(output)")
+        return library
+    }
+
+    func manifest(_ package: String, _ library: URL) -> String {
+        """
+        { "manifestVersion": 1, "package": "\(package)", "library": "\(library.path)",
+          "services": [{ "name": "s", "supportsRemoteSystems": true }] }
+        """
+    }
+
+    @Test func wrongABIsAndFailingCreateAreRefusedWithReasons() async throws {
+        var manifests = Fixtures.referenceManifests
+        manifests["major.json"] = manifest(
+            "atrium.tests.major", try buildPlugin(named: "Major", major: 2, minor: 0, createResult: 0))
+        manifests["minor.json"] = manifest(
+            "atrium.tests.minor", try buildPlugin(named: "Minor", major: 1, minor: 99, createResult: 0))
+        manifests["create.json"] = manifest(
+            "atrium.tests.create", try buildPlugin(named: "Create", major: 1, minor: 0, createResult: -1))
+        let host = try await startHost(manifests: manifests)
+        let client = try await connectedClient(host)
+        for (channel, package) in ["atrium.tests.major", "atrium.tests.minor", "atrium.tests.create"].enumerated() {
+            #expect(try await client.open(channel: UInt64(channel), service: "s", package: package) == .appUnavailable)
+        }
+        #expect(
+            try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        let log = host.log
+        #expect(log.contains("libMajor.so was built for plugin ABI 2.0; this host speaks ABI 1.0"))
+        #expect(log.contains("libMinor.so needs plugin ABI 1.99, newer than this host's 1.0: update atriumd"))
+        #expect(log.contains("the plugin's create() returned -1"))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+}

@@ -147,3 +147,34 @@ struct StatusTests {
         #expect(await host.stop() == 0)
     }
 }
+
+/// Plugins are told when a channel closes, and why.
+@Suite(.serialized)
+struct ChannelClosingTests {
+    @Test func pluginsHearOfClosesAndDroppedConnections() async throws {
+        let host = try await startHost()
+        let closer = try await connectedClient(host, clientId: "closer")
+        #expect(try await closer.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await closer.send(.request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "hang"]))))
+        try await closer.send(.close(channel: 1))
+        let cut = try await closer.response()
+        #expect(
+            cut.id == 1 && cut.status == .failure && cut.error == "the channel was closed",
+            "the pending request is answered")
+
+        let dropper = try await connectedClient(host, clientId: "dropper")
+        #expect(try await dropper.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        await dropper.close()
+
+        var log = ""
+        for _ in 0..<100
+        where !(log.contains("of closer closed: Completed (0)") && log.contains("of dropper closed: Canceled (1)")) {
+            try await Task.sleep(for: .milliseconds(20))
+            log = host.log
+        }
+        #expect(log.contains("of closer closed: Completed (0)"), "a client's close reaches the plugin as completed")
+        #expect(log.contains("of dropper closed: Canceled (1)"), "a dropped connection reaches the plugin as canceled")
+        await closer.close()
+        #expect(await host.stop() == 0)
+    }
+}

@@ -10,7 +10,7 @@
 //   "close"    answer, then close the channel with status "Status"
 //   "block"    block the thread for "DelayMs" milliseconds, then answer
 //
-// Opening the service "refuse.<n>" is refused with status n. The manifest's config
+// Opening the service "refuse.<n>" is refused with status n. Closed channels are logged. The manifest's config
 // {"greeting": text} comes back in every "echo" answer as "Greeting".
 
 import AtriumPluginKit
@@ -35,6 +35,10 @@ final class TestService: AppService {
             return AppServiceConnectionStatus(rawValue: status)
         }
         return .success
+    }
+
+    func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {
+        host.log(.info, "channel \(channel.id) of \(channel.clientId) closed: \(status)")
     }
 
     struct Thrown: Error, CustomStringConvertible {
