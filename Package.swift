@@ -78,7 +78,12 @@ let package = Package(
             dependencies: ["AtriumValues", "AtriumProtocol", nioCore, nioPosix],
             swiftSettings: strict
         ),
-        .testTarget(name: "AtriumValuesTests", dependencies: ["AtriumValues"], exclude: ["TestVectors"], swiftSettings: strict),
+        .testTarget(
+            name: "AtriumValuesTests",
+            dependencies: ["AtriumValues", "AtriumTesting"],
+            exclude: ["TestVectors"],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "AtriumProtocolTests",
             dependencies: [

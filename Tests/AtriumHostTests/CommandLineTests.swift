@@ -5,16 +5,8 @@ import Testing
 /// `atriumd` as a person runs it: `--help`, `--check`, and refusing bad options with advice.
 struct CommandLineTests {
     func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = TestHost.buildFolder.appendingPathComponent("atriumd")
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
+        return (result.status, result.output)
     }
 
     func folder(_ manifests: [String: String]) throws -> URL {

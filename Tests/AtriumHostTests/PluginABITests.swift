@@ -12,17 +12,8 @@ struct PluginABITests {
         .deletingLastPathComponent()
 
     func compile(_ compiler: String, _ arguments: [String]) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [compiler] + arguments
-        process.currentDirectoryURL = Self.root
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+        let result = try runProgram(compiler, arguments, in: Self.root)
+        return (result.status, result.output)
     }
 
     @Test(arguments: [

@@ -73,7 +73,7 @@ struct ReferenceServiceTests {
         let client = try await connectedClient(host)
         #expect(
             try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
-        var generator = SeededValues(seed: 2026)
+        var generator = ValueGenerator(seed: 2026)
         for id in 0..<200 {
             let message = generator.valueSet()
             let sent = EncodedValueSet(message)
@@ -104,45 +104,5 @@ struct ReferenceServiceTests {
         await local.close()
         await remote.close()
         #expect(await host.stop() == 0)
-    }
-}
-
-/// Generated ValueSets for the echo test (every kind, nested, seeded).
-struct SeededValues {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func scalar() -> Value {
-        switch next() % 7 {
-        case 0: .string(["", "ping", "ü水𐅑", String(repeating: "x", count: Int(next() % 300))][Int(next() % 4)])
-        case 1: .int(Int64(bitPattern: next()) >> Int64(next() % 64))
-        case 2: .double(Double(bitPattern: next()))
-        case 3: .bool(next() % 2 == 0)
-        case 4: .date(Timestamp(secondsSince1970: Double(Int64(next() % 4_000_000_000)) / 4 - 100))
-        case 5: .uuid(UUID())
-        default: .bytes((0..<Int(next() % 40)).map { _ in UInt8(truncatingIfNeeded: next()) })
-        }
-    }
-
-    mutating func valueSet(depth: Int = 1) -> ValueSet {
-        var set = ValueSet()
-        for index in 0..<Int(next() % 8) {
-            switch next() % 5 {
-            case 0 where depth < 6: set["m\(index)"] = .map(valueSet(depth: depth + 1))
-            case 1:
-                set["a\(index)"] = .array(
-                    ValueArray(ints: (0..<Int(next() % 5)).map { _ in Int64(bitPattern: next()) }))
-            default: set["s\(index)"] = scalar()
-            }
-        }
-        return set
     }
 }

@@ -1,3 +1,4 @@
+import AtriumTesting
 import AtriumValues
 import Foundation
 import Testing

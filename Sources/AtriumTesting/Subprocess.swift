@@ -1,0 +1,28 @@
+public import Foundation
+
+/// What a finished program printed and how it ended.
+public struct ProgramOutput: Sendable {
+    public var status: Int32
+    /// Standard output and standard error, interleaved as written.
+    public var output: String
+}
+
+/// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end.
+public func runProgram(_ executable: String, _ arguments: [String], in folder: URL? = nil) throws -> ProgramOutput {
+    let process = Process()
+    if executable.contains("/") {
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+    } else {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [executable] + arguments
+    }
+    if let folder { process.currentDirectoryURL = folder }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProgramOutput(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+}
