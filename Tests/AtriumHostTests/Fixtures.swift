@@ -11,10 +11,12 @@ enum Fixtures {
     static let echoService = "atrium.echo"
     static let testPackage = "atrium.tests.service"
 
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
     /// The repository's own reference manifests.
     static var referenceManifests: [String: String] {
-        let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("manifests")
+        let folder = repositoryRoot.appendingPathComponent("manifests")
         var manifests: [String: String] = [:]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
         where name.hasSuffix(".json") {
