@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "AtriumProtocol", targets: ["AtriumProtocol"]),
         .library(name: "AtriumPluginKit", targets: ["AtriumPluginKit"]),
         .library(name: "AtriumHost", targets: ["AtriumHost"]),
+        .library(name: "AtriumClient", targets: ["AtriumClient"]),
         .library(name: "CAtriumPlugin", targets: ["CAtriumPlugin"]),
         // The reference services, built as the shared libraries that manifests/ declares.
         .library(name: "RomanPing", type: .dynamic, targets: ["RomanPing"]),
@@ -50,6 +51,12 @@ let package = Package(
         .target(
             name: "AtriumHost",
             dependencies: ["AtriumValues", "AtriumProtocol", "CAtriumPlugin", nioCore, nioPosix, logging, lifecycle],
+            swiftSettings: strict
+        ),
+        // The client library: connections, AppServiceConnection, apps, ping.
+        .target(
+            name: "AtriumClient",
+            dependencies: ["AtriumValues", "AtriumProtocol", nioCore, nioPosix],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -96,6 +103,11 @@ let package = Package(
         .testTarget(
             name: "AtriumHostTests",
             dependencies: ["AtriumHost", "AtriumTesting", "AtriumValues", "AtriumProtocol", nioCore, nioPosix],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "AtriumClientTests",
+            dependencies: ["AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol"],
             swiftSettings: strict
         ),
     ],
