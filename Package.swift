@@ -17,6 +17,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "atriumd", targets: ["atriumd"]),
+        .executable(name: "atrium", targets: ["atrium"]),
         .library(name: "AtriumValues", targets: ["AtriumValues"]),
         .library(name: "AtriumProtocol", targets: ["AtriumProtocol"]),
         .library(name: "AtriumPluginKit", targets: ["AtriumPluginKit"]),
@@ -62,6 +63,11 @@ let package = Package(
         .executableTarget(
             name: "atriumd",
             dependencies: ["AtriumHost", argumentParser, logging, lifecycle],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "atrium",
+            dependencies: ["AtriumClient", "AtriumProtocol", "AtriumValues", argumentParser],
             swiftSettings: strict
         ),
         .target(name: "RomanPing", dependencies: ["AtriumPluginKit"], path: "Plugins/RomanPing", swiftSettings: strict),

@@ -33,7 +33,7 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
             host = String(text[..<colon])
         }
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty, !host.contains("/") else { return nil }
+        guard !host.isEmpty, !host.contains(where: { "/= ".contains($0) }) else { return nil }
         address = .tcp(host: host, port: port)
     }
 
@@ -122,9 +122,13 @@ public final class AtriumConnection: Sendable {
             case .unix(let path): channel = try await bootstrap.connect(unixDomainSocketPath: path).get()
             }
         } catch {
+            let text = "\(error)"
+            let reason =
+                ["Connection refused", "No such file or directory", "timed out", "Permission denied"]
+                .first { text.localizedCaseInsensitiveContains($0) }?.lowercased() ?? text
             throw AtriumClientError(
                 .cannotConnect,
-                "cannot connect to \(endpoint): \(error). Is atriumd running there (and listening on that address)?"
+                "cannot connect to \(endpoint): \(reason). Is atriumd running there (and listening on that address)?"
             )
         }
         let welcome: WelcomeFrame

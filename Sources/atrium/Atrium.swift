@@ -1,0 +1,298 @@
+import ArgumentParser
+import AtriumClient
+import AtriumProtocol
+import AtriumValues
+import Foundation
+
+/// Exit codes scripts can rely on (also in --help).
+enum Exit {
+    /// The host or the service answered with a status other than success, or pings were lost.
+    static let notSuccess = ExitCode(1)
+    /// The host could not be reached, went away, or did not answer in time.
+    static let unreachable = ExitCode(3)
+}
+
+@main
+struct Atrium: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "atrium",
+        abstract: "Talk to an Atrium host: ping it, list its apps, send messages to its app services.",
+        discussion: """
+            HOST is host:port (port 7340 when left out), or unix:/path for the host's local
+            socket; it defaults to 127.0.0.1:7340.
+
+            Exit codes: 0 success; 1 the host or service answered with a status other than
+            success (or pings were lost); 3 the host could not be reached, went away or did
+            not answer in time; 64 the command line was wrong.
+            """,
+        subcommands: [Ping.self, Apps.self, Send.self]
+    )
+}
+
+/// Options every command shares.
+struct HostOptions: ParsableArguments {
+    @Argument(help: ArgumentHelp("The host: host:port, host, or unix:/path.", valueName: "host"))
+    var host: String = "127.0.0.1:7340"
+
+    @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
+    var timeout: Double = 10
+
+    func validate() throws {
+        // A first word with '=' is a KEY=VALUE field of `send`, which then uses the default host.
+        guard AtriumEndpoint(host) != nil || host.contains("=") else {
+            throw ValidationError(
+                "'\(host)' is not a host: use host:port (like 192.168.1.20:7340), host, or unix:/path/to/atriumd.sock")
+        }
+        guard timeout > 0 else { throw ValidationError("--timeout must be above 0 seconds") }
+    }
+
+    var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
+
+    func connect(to address: String? = nil) async throws -> AtriumConnection {
+        guard let endpoint = AtriumEndpoint(address ?? host) else {
+            throw ValidationError(
+                "'\(address ?? host)' is not a host: use host:port, host, or unix:/path/to/atriumd.sock")
+        }
+        do {
+            return try await AtriumConnection.connect(
+                to: endpoint, clientName: "atrium command line", timeout: duration
+            )
+        } catch let error as AtriumClientError {
+            printError(error.message)
+            throw Exit.unreachable
+        }
+    }
+}
+
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data("atrium: \(text)\n".utf8))
+}
+
+/// Runs `body`, turning a connection failure into exit code 3 with its message.
+func reachable<T>(_ body: () async throws -> T) async throws -> T {
+    do {
+        return try await body()
+    } catch let error as AtriumClientError {
+        printError(error.message)
+        throw Exit.unreachable
+    }
+}
+
+func milliseconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+}
+
+struct Ping: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send Roman pings and print each round trip, the way ping does.",
+        discussion: """
+            Opens the Roman test app's ping service (package 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce,
+            service com.microsoft.test.cdppingpongservice) and sends {Type: "ping",
+            CreationDate, TargetId}; the answer must be a pong with both values echoed.
+
+            Example:
+              atrium ping 192.168.1.20 -c 5 -i 0.2
+            """
+    )
+
+    static let package = "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce"
+    static let service = "com.microsoft.test.cdppingpongservice"
+
+    @OptionGroup var options: HostOptions
+
+    @Option(name: .short, help: ArgumentHelp("How many pings to send.", valueName: "count"))
+    var count: Int = 4
+
+    @Option(name: .short, help: ArgumentHelp("Seconds between pings.", valueName: "seconds"))
+    var interval: Double = 1
+
+    func validate() throws {
+        guard count > 0 else { throw ValidationError("-c takes a count of 1 or more") }
+        guard interval >= 0 else { throw ValidationError("-i takes seconds, 0 or more") }
+    }
+
+    func run() async throws {
+        let connection = try await options.connect()
+        let ping = AppServiceConnection(appServiceName: Self.service, packageId: Self.package, connection: connection)
+        let status = try await reachable { try await ping.openRemote(timeout: options.duration) }
+        guard status == .success else {
+            printError("the ping service did not open: \(status)")
+            throw Exit.notSuccess
+        }
+        print("PING \(options.host) (\(connection.welcome.hostName)) with Roman pings")
+        var times: [Double] = []
+        for sequence in 1...count {
+            let sent = Timestamp.now
+            let start = ContinuousClock.now
+            do {
+                let answer = try await ping.sendMessage(
+                    ["Type": "ping", "CreationDate": .date(sent), "TargetId": .string("atrium-\(sequence)")],
+                    timeout: options.duration
+                )
+                let elapsed = milliseconds(ContinuousClock.now - start)
+                if answer.status == .success, answer.message["Type"] == "pong",
+                    answer.message["CreationDate"] == .date(sent)
+                {
+                    times.append(elapsed)
+                    print(String(format: "pong from %@: seq=%d time=%.3f ms", options.host, sequence, elapsed))
+                } else {
+                    print("seq=\(sequence): unexpected answer \(answer.status) \(answer.message)")
+                }
+            } catch let error as AtriumClientError where error.code == .timedOut {
+                print("seq=\(sequence): no answer within \(options.timeout) s")
+            } catch let error as AtriumClientError {
+                printError(error.message)
+                break
+            }
+            if sequence < count { try await Task.sleep(for: .milliseconds(Int64(interval * 1000))) }
+        }
+        await connection.close()
+        let lost = count - times.count
+        print("--- \(options.host) ping statistics ---")
+        print("\(count) sent, \(times.count) received, \(lost) lost (\(lost * 100 / count)%)")
+        if !times.isEmpty {
+            let sorted = times.sorted()
+            func percentile(_ p: Double) -> Double {
+                sorted[min(sorted.count - 1, Int((p * Double(sorted.count)).rounded(.up)) - 1)]
+            }
+            print(
+                String(
+                    format: "min/p50/p99/max = %.3f/%.3f/%.3f/%.3f ms", sorted[0], percentile(0.5), percentile(0.99),
+                    sorted.last!))
+        }
+        if lost > 0 { throw Exit.notSuccess }
+    }
+}
+
+struct Apps: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the host's packages, their remote services and their URI schemes.",
+        discussion: """
+            Example:
+              atrium apps unix:/run/user/1000/atrium/atriumd.sock
+            """
+    )
+
+    @OptionGroup var options: HostOptions
+
+    @Flag(help: "Print JSON instead of a table.")
+    var jsonOutput = false
+
+    func run() async throws {
+        let connection = try await options.connect()
+        let apps = try await reachable { try await connection.apps(timeout: options.duration) }
+        await connection.close()
+        if jsonOutput {
+            let list: [ValueSet] = apps.map {
+                [
+                    "package": .string($0.package), "displayName": .string($0.displayName),
+                    "services": .array(ValueArray(strings: $0.services)),
+                    "schemes": .array(ValueArray(strings: $0.schemes)),
+                ]
+            }
+            print(MessageText.json(["apps": .array(ValueArray(maps: list))]))
+            return
+        }
+        let rows =
+            [("PACKAGE", "NAME", "SERVICES", "SCHEMES")]
+            + apps.map {
+                ($0.package, $0.displayName, $0.services.joined(separator: ", "), $0.schemes.joined(separator: ", "))
+            }
+        let widths = (
+            rows.map(\.0.count).max()!, rows.map(\.1.count).max()!, rows.map(\.2.count).max()!
+        )
+        for row in rows {
+            print(
+                [
+                    row.0.padding(toLength: widths.0, withPad: " ", startingAt: 0),
+                    row.1.padding(toLength: widths.1, withPad: " ", startingAt: 0),
+                    row.2.padding(toLength: widths.2, withPad: " ", startingAt: 0), row.3,
+                ].joined(separator: "  ")
+                    .trimmingCharacters(in: .whitespaces)
+            )
+        }
+    }
+}
+
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send one message to an app service and print the answer.",
+        discussion: """
+            The message is a JSON object (--json) or KEY=VALUE words: Count=3 is an int,
+            Ratio=0.5 a double, Ok=true a bool, anything else a string (Name:=3 forces a string).
+
+            Examples:
+              atrium send --package atrium.examples.echo --service atrium.echo Type=hello Count=3
+              atrium send 10.0.0.5:7340 --package P --service S --json '{"Items": [1, 2]}' --json-output
+            """
+    )
+
+    @OptionGroup var options: HostOptions
+
+    @Option(help: "The package id of the app.")
+    var package: String
+
+    @Option(help: "The app service name.")
+    var service: String
+
+    @Option(help: ArgumentHelp("The message as a JSON object.", valueName: "json"))
+    var json: String?
+
+    @Argument(help: ArgumentHelp("The message as KEY=VALUE words (instead of --json).", valueName: "key=value"))
+    var fields: [String] = []
+
+    @Flag(help: "Print the status and the answer as JSON.")
+    var jsonOutput = false
+
+    func validate() throws {
+        _ = try message()
+    }
+
+    /// The host, and the KEY=VALUE words: a first word with '=' is a field, not a host.
+    var hostAndFields: (String, [String]) {
+        options.host.contains("=") ? ("127.0.0.1:7340", [options.host] + fields) : (options.host, fields)
+    }
+
+    func message() throws -> ValueSet {
+        let fields = hostAndFields.1
+        if json != nil && !fields.isEmpty {
+            throw ValidationError("give the message either as --json or as KEY=VALUE words, not both")
+        }
+        do {
+            return try json.map { try MessageText.valueSet(json: $0) } ?? MessageText.valueSet(arguments: fields)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+    }
+
+    func run() async throws {
+        let message = try message()
+        let connection = try await options.connect(to: hostAndFields.0)
+        let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
+        let opened = try await reachable { try await app.openRemote(timeout: options.duration) }
+        guard opened == .success else {
+            if jsonOutput {
+                print(MessageText.json(["opened": .int(Int64(opened.rawValue)), "openedName": .string("\(opened)")]))
+            } else {
+                print("open \(package)/\(service): \(opened)")
+            }
+            await connection.close()
+            throw Exit.notSuccess
+        }
+        let answer = try await reachable { try await app.sendMessage(message, timeout: options.duration) }
+        await connection.close()
+        if jsonOutput {
+            var result: ValueSet = [
+                "status": .int(Int64(answer.status.rawValue)), "statusName": .string("\(answer.status)"),
+            ]
+            if let error = answer.error { result["error"] = .string(error) }
+            result["message"] = .map(answer.message)
+            print(MessageText.json(result))
+        } else {
+            print("status: \(answer.status)")
+            if let error = answer.error { print("error: \(error)") }
+            print(answer.message)
+        }
+        if answer.status != .success { throw Exit.notSuccess }
+    }
+}

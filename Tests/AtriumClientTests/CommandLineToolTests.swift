@@ -1,0 +1,121 @@
+import AtriumClient
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// The `atrium` tool as a person runs it, against a real atriumd: output and exit codes.
+@Suite(.serialized)
+struct CommandLineToolTests {
+    func atrium(_ arguments: [String]) throws -> ProgramOutput {
+        try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
+    }
+
+    @Test func pingAppsAndSend() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let address = "127.0.0.1:\(host.port)"
+
+        let ping = try atrium(["ping", address, "-c", "3", "-i", "0"])
+        #expect(ping.status == 0, "\(ping.output)")
+        #expect(ping.output.contains("pong from \(address): seq=3 time="))
+        #expect(ping.output.contains("3 sent, 3 received, 0 lost (0%)"))
+        #expect(ping.output.contains("min/p50/p99/max = "))
+
+        let apps = try atrium(["apps", address])
+        #expect(apps.status == 0)
+        #expect(apps.output.contains("PACKAGE"))
+        let roman = apps.output.split(separator: "\n").first { $0.hasPrefix("5085ShawnHenry") }
+        let columns = roman?.components(separatedBy: "  ").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+            !$0.isEmpty
+        }
+        #expect(
+            columns == [
+                "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce", "Roman Test App", "com.microsoft.test.cdppingpongservice",
+                "roman-test",
+            ])
+
+        let send = try atrium([
+            "send", address, "--package", "atrium.examples.echo", "--service", "atrium.echo", "Type=hello", "Count=3",
+            "Ok=true", "Id:=7",
+        ])
+        let defaultHost = try atrium(["send", "--package", "p", "--service", "s", "Type=hello", "--timeout", "0.5"])
+        #expect(
+            defaultHost.output.contains("cannot connect to 127.0.0.1:7340") || defaultHost.status != 64,
+            "a first KEY=VALUE word is a field, not a host")
+        #expect(send.status == 0)
+        #expect(
+            send.output == "status: Success (0)\n{\"Type\": \"hello\", \"Count\": 3, \"Ok\": true, \"Id\": \"7\"}\n")
+
+        let json = try atrium([
+            "send", address, "--package", "atrium.examples.echo", "--service", "atrium.echo", "--json",
+            #"{"Items": [1, 2]}"#, "--json-output",
+        ])
+        #expect(json.status == 0)
+        #expect(json.output.contains(#""statusName": "Success (0)""#))
+        #expect(json.output.contains(#""Items": ["#))
+
+        let local = try atrium(["ping", "unix:\(host.socketPath)", "-c", "1"])
+        #expect(local.status == 0, "the local socket works too")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func exitCodesScriptsCanUse() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let address = "127.0.0.1:\(host.port)"
+        let failed = try atrium([
+            "send", address, "--package", ClientTests.testPackage, "--service", "test", "Action=fail",
+        ])
+        #expect(failed.status == 1)
+        #expect(failed.output.contains("status: Failure (1)\nerror: failed, as asked"))
+        let notInstalled = try atrium(["send", address, "--package", "no.such", "--service", "x"])
+        #expect(notInstalled.status == 1 && notInstalled.output.contains("AppNotInstalled (1)"))
+        #expect(await host.stop() == 0)
+
+        let unreachable = try atrium(["ping", address, "-c", "1"])
+        #expect(unreachable.status == 3)
+        #expect(
+            unreachable.output.contains("cannot connect to \(address): connection refused. Is atriumd running there"))
+        let usage = try atrium(["ping", "not a host:x"])
+        #expect(usage.status == 64)
+        #expect(usage.output.contains("is not a host: use host:port"))
+        let badField = try atrium(["send", address, "--package", "p", "--service", "s", "novalue"])
+        #expect(badField.status == 64 && badField.output.contains("'novalue' is not KEY=VALUE"))
+    }
+
+    @Test func helpHasAnExampleForEveryCommand() throws {
+        for command in ["ping", "apps", "send"] {
+            let help = try atrium([command, "--help"])
+            #expect(help.status == 0)
+            #expect(help.output.contains("Example"), "atrium \(command) --help shows an example")
+        }
+        #expect(try atrium(["--help"]).output.contains("Exit codes"))
+    }
+}
+
+struct MessageTextTests {
+    @Test func keyValueWords() throws {
+        #expect(
+            try MessageText.valueSet(arguments: ["A=1", "B=1.5", "C=true", "D=text", "E:=2", "F=", "G=-1e3"])
+                == ["A": 1, "B": 1.5, "C": true, "D": "text", "E": "2", "F": "", "G": -1000.0])
+        #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(arguments: ["=1"]) }
+    }
+
+    @Test func jsonInAndOut() throws {
+        let set = try MessageText.valueSet(
+            json: #"{"i": 1, "d": 1.0, "b": false, "s": "x", "a": ["p", "q"], "m": {"k": [1.5]}}"#)
+        #expect(set == ["i": 1, "d": 1.0, "b": false, "s": "x", "a": ["p", "q"], "m": ["k": [1.5]]])
+        #expect(set.keys == ["i", "d", "b", "s", "a", "m"], "keys keep their order")
+        #expect(
+            try MessageText.valueSet(json: #"{"u": "\u00fc\ud83d\ude00", "e": "a\"b"}"#) == ["u": "ü😀", "e": "a\"b"])
+        let bad = #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: #"{"a": }"#) }
+        #expect(bad?.description == "not valid JSON at character 7: expected a value")
+        #expect(set["d"]?.kind == .double, "1.0 stays a double")
+        let mixed = #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: #"{"a": [1, "x"]}"#) }
+        #expect(mixed?.description == "message.a[1]: array mixes int and string")
+        #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: #"{"n": null}"#) }
+        #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: "[1]") }
+        let out = MessageText.json(
+            ["d": .date(Timestamp(secondsSince1970: 0)), "x": .bytes([255]), "q": "\"\n"], pretty: false)
+        #expect(out == #"{"d":"1970-01-01T00:00:00.000Z","x":"/w==","q":"\"\n"}"#)
+    }
+}
