@@ -158,3 +158,22 @@ struct ClientTests {
         #expect(await unopened.stop() == 0)
     }
 }
+
+/// The README's client example, kept compiling and true.
+@Suite(.serialized)
+struct ReadmeClientExampleTests {
+    @Test func firstTasteOfTheClient() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let ping = AppServiceConnection(
+            appServiceName: "com.microsoft.test.cdppingpongservice",
+            packageId: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce",
+            connection: connection
+        )
+        #expect(try await ping.openRemote() == .success)
+        let response = try await ping.sendMessage(["Type": "ping", "CreationDate": .date(.now), "TargetId": "me"])
+        #expect(response.status == .success && response.message["Type"] == "pong")
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+}
