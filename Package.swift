@@ -32,12 +32,14 @@ let package = Package(
         // A C service that exercises the host's message accessors and builders.
         .library(name: "AtriumTestCService", type: .dynamic, targets: ["AtriumTestCService"]),
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
+        .executable(name: "atrium-baseline", targets: ["AtriumBaselineServer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         // The values every message carries: ValueSet, Value, statuses, and their CBOR codec.
@@ -65,9 +67,24 @@ let package = Package(
             dependencies: ["AtriumHost", argumentParser, logging, lifecycle],
             swiftSettings: strict
         ),
+        // The load generator behind `atrium bench`, and the raw NIO baseline it compares with.
+        .target(
+            name: "AtriumBench",
+            dependencies: [
+                "AtriumProtocol", "AtriumValues", nioCore, nioPosix,
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AtriumBaselineServer",
+            dependencies: ["AtriumBench"],
+            path: "Benchmarks/BaselineServer",
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "atrium",
-            dependencies: ["AtriumClient", "AtriumProtocol", "AtriumValues", argumentParser],
+            dependencies: ["AtriumClient", "AtriumBench", "AtriumProtocol", "AtriumValues", argumentParser],
             swiftSettings: strict
         ),
         .target(name: "RomanPing", dependencies: ["AtriumPluginKit"], path: "Plugins/RomanPing", swiftSettings: strict),

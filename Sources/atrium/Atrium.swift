@@ -1,4 +1,5 @@
 import ArgumentParser
+import AtriumBench
 import AtriumClient
 import AtriumProtocol
 import AtriumValues
@@ -25,7 +26,7 @@ struct Atrium: AsyncParsableCommand {
             success (or pings were lost); 3 the host could not be reached, went away or did
             not answer in time; 64 the command line was wrong.
             """,
-        subcommands: [Ping.self, Apps.self, Send.self]
+        subcommands: [Ping.self, Apps.self, Send.self, Bench.self]
     )
 }
 
@@ -294,5 +295,125 @@ struct Send: AsyncParsableCommand {
             print(answer.message)
         }
         if answer.status != .success { throw Exit.notSuccess }
+    }
+}
+
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure request/response throughput and latency against an app service.",
+        discussion: """
+            Opens --connections connections, each with a channel to the service, and keeps
+            --pipeline requests in flight on each for --duration seconds, then prints the
+            round trips per second and the latency percentiles (HdrHistogram). The target is
+            the Echo service unless told otherwise; `atrium-baseline` (a raw SwiftNIO echo with
+            the same framing) can be the host too, and Benchmarks/compare.sh runs both.
+
+            With --idle, it opens the connections, says hello, and holds them for --duration
+            seconds without sending anything (to measure an idle connection's memory).
+
+            Examples:
+              atrium bench                                  # 1 connection, one request at a time, 10 s
+              atrium bench 127.0.0.1:7340 --connections 64 --duration 5
+              atrium bench --pipeline 64 --json-output
+            """
+    )
+
+    @OptionGroup var options: HostOptions
+
+    @Option(help: "How many connections.")
+    var connections: Int = 1
+
+    @Option(help: "How many requests each connection keeps in flight.")
+    var pipeline: Int = 1
+
+    @Option(help: ArgumentHelp("Seconds to run.", valueName: "seconds"))
+    var duration: Double = 10
+
+    @Option(help: "The package to open.")
+    var package: String = "atrium.examples.echo"
+
+    @Option(help: "The service to open.")
+    var service: String = "atrium.echo"
+
+    @Flag(help: "Hold idle connections instead of sending requests.")
+    var idle = false
+
+    @Flag(help: "Print the result as JSON.")
+    var jsonOutput = false
+
+    func validate() throws {
+        guard connections > 0, pipeline > 0 else {
+            throw ValidationError("--connections and --pipeline take 1 or more")
+        }
+        guard duration > 0 else { throw ValidationError("--duration takes seconds above 0") }
+        guard AtriumEndpoint(options.host) != nil else { throw ValidationError("'\(options.host)' is not a host") }
+    }
+
+    var target: BenchConfiguration.Target {
+        switch AtriumEndpoint(options.host)!.address {
+        case .tcp(let host, let port): .tcp(host: host, port: port)
+        case .unix(let path): .unix(path: path)
+        }
+    }
+
+    func run() async throws {
+        let seconds = Duration.milliseconds(Int64(duration * 1000))
+        if idle {
+            do {
+                try await LoadGenerator.holdIdle(target, connections: connections) {
+                    print("holding \(connections) idle connections to \(options.host) for \(duration) s")
+                    try await Task.sleep(for: seconds)
+                }
+            } catch let error as BenchError {
+                printError(error.description)
+                throw Exit.unreachable
+            }
+            return
+        }
+        let configuration = BenchConfiguration(
+            target: target, connections: connections, pipeline: pipeline, duration: seconds, package: package,
+            service: service
+        )
+        let quiet = jsonOutput
+        let result: BenchResult
+        do {
+            result = try await LoadGenerator.run(configuration) { done, elapsed in
+                guard !quiet else { return }
+                let secs = milliseconds(elapsed) / 1000
+                FileHandle.standardError.write(
+                    Data(String(format: "\r%5.1f s: %d round trips (%.0f/s)   ", secs, done, Double(done) / secs).utf8))
+            }
+        } catch let error as BenchError {
+            printError(error.description)
+            throw Exit.unreachable
+        }
+        if !quiet { FileHandle.standardError.write(Data("\n".utf8)) }
+        let percentiles: [(String, Double)] = [("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9)].map {
+            ($0.0, result.microseconds(atPercentile: $0.1))
+        }
+        if jsonOutput {
+            var out: ValueSet = [
+                "host": .string(options.host), "connections": .int(Int64(connections)),
+                "pipeline": .int(Int64(pipeline)),
+                "completed": .int(Int64(result.completed)), "failed": .int(Int64(result.failed)),
+                "requestsPerSecond": .double(result.requestsPerSecond.rounded()),
+                "maxMicroseconds": .double(Double(result.latency.max) / 1000),
+            ]
+            for (name, value) in percentiles { out[name + "Microseconds"] = .double(value) }
+            print(MessageText.json(out, pretty: false))
+        } else {
+            print(
+                "\(options.host) \(package)/\(service): \(connections) connections, pipeline \(pipeline), \(duration) s"
+            )
+            print(
+                String(
+                    format: "%d round trips, %d failed, %.0f per second", result.completed, result.failed,
+                    result.requestsPerSecond))
+            print(
+                "latency " + percentiles.map { String(format: "%@ %.1f µs", $0.0, $0.1) }.joined(separator: ", ")
+                    + String(format: ", max %.1f µs", Double(result.latency.max) / 1000)
+            )
+        }
+        if result.failed > 0 { throw Exit.notSuccess }
     }
 }

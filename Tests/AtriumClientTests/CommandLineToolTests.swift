@@ -119,3 +119,49 @@ struct MessageTextTests {
         #expect(out == #"{"d":"1970-01-01T00:00:00.000Z","x":"/w==","q":"\"\n"}"#)
     }
 }
+
+/// `atrium bench` for a short, bounded run against a real host and against the baseline.
+@Suite(.serialized)
+struct BenchCommandTests {
+    func atrium(_ arguments: [String]) throws -> ProgramOutput {
+        try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
+    }
+
+    @Test func aShortRunMeasuresRoundTrips() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let run = try atrium([
+            "bench", "127.0.0.1:\(host.port)", "--connections", "2", "--pipeline", "4", "--duration", "1",
+            "--json-output",
+        ])
+        #expect(run.status == 0, "\(run.output)")
+        let result = try MessageText.valueSet(json: run.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect((result["completed"]?.int ?? 0) > 0)
+        #expect(result["failed"] == 0)
+        #expect(result["connections"] == 2 && result["pipeline"] == 4)
+        let p50 = try #require(result["p50Microseconds"]?.number)
+        let p99 = try #require(result["p99Microseconds"]?.number)
+        #expect(p50 > 0 && p99 >= p50)
+
+        let idle = try atrium(["bench", "127.0.0.1:\(host.port)", "--idle", "--connections", "20", "--duration", "0.2"])
+        #expect(idle.status == 0 && idle.output.contains("holding 20 idle connections"))
+
+        let refused = try atrium(["bench", "127.0.0.1:\(host.port)", "--package", "no.such", "--duration", "1"])
+        #expect(refused.status == 3 && refused.output.contains("AppNotInstalled (1)"))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theBaselineAnswersTheSameProtocol() async throws {
+        let process = Process()
+        process.executableURL = TestHost.buildFolder.appendingPathComponent("atrium-baseline")
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        defer { process.terminate() }
+        let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
+        let port = try #require(
+            line.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
+        let run = try atrium(["bench", "127.0.0.1:\(port)", "--duration", "0.5", "--json-output"])
+        #expect(run.status == 0, "\(run.output)")
+        #expect(run.output.contains("\"failed\":0"))
+    }
+}
