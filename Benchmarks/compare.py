@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Measures atriumd against the raw SwiftNIO baseline in one run, and prints the tables of
+BENCHMARKS.md.
+
+    Benchmarks/compare.py [--pinned] [--duration SECONDS]
+
+Builds the release products, starts atriumd (with the reference services) and atrium-baseline
+on free ports, and runs `atrium bench` against each, one after the other, for: 1 connection
+one request at a time, 8 and 64 connections, and 1 connection pipelined 64 deep. Then it
+measures atriumd's memory (RSS) idle and holding 1,000 idle connections, and its time from
+start to ready with 100 generated manifests. With --pinned, the host, the baseline and the
+load generator all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine.
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE = os.path.join(ROOT, ".build", "release")
+CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
+                  ("1 connection, pipelined 64", 1, 64)]
+
+
+def start(command, ready_pattern, pin):
+    """Starts a server and returns (process, port) once it printed its port."""
+    process = subprocess.Popen(pin + command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = process.stdout.readline()
+        match = re.search(ready_pattern, line)
+        if match:
+            return process, int(match.group(1))
+        if process.poll() is not None:
+            break
+    process.kill()
+    sys.exit(f"{command[0]} did not start")
+
+
+def wait_ready(process):
+    for line in process.stdout:
+        if "ready" in line:
+            return
+
+
+def bench(port, connections, pipeline, duration, pin, extra=()):
+    command = pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--connections", str(connections),
+                     "--pipeline", str(pipeline), "--duration", str(duration), "--json-output", *extra]
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return json.loads(output)
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def startup_with_manifests(count, pin, runs=5):
+    folder = tempfile.mkdtemp(prefix="atrium-startup-")
+    echo = os.path.join(RELEASE, "libEcho.so")
+    try:
+        for index in range(count):
+            with open(os.path.join(folder, f"p{index:03}.json"), "w") as manifest:
+                json.dump({"manifestVersion": 1, "package": f"bench.package{index:03}", "library": echo,
+                           "services": [{"name": "bench.echo", "supportsRemoteSystems": True}]}, manifest)
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            process = subprocess.Popen(pin + [os.path.join(RELEASE, "atriumd"), "--manifests", folder, "--listen",
+                                              "127.0.0.1:0", "--socket", "off", "--log-level", "error"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            wait_ready(process)
+            times.append((time.perf_counter() - began) * 1000)
+            process.terminate()
+            process.wait()
+        return statistics.median(times), min(times)
+    finally:
+        shutil.rmtree(folder)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
+    parser.add_argument("--duration", type=float, default=5, help="seconds per measurement (default 5)")
+    arguments = parser.parse_args()
+    pin = ["taskset", "-c", "0"] if arguments.pinned else []
+
+    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+
+    host, host_port = start([os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"),
+                             "--listen", "127.0.0.1:0", "--socket", "off", "--log-level", "error",
+                             "--max-in-flight", "1024"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+    baseline, baseline_port = start([os.path.join(RELEASE, "atrium-baseline"), "0"],
+                                    r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+    try:
+        mode = "pinned to core 0" if arguments.pinned else "unpinned"
+        print(f"## Round trips against Echo, {mode}, {arguments.duration:g} s each\n")
+        print("| configuration | atriumd req/s | baseline req/s | throughput ratio | atriumd p50 µs | baseline p50 µs "
+              "| p50 ratio | atriumd p99 µs | baseline p99 µs | atriumd p99.9 µs |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for name, connections, pipeline in CONFIGURATIONS:
+            ours = bench(host_port, connections, pipeline, arguments.duration, pin)
+            theirs = bench(baseline_port, connections, pipeline, arguments.duration, pin)
+            print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
+                  f"| {ours['requestsPerSecond'] / theirs['requestsPerSecond']:.2f} "
+                  f"| {ours['p50Microseconds']:.1f} | {theirs['p50Microseconds']:.1f} "
+                  f"| {ours['p50Microseconds'] / theirs['p50Microseconds']:.2f} "
+                  f"| {ours['p99Microseconds']:.1f} | {theirs['p99Microseconds']:.1f} | {ours['p99.9Microseconds']:.1f} |")
+            sys.stdout.flush()
+
+        idle = rss_kib(host.pid)
+        holder = subprocess.Popen(pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{host_port}", "--idle",
+                                         "--connections", "1000", "--duration", "8"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        holder.stdout.readline()  # "holding 1000 idle connections ..."
+        time.sleep(2)
+        loaded = rss_kib(host.pid)
+        holder.wait()
+        print(f"\n## Memory ({mode})\n")
+        print(f"- atriumd RSS idle, after the runs above: {idle / 1024:.1f} MiB")
+        print(f"- with 1,000 idle connections: {loaded / 1024:.1f} MiB, "
+              f"{(loaded - idle) / 1000:.1f} KiB per connection")
+    finally:
+        host.terminate()
+        baseline.terminate()
+        host.wait()
+        baseline.wait()
+
+    median, best = startup_with_manifests(100, pin)
+    print(f"\n## Start-up ({mode})\n")
+    print(f"- start to ready with 100 manifests (each loading libEcho.so): median {median:.0f} ms, best {best:.0f} ms "
+          "of 5 runs")
+
+
+if __name__ == "__main__":
+    main()
