@@ -5,7 +5,8 @@ BENCHMARKS.md.
     Benchmarks/compare.py [--pinned] [--duration SECONDS]
 
 Builds the release products, starts atriumd (with the reference services) and atrium-baseline
-on free ports, and runs `atrium bench` against each, one after the other, for: 1 connection
+on free ports, and runs `atrium bench` against each, alternating in three rounds (each figure
+is the median of its rounds), for: 1 connection
 one request at a time, 8 and 64 connections, and 1 connection pipelined 64 deep. Then it
 measures atriumd's memory (RSS) idle and holding 1,000 idle connections, and its time from
 start to ready with 100 generated manifests. With --pinned, the host, the baseline and the
@@ -27,6 +28,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
                   ("1 connection, pipelined 64", 1, 64)]
+
+
+ROUNDS = 3
+
+
+def median_result(results):
+    """Each figure's median over the rounds."""
+    return {key: statistics.median(result[key] for result in results)
+            for key in results[0] if isinstance(results[0][key], (int, float))}
 
 
 def start(command, ready_pattern, pin):
@@ -111,8 +121,12 @@ def main():
               "| p50 ratio | atriumd p99 µs | baseline p99 µs | atriumd p99.9 µs |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for name, connections, pipeline in CONFIGURATIONS:
-            ours = bench(host_port, connections, pipeline, arguments.duration, pin)
-            theirs = bench(baseline_port, connections, pipeline, arguments.duration, pin)
+            # Alternate short rounds and keep each side's median, so that a burst of noise
+            # from the shared machine lands on both rather than on one.
+            rounds = [(bench(host_port, connections, pipeline, arguments.duration / ROUNDS, pin),
+                       bench(baseline_port, connections, pipeline, arguments.duration / ROUNDS, pin))
+                      for _ in range(ROUNDS)]
+            ours, theirs = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
             print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
                   f"| {ours['requestsPerSecond'] / theirs['requestsPerSecond']:.2f} "
                   f"| {ours['p50Microseconds']:.1f} | {theirs['p50Microseconds']:.1f} "

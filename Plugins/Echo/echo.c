@@ -35,7 +35,9 @@ static const atrium_plugin echo_plugin = {
     .abi_minor = ATRIUM_PLUGIN_ABI_MINOR,
     .name = "Echo",
     .version = "1.0.0",
-    .flags = ATRIUM_PLUGIN_CONCURRENT, /* no state: safe to call at once */
+    /* No state, and `request` answers at once: safe to call concurrently, and on the host's
+     * network thread. */
+    .flags = ATRIUM_PLUGIN_CONCURRENT | ATRIUM_PLUGIN_NONBLOCKING,
     .create = echo_create,
     .destroy = NULL,
     .open = NULL, /* accept every channel */

@@ -9,7 +9,9 @@ import NIOCore
 /// queue its callbacks run on.
 ///
 /// Thread rules: every callback into the plugin goes through ``queue`` (serial unless the
-/// plugin or its manifest says it is safe to call concurrently), never a network thread.
+/// plugin or its manifest says it is safe to call concurrently), never a network thread;
+/// the one exception is `request` of a plugin that promises never to block
+/// (ATRIUM_PLUGIN_NONBLOCKING), which is called where the request arrived.
 /// The stored properties never change after `create`, so the object may be shared freely.
 final class PluginInstance: @unchecked Sendable {
     let manifest: Manifest
@@ -18,6 +20,9 @@ final class PluginInstance: @unchecked Sendable {
     let table: UnsafeMutablePointer<atrium_host_api>
     let logger: Logger
     private(set) var instance: UnsafeMutableRawPointer?
+    /// Whether `request` may be called on the network thread (the plugin promised, with
+    /// ATRIUM_PLUGIN_CONCURRENT and ATRIUM_PLUGIN_NONBLOCKING, that it never blocks there).
+    let requestsInline: Bool
     /// The host, for the table's functions. Set before `create` and never changed.
     unowned let core: HostCore
 
@@ -30,7 +35,10 @@ final class PluginInstance: @unchecked Sendable {
         var logger = logger
         logger[metadataKey: "package"] = .string(manifest.package)
         self.logger = logger
-        let concurrent = manifest.concurrent || descriptor.pointee.flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
+        let flags = descriptor.pointee.flags
+        let concurrent = manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
+        requestsInline =
+            flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
         queue = DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
         table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
         table.initialize(to: HostAPI.makeTable())
@@ -96,17 +104,21 @@ final class PluginInstance: @unchecked Sendable {
 
     /// Hands a request to the plugin. The message bytes are read in place, not copied.
     func request(channel: UInt64, request: UInt64, message: ByteBuffer) {
-        queue.async {
-            guard self.descriptor.has(\.request), let callback = self.descriptor.pointee.request else {
-                self.core.answer(
-                    request, from: self, status: .failure, message: nil, error: "the service does not take requests")
-                return
-            }
-            message.withUnsafeReadableBytes { bytes in
-                callback(
-                    self.instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count
-                )
-            }
+        if requestsInline {
+            deliver(channel: channel, request: request, message: message)
+        } else {
+            queue.async { self.deliver(channel: channel, request: request, message: message) }
+        }
+    }
+
+    private func deliver(channel: UInt64, request: UInt64, message: ByteBuffer) {
+        guard descriptor.has(\.request), let callback = descriptor.pointee.request else {
+            core.answer(
+                request, from: self, status: .failure, message: nil, error: "the service does not take requests")
+            return
+        }
+        message.withUnsafeReadableBytes { bytes in
+            callback(instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
         }
     }
 

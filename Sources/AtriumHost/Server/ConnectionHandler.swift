@@ -49,6 +49,10 @@ final class ConnectionHandler: ChannelInboundHandler {
     /// Client requests handed to plugins and not answered yet.
     private var inFlight = 0
     private var isClosed = false
+    /// Whether frames are being read now: writes then wait for `channelReadComplete` and go
+    /// out with one flush (a pipelining client's answers travel together).
+    private var inReadBurst = false
+    private var flushPending = false
 
     init(core: HostCore, isLocal: Bool, logger: Logger) {
         self.core = core
@@ -97,7 +101,17 @@ final class ConnectionHandler: ChannelInboundHandler {
         }
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        inReadBurst = false
+        if flushPending {
+            flushPending = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        inReadBurst = true
         let frame = unwrapInboundIn(data)
         guard helloReceived else {
             guard case .hello(let hello) = frame else {
@@ -306,7 +320,12 @@ final class ConnectionHandler: ChannelInboundHandler {
 
     func write(_ frame: HostFrame) {
         guard !isClosed, let context else { return }
-        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        if inReadBurst {
+            context.write(wrapOutboundOut(frame), promise: nil)
+            flushPending = true
+        } else {
+            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        }
     }
 
     /// Answers a protocol error with an `error` frame, then closes the connection (all but

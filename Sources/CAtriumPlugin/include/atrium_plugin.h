@@ -20,8 +20,8 @@
  *     Atrium ValueSet (docs/PROTOCOL.md section 3).
  *   - The plugin never links against host symbols: everything it calls is in the table.
  *
- * Threads: the host never calls a plugin on a network thread. Each plugin instance has its
- * own serial queue, so its callbacks are never called concurrently, unless the plugin sets
+ * Threads: the host never calls a plugin on a network thread (except a plugin that promises
+ * never to block, with ATRIUM_PLUGIN_NONBLOCKING). Each plugin instance has its own serial queue, so its callbacks are never called concurrently, unless the plugin sets
  * ATRIUM_PLUGIN_CONCURRENT in `flags` (or its manifest says "concurrent": true); then
  * `request` and `response` may run concurrently with each other and themselves.
  * Host functions may be called from any thread, at any time between `create` returning and
@@ -137,6 +137,12 @@ extern "C" {
 
 /* Plugin flags. */
 #define ATRIUM_PLUGIN_CONCURRENT 1 /* callbacks may run concurrently (see Threads); a bit of `flags` */
+/* With ATRIUM_PLUGIN_CONCURRENT: `request` never blocks and returns within microseconds, so
+ * the host may call it on the network thread that received the request, sparing two thread
+ * hops. Such a plugin must not wait for anything in `request` (no locks held long, no I/O,
+ * no launch_uri); answering at once with `respond` is what it is for. A host that does not
+ * know a flag ignores it, so setting it needs no newer ABI minor. */
+#define ATRIUM_PLUGIN_NONBLOCKING 2
 
 /* A parsed, read-only message. Made by `message_parse`, freed by `message_free`. */
 typedef struct atrium_message atrium_message;
