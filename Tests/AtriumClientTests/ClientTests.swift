@@ -25,6 +25,10 @@ struct ClientTests {
               "services": [{ "name": "test", "supportsRemoteSystems": true }, { "name": "local.only" },
                            { "name": "refuse.7", "supportsRemoteSystems": true }] }
             """
+        manifests["missing.json"] = """
+            { "manifestVersion": 1, "package": "atrium.tests.missing", "library": "libDoesNotExist.so",
+              "services": [{ "name": "nothing", "supportsRemoteSystems": true }] }
+            """
         return manifests
     }
 
@@ -69,13 +73,14 @@ struct ClientTests {
     }
 
     @Test func everyStatusReachesTheCaller() async throws {
-        let host = try await host(["--max-message-bytes", "1000"])
+        let host = try await host(["--max-message-bytes", "1000", "--response-timeout", "0.3"])
         let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
         func open(_ service: String, _ package: String) async throws -> AppServiceConnectionStatus {
             try await AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
                 .openRemote()
         }
         #expect(try await open("x", "no.such.package") == .appNotInstalled)
+        #expect(try await open("nothing", "atrium.tests.missing") == .appUnavailable)
         #expect(try await open("nope", Self.testPackage) == .appServiceUnavailable)
         #expect(try await open("local.only", Self.testPackage) == .remoteSystemNotSupportedByApp)
         #expect(try await open("refuse.7", Self.testPackage) == .notAuthorized)
@@ -86,6 +91,11 @@ struct ClientTests {
         #expect(failed.status == .failure && failed.error == "failed, as asked")
         let big = try await service.sendMessage(["Blob": .bytes(Array(repeating: 0, count: 2000))])
         #expect(big.status == .messageSizeTooLarge)
+        let unanswered = try await service.sendMessage(["Action": "hang"])
+        #expect(unanswered.status == .resourceLimitsExceeded)
+        #expect(unanswered.error == "the service did not answer within 0.3 seconds")
+        let thrown = try await service.sendMessage(["Action": "throw"])
+        #expect(thrown.status == .failure && thrown.error == "the test service threw, as asked")
         await connection.close()
         #expect(await host.stop() == 0)
     }
