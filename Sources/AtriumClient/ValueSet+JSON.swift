@@ -61,16 +61,16 @@ public enum MessageText {
         let close = indent.map { "\n" + String(repeating: "  ", count: $0) } ?? ""
         let inner = indent.map { $0 + 1 }
         switch value {
-        case .string(let text): out += quotedJSON(text)
+        case .string(let text): out += quoted(text)
         case .int(let int): out += String(int)
-        case .double(let double): out += double.isFinite ? "\(double)" : quotedJSON("\(double)")
+        case .double(let double): out += double.isFinite ? "\(double)" : quoted("\(double)")
         case .bool(let bool): out += bool ? "true" : "false"
         case .date(let date):
             let formatter = ISO8601DateFormatter()
             formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-            out += quotedJSON(formatter.string(from: date.date))
-        case .uuid(let uuid): out += quotedJSON(uuid.uuidString)
-        case .bytes(let bytes): out += quotedJSON(Data(bytes).base64EncodedString())
+            out += quoted(formatter.string(from: date.date))
+        case .uuid(let uuid): out += quoted(uuid.uuidString)
+        case .bytes(let bytes): out += quoted(Data(bytes).base64EncodedString())
         case .array(let array):
             out += "["
             for (position, element) in array.enumerated() {
@@ -81,32 +81,13 @@ public enum MessageText {
         case .map(let set):
             out += "{"
             for (position, entry) in set.enumerated() {
-                out += (position > 0 ? "," : "") + newline + quotedJSON(entry.key) + (indent == nil ? ":" : ": ")
+                out += (position > 0 ? "," : "") + newline + quoted(entry.key) + (indent == nil ? ":" : ": ")
                 write(entry.value, to: &out, indent: inner)
             }
             out += (set.isEmpty ? "" : close) + "}"
         }
     }
 
-    static func quotedJSON(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if scalar.value < 0x20 {
-                    out += String(format: "\\u%04x", scalar.value)
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return out + "\""
-    }
 }
 
 /// A small JSON reader that keeps what JSONDecoder cannot: whether a number was written

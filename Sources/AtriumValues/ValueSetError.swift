@@ -94,8 +94,9 @@ public struct ValueSetError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 }
 
-/// `text` as a double-quoted string with `"` and `\` escaped, as in CBOR diagnostic notation.
-func quoted(_ text: String) -> String {
+/// `text` as a double-quoted string with `"`, `\` and control characters escaped, as in CBOR
+/// diagnostic notation and JSON (whose string escapes diagnostic notation borrows).
+package func quoted(_ text: String) -> String {
     var out = "\""
     for scalar in text.unicodeScalars {
         switch scalar {

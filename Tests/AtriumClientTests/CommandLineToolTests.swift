@@ -4,13 +4,14 @@ import AtriumValues
 import Foundation
 import Testing
 
+/// Runs the built `atrium` tool.
+func atrium(_ arguments: [String]) throws -> ProgramOutput {
+    try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
+}
+
 /// The `atrium` tool as a person runs it, against a real atriumd: output and exit codes.
 @Suite(.serialized)
 struct CommandLineToolTests {
-    func atrium(_ arguments: [String]) throws -> ProgramOutput {
-        try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
-    }
-
     @Test func pingAppsAndSend() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         let address = "127.0.0.1:\(host.port)"
@@ -123,10 +124,6 @@ struct MessageTextTests {
 /// `atrium bench` for a short, bounded run against a real host and against the baseline.
 @Suite(.serialized)
 struct BenchCommandTests {
-    func atrium(_ arguments: [String]) throws -> ProgramOutput {
-        try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
-    }
-
     @Test func aShortRunMeasuresRoundTrips() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         let run = try atrium([
