@@ -5,6 +5,8 @@
 //   {Type: "ping", CreationDate, TargetId}  ->  {Type: "pong", CreationDate, TargetId}, echoed unchanged
 //   {Type: "LaunchUri", Uri}                 ->  launches Uri, then {Type: "Ok", CreationDate: now}
 //   anything else                            ->  {Type: "Ack", CreationDate: now}
+//
+// It also handles launches of roman-test: URIs (logged, Success).
 
 import AtriumPluginKit
 import AtriumValues
@@ -35,6 +37,15 @@ final class RomanPing: AppService {
         default:
             return ["Type": "Ack", "CreationDate": .date(.now)]
         }
+    }
+}
+
+extension RomanPing {
+    /// A roman-test: URI launched on this machine: the app is "opened" with it, which here
+    /// means the host's log says so.
+    func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus {
+        host.log(.info, "opened with \(launch.uri)")
+        return .success
     }
 }
 

@@ -66,6 +66,9 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: "The most unanswered requests one connection may have (the excess get status 2).")
     var maxInFlight: Int = ProtocolLimits.default.maxInFlight
 
+    @Option(help: "The largest data a launch may carry, in bytes (larger is answered with status 5, ValueSetTooLarge).")
+    var launchDataLimit: Int = 100 * 1024
+
     @Flag(help: "Validate the manifests folder, print what would load, and exit (1 if anything would not).")
     var check = false
 
@@ -107,7 +110,8 @@ struct Atriumd: AsyncParsableCommand {
                 maxInFlight: maxInFlight
             ),
             responseTimeout: .milliseconds(Int64(responseTimeout * 1000)),
-            drainTimeout: .milliseconds(Int64(drainTimeout * 1000))
+            drainTimeout: .milliseconds(Int64(drainTimeout * 1000)),
+            launchDataLimit: launchDataLimit
         )
     }
 

@@ -37,6 +37,16 @@ final class TestService: AppService {
         return .success
     }
 
+    /// Launches are logged with what came with them; data {"Status": n} answers status n.
+    func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus {
+        host.log(
+            .info,
+            "\(greeting ?? "test") launched \(launch.uri) for \(launch.clientId.isEmpty ? "a plugin" : launch.clientId) remote \(launch.isRemote) data \(launch.data.map { "\($0)" } ?? "none")"
+        )
+        if let status = launch.data?["Status"]?.int { return RemoteLaunchUriStatus(rawValue: Int(status)) }
+        return .success
+    }
+
     func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {
         host.log(.info, "channel \(channel.id) of \(channel.clientId) closed: \(status)")
     }
