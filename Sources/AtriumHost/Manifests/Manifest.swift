@@ -21,6 +21,8 @@ public struct Manifest: Sendable, Hashable {
     public var configJSON: String
     /// Whether the plugin's callbacks may run concurrently.
     public var concurrent: Bool
+    /// A program that handles the package's schemes, for a package with no library.
+    public var launch: ExecLauncher?
     /// The file it came from.
     public var file: URL
 
@@ -154,9 +156,50 @@ extension Manifest {
             concurrent = flag
         }
 
+        var launch: ExecLauncher?
+        if let value = root["launch"] {
+            guard case .object(let entry) = value else {
+                throw fail("launch", "must be an object like {\"exec\": [\"/usr/bin/xdg-open\", \"{uri}\"]}")
+            }
+            guard case .array(let words)? = entry["exec"], !words.isEmpty else {
+                throw fail(
+                    "launch.exec",
+                    "must be a non-empty array: the program, then its arguments, with {uri} where the URI goes")
+            }
+            var command: [String] = []
+            for (index, word) in words.enumerated() {
+                guard case .string(let text) = word, !(index == 0 && text.isEmpty) else {
+                    throw fail("launch.exec[\(index)]", index == 0 ? "must be the program's path" : "must be a string")
+                }
+                command.append(text)
+            }
+            var wait = false
+            if let flag = entry["wait"] {
+                guard case .bool(let value) = flag else {
+                    throw fail("launch.wait", "must be true or false, not \(flag)")
+                }
+                wait = value
+            }
+            var timeout = 10.0
+            if let seconds = entry["timeoutSeconds"] {
+                guard case .number(let value) = seconds, value > 0, value <= 3600 else {
+                    throw fail("launch.timeoutSeconds", "must be a number of seconds above 0 and at most 3600")
+                }
+                timeout = value
+            }
+            guard library == nil else {
+                throw fail(
+                    "launch",
+                    "a package with a library handles launches in its plugin; launch.exec is for packages without one")
+            }
+            guard !schemes.isEmpty else { throw fail("launch", "needs schemes to handle") }
+            launch = ExecLauncher(command: command, wait: wait, timeoutSeconds: timeout)
+        }
+
         self.init(
             manifestVersion: 1, package: packageName, displayName: displayName, library: library,
-            services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, file: file
+            services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, launch: launch,
+            file: file
         )
     }
 
@@ -165,6 +208,7 @@ extension Manifest {
         guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [] }
         let known: Set<String> = [
             "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
+            "launch",
         ]
         return root.keys.filter { !known.contains($0) }.sorted()
     }

@@ -82,6 +82,12 @@ extension HostCore {
         } else {
             return LaunchOutcome(status: .protocolUnavailable, error: "no package handles the scheme \(scheme)")
         }
+        if let exec = chosen.manifest.launch {
+            logger.info("launch \(uri): running the program of package \(chosen.manifest.package)")
+            var logger = self.logger
+            logger[metadataKey: "package"] = "\(chosen.manifest.package)"
+            return exec.run(uri: uri, logger: logger)
+        }
         guard let plugin = chosen.plugin else {
             return LaunchOutcome(
                 status: .appUnavailable,

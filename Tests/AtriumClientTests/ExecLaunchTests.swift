@@ -1,0 +1,131 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// Launch-only packages whose scheme is handled by a program (`launch.exec`).
+@Suite(.serialized)
+struct ExecLaunchTests {
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-exec-\(UUID().uuidString)")
+
+    /// A program that writes its first argument to `output`, after `delay` seconds.
+    func writer(delay: Double = 0) throws -> (program: URL, output: URL) {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let output = folder.appendingPathComponent("uri-\(UUID().uuidString).txt")
+        let program = folder.appendingPathComponent("writer-\(UUID().uuidString).sh")
+        try """
+        #!/bin/sh
+        sleep \(delay)
+        printf '%s' "$1" > "\(output.path).part" && mv "\(output.path).part" "\(output.path)"
+        echo "handled one launch"
+        """.write(to: program, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: program.path)
+        return (program, output)
+    }
+
+    func manifest(_ package: String, scheme: String, exec: [String], wait: Bool = false, timeout: Double = 10) -> String
+    {
+        let words = exec.map { "\"\($0)\"" }.joined(separator: ", ")
+        return """
+            { "manifestVersion": 1, "package": "\(package)", "schemes": ["\(scheme)"],
+              "launch": { "exec": [\(words)], "wait": \(wait), "timeoutSeconds": \(timeout) } }
+            """
+    }
+
+    func contents(_ file: URL, within seconds: Double = 5) async throws -> String? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if let text = try? String(contentsOf: file, encoding: .utf8) { return text }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return nil
+    }
+
+    /// Children of `pid` that have ended but were not reaped.
+    func zombies(of pid: Int32) -> [String] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry -> String? in
+            guard Int32(entry) != nil, let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+            guard fields.count > 2, fields[0] == "Z", Int32(fields[1]) == pid else { return nil }
+            return stat
+        }
+    }
+
+    @Test func theURIArrivesAsOneArgumentAndNothingIsExecuted() async throws {
+        let (program, output) = try writer()
+        let marker = folder.appendingPathComponent("pwned")
+        let host = try await TestHost.start(manifests: [
+            "writer.json": manifest(
+                "atrium.tests.writer", scheme: "atrium-exec", exec: [program.path, "{uri}"], wait: true)
+        ])
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let uri =
+            #"atrium-exec://x?a=1 b&c="q" 'r' $(touch \#(marker.path)) ; touch \#(marker.path) `touch \#(marker.path)`"#
+        let result = try await RemoteLauncher(connection: connection).launchUri(uri)
+        #expect(result.status == .success, "\(String(describing: result.error))")
+        #expect(try await contents(output) == uri)
+        #expect(!FileManager.default.fileExists(atPath: marker.path), "nothing in the URI was run")
+        #expect(host.log.contains("handled one launch"), "the program's output is logged")
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aProgramThatRunsOnSucceedsAtOnceAndIsReaped() async throws {
+        let (program, output) = try writer(delay: 0.5)
+        let host = try await TestHost.start(manifests: [
+            "writer.json": manifest("atrium.tests.runner", scheme: "atrium-run", exec: [program.path, "{uri}"])
+        ])
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let result = try await RemoteLauncher(connection: connection).launchUri("atrium-run:go")
+        #expect(result.status == .success)
+        #expect(!FileManager.default.fileExists(atPath: output.path), "the launch did not wait for the program")
+        #expect(try await contents(output) == "atrium-run:go")
+        var left = zombies(of: host.process.processIdentifier)
+        for _ in 0..<50 where !left.isEmpty {
+            try await Task.sleep(for: .milliseconds(20))
+            left = zombies(of: host.process.processIdentifier)
+        }
+        #expect(left.isEmpty, "no zombie is left when the program ends: \(left)")
+        #expect(try await waitForLog(host, "ended with status 0"))
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+
+    func waitForLog(_ host: TestHost, _ text: String) async throws -> Bool {
+        for _ in 0..<100 {
+            if host.log.contains(text) { return true }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    @Test func waitedProgramsThatHangFailOrDoNotExist() async throws {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let host = try await TestHost.start(manifests: [
+            "hang.json": manifest(
+                "atrium.tests.hang", scheme: "atrium-hang", exec: ["sleep", "30"], wait: true, timeout: 0.5),
+            "fail.json": manifest("atrium.tests.fail", scheme: "atrium-fail", exec: ["/bin/false"], wait: true),
+            "ok.json": manifest("atrium.tests.ok", scheme: "atrium-ok", exec: ["true", "{uri}"], wait: true),
+            "none.json": manifest("atrium.tests.none", scheme: "atrium-none", exec: ["/no/such/program", "{uri}"]),
+        ])
+        let launcher = RemoteLauncher(
+            connection: try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!))
+        let hung = try await launcher.launchUri("atrium-hang:x")
+        #expect(hung.status == .unknown)
+        #expect(hung.error == "sleep did not finish within 0.5 s and was killed")
+        let failed = try await launcher.launchUri("atrium-fail:x")
+        #expect(failed.status == .unknown && failed.error == "false exited with status 1")
+        #expect(try await launcher.launchUri("atrium-ok:x").status == .success)
+        let missing = try await launcher.launchUri("atrium-none:x")
+        #expect(missing.status == .appUnavailable)
+        #expect(missing.error == "the program /no/such/program was not found or is not executable")
+        await launcher.connection.close()
+        #expect(await host.stop() == 0)
+        try? FileManager.default.removeItem(at: folder)
+    }
+}
