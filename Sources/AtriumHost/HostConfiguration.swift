@@ -21,6 +21,8 @@ public struct HostConfiguration: Sendable {
     public var drainTimeout: Duration
     /// The largest `data` a launch may carry; larger is answered with ValueSetTooLarge (5).
     public var launchDataLimit: Int
+    /// Which schemes remote clients may launch, and which handler wins.
+    public var launchPolicy: LaunchPolicy
     /// Reported in `welcome`.
     public var hostName: String
     public var hostId: String
@@ -35,6 +37,7 @@ public struct HostConfiguration: Sendable {
         responseTimeout: Duration = .seconds(30),
         drainTimeout: Duration = .seconds(10),
         launchDataLimit: Int = 100 * 1024,
+        launchPolicy: LaunchPolicy = LaunchPolicy(),
         hostName: String = ProcessInfo.processInfo.hostName,
         hostId: String = HostConfiguration.machineId()
     ) {
@@ -47,6 +50,7 @@ public struct HostConfiguration: Sendable {
         self.responseTimeout = responseTimeout
         self.drainTimeout = drainTimeout
         self.launchDataLimit = launchDataLimit
+        self.launchPolicy = launchPolicy
         self.hostName = hostName
         self.hostId = hostId
     }

@@ -32,18 +32,26 @@ public final class TestHost: @unchecked Sendable {
     }
 
     /// Writes `manifests` (file name → JSON text) to a fresh folder and starts a host on it.
-    public static func start(manifests: [String: String], arguments: [String] = []) async throws -> TestHost {
+    public static func start(
+        manifests: [String: String],
+        arguments: [String] = [],
+        environment: [String: String] = [:]
+    ) async throws -> TestHost {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         for (name, json) in manifests {
             try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
-        return try await start(manifestsFolder: folder, arguments: arguments)
+        return try await start(manifestsFolder: folder, arguments: arguments, environment: environment)
     }
 
     /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits
     /// until it says it is ready.
-    public static func start(manifestsFolder: URL, arguments: [String] = []) async throws -> TestHost {
+    public static func start(
+        manifestsFolder: URL,
+        arguments: [String] = [],
+        environment: [String: String] = [:]
+    ) async throws -> TestHost {
         let executable = buildFolder.appendingPathComponent("atriumd")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
             throw StartError(
@@ -56,6 +64,7 @@ public final class TestHost: @unchecked Sendable {
         process.executableURL = executable
         process.arguments =
             ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let collector = OutputCollector()
         let pipe = Pipe()
         process.standardOutput = pipe

@@ -69,6 +69,39 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: "The largest data a launch may carry, in bytes (larger is answered with status 5, ValueSetTooLarge).")
     var launchDataLimit: Int = 100 * 1024
 
+    @Option(
+        name: .customLong("allow-scheme"),
+        help: ArgumentHelp(
+            "A scheme remote clients may launch even if no manifest declares it, or a local-only one such as file (repeatable).",
+            valueName: "scheme"))
+    var allowSchemes: [String] = []
+
+    @Option(
+        name: .customLong("deny-scheme"),
+        help: ArgumentHelp("A scheme remote clients may never launch (repeatable).", valueName: "scheme"))
+    var denySchemes: [String] = []
+
+    @Option(
+        name: .customLong("scheme-default"),
+        help: ArgumentHelp(
+            "The package that handles a scheme several packages declare (repeatable).", valueName: "scheme=package"))
+    var schemeDefaults: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "A launch policy file: {\"allow\": [...], \"deny\": [...], \"defaults\": {...}, \"maxUriLength\": n, \"systemHandlers\": bool}.",
+            valueName: "file"))
+    var launchPolicy: String?
+
+    @Option(help: "The longest URI a launch may carry, in characters.")
+    var maxUriLength: Int?
+
+    @Flag(
+        help:
+            "Send schemes no manifest declares to the desktop's default handler (mimeapps.list); remote clients still need --allow-scheme."
+    )
+    var systemHandlers = false
+
     @Flag(help: "Validate the manifests folder, print what would load, and exit (1 if anything would not).")
     var check = false
 
@@ -79,6 +112,7 @@ struct Atriumd: AsyncParsableCommand {
         guard responseTimeout > 0, drainTimeout >= 0 else {
             throw ValidationError("--response-timeout must be above 0 and --drain-timeout at least 0")
         }
+        _ = try makePolicy()
         guard maxMessageBytes > 0, maxFrameBytes >= maxMessageBytes, maxChannels > 0, maxInFlight > 0 else {
             throw ValidationError("limits must be positive, and --max-frame-bytes at least --max-message-bytes")
         }
@@ -96,6 +130,37 @@ struct Atriumd: AsyncParsableCommand {
         return (host.isEmpty ? "0.0.0.0" : host, port)
     }
 
+    func makePolicy() throws -> LaunchPolicy {
+        var policy = LaunchPolicy()
+        if let file = launchPolicy {
+            do {
+                policy = try LaunchPolicy.load(URL(fileURLWithPath: file))
+            } catch {
+                throw ValidationError("--launch-policy \(file): \(error)")
+            }
+        }
+        var defaults: [String: String] = [:]
+        for pair in schemeDefaults {
+            guard let equals = pair.firstIndex(of: "="), equals != pair.startIndex,
+                pair.index(after: equals) != pair.endIndex
+            else {
+                throw ValidationError(
+                    "--scheme-default takes SCHEME=PACKAGE (for example https=org.mozilla.firefox); got '\(pair)'")
+            }
+            defaults[String(pair[..<equals])] = String(pair[pair.index(after: equals)...])
+        }
+        for scheme in allowSchemes + denySchemes + Array(defaults.keys) where !Manifest.isScheme(scheme) {
+            throw ValidationError("'\(scheme)' is not a URI scheme (a letter, then letters, digits, +, - or .)")
+        }
+        policy = policy.merging(allowed: allowSchemes, denied: denySchemes, defaults: defaults)
+        if let maxUriLength {
+            guard maxUriLength > 0 else { throw ValidationError("--max-uri-length takes a positive number") }
+            policy.maxURILength = maxUriLength
+        }
+        if systemHandlers { policy.systemHandlers = true }
+        return policy
+    }
+
     func makeConfiguration() throws -> HostConfiguration {
         let listenAddress = listen == "off" ? nil : try parseListen()
         return HostConfiguration(
@@ -111,7 +176,8 @@ struct Atriumd: AsyncParsableCommand {
             ),
             responseTimeout: .milliseconds(Int64(responseTimeout * 1000)),
             drainTimeout: .milliseconds(Int64(drainTimeout * 1000)),
-            launchDataLimit: launchDataLimit
+            launchDataLimit: launchDataLimit,
+            launchPolicy: try makePolicy()
         )
     }
 

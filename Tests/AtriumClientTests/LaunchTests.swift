@@ -109,7 +109,7 @@ struct LaunchTests {
         #expect(try await launched(host, #"second launched atrium-test://cli for"#))
         let missing = try atrium(["launch", address, "nobody://x", "--json-output"])
         #expect(missing.status == 1)
-        #expect(missing.output.contains(#""statusName":"ProtocolUnavailable (3)""#))
+        #expect(missing.output.contains(#""statusName":"ProtocolUnavailable (3)""#), "\(missing.output)")
         let usage = try atrium(["launch", address, "x://y", "--data", "[1]"])
         #expect(usage.status == 64 && usage.output.contains("--data: the message must be a JSON object"))
         #expect(await host.stop() == 0)

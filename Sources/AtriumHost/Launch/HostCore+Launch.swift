@@ -1,5 +1,6 @@
 import AtriumValues
 import Foundation
+import Logging
 
 /// A launch as a client (or a plugin) asked for it.
 struct LaunchRequestInfo: Sendable {
@@ -25,65 +26,89 @@ extension HostCore {
         return Manifest.isScheme(scheme) ? scheme.lowercased() : nil
     }
 
-    /// Launches a URI: finds the package that handles its scheme and hands it the launch.
-    /// Blocks while the handler runs: call it off the event loop.
+    var policy: LaunchPolicy { configuration.launchPolicy }
+
+    /// Launches a URI: checks it and the policy, finds the handler of its scheme (falling back
+    /// to `fallbackUri`), and hands it the launch. Blocks while the handler runs: call it off
+    /// the event loop. Every outcome is logged with who asked.
     func launch(_ request: LaunchRequestInfo, clientId: String, clientDescription: String, isRemote: Bool)
         -> LaunchOutcome
     {
-        if let data = request.data, data.count > configuration.launchDataLimit {
-            return LaunchOutcome(
-                status: .valueSetTooLarge,
-                error: "the launch data is \(data.count) bytes, over the limit of \(configuration.launchDataLimit)"
-            )
-        }
-        if let data = request.data {
-            do {
-                _ = try ValueSet(cbor: data, root: "data")
-            } catch {
-                return LaunchOutcome(status: .unknown, error: "the launch data is not a ValueSet: \(error)")
-            }
-        }
-        let outcome = resolveAndLaunch(request.uri, request, clientId: clientId, isRemote: isRemote)
-        if outcome.status == .protocolUnavailable, let fallback = request.fallbackUri {
-            guard let scheme = Self.scheme(of: fallback), scheme == "http" || scheme == "https" else {
-                return LaunchOutcome(
-                    status: .protocolUnavailable,
-                    error: "\(outcome.error ?? ""); the fallback \(fallback) is not an http or https URI")
-            }
-            return resolveAndLaunch(fallback, request, clientId: clientId, isRemote: isRemote)
-        }
-        logger.info(
+        let outcome = checkedLaunch(request, clientId: clientId, isRemote: isRemote)
+        let level: Logger.Level = outcome.status == .deniedByRemoteSystem ? .warning : .info
+        logger.log(
+            level: level,
             "launch \(request.uri) from \(clientDescription): \(outcome.status)",
             metadata: outcome.error.map { ["reason": "\($0)"] } ?? [:]
         )
         return outcome
     }
 
-    private func resolveAndLaunch(_ uri: String, _ request: LaunchRequestInfo, clientId: String, isRemote: Bool)
+    private func checkedLaunch(_ request: LaunchRequestInfo, clientId: String, isRemote: Bool) -> LaunchOutcome {
+        if let data = request.data {
+            guard data.count <= configuration.launchDataLimit else {
+                return LaunchOutcome(
+                    status: .valueSetTooLarge,
+                    error: "the launch data is \(data.count) bytes, over the limit of \(configuration.launchDataLimit)"
+                )
+            }
+            do {
+                _ = try ValueSet(cbor: data, root: "data")
+            } catch {
+                return LaunchOutcome(status: .unknown, error: "the launch data is not a ValueSet: \(error)")
+            }
+        }
+        let outcome = launchOne(request.uri, request, clientId: clientId, isRemote: isRemote)
+        guard outcome.status == .protocolUnavailable, let fallback = request.fallbackUri else { return outcome }
+        guard let scheme = Self.scheme(of: fallback), scheme == "http" || scheme == "https" else {
+            return LaunchOutcome(
+                status: .protocolUnavailable,
+                error: "\(outcome.error ?? "no handler"); the fallback \(fallback) is not an http or https URI"
+            )
+        }
+        logger.info("launch \(request.uri): trying the fallback \(fallback)")
+        return launchOne(fallback, request, clientId: clientId, isRemote: isRemote)
+    }
+
+    /// Checks one URI against the syntax, the length limit and the policy, then resolves and runs
+    /// its handler.
+    private func launchOne(_ uri: String, _ request: LaunchRequestInfo, clientId: String, isRemote: Bool)
         -> LaunchOutcome
     {
+        guard uri.count <= policy.maxURILength else {
+            return LaunchOutcome(
+                status: .deniedByRemoteSystem,
+                error: "the URI is \(uri.count) characters long; the limit is \(policy.maxURILength)"
+            )
+        }
         guard let scheme = Self.scheme(of: uri) else {
-            return LaunchOutcome(status: .protocolUnavailable, error: "\"\(uri)\" is not a URI with a valid scheme")
+            return LaunchOutcome(
+                status: .protocolUnavailable,
+                error:
+                    "\"\(uri)\" is not a URI with a valid scheme (RFC 3986: a letter, then letters, digits, +, - or ., then ':')"
+            )
+        }
+        if uri.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
+            return LaunchOutcome(status: .protocolUnavailable, error: "the URI holds control characters")
         }
         let handlers = packages.filter { $0.manifest.schemes.contains(scheme) }
+        let toDesktop = handlers.isEmpty && request.package == nil && policy.systemHandlers
+        // The policy decides what may run; a scheme nothing handles is ProtocolUnavailable (and
+        // may fall back) whoever asks.
+        if isRemote, !handlers.isEmpty || toDesktop,
+            let refusal = policy.refusal(of: scheme, declared: !handlers.isEmpty)
+        {
+            return LaunchOutcome(status: .deniedByRemoteSystem, error: refusal)
+        }
+        if toDesktop {
+            return SystemHandlers.launch(uri: uri, scheme: scheme, logger: logger)
+        }
         let chosen: LoadedPackage
-        if let target = request.package {
-            guard let package = handlers.first(where: { $0.manifest.package == target }) else {
-                let why = package(target) == nil ? "is not installed" : "does not handle the scheme \(scheme)"
-                return LaunchOutcome(status: .appUnavailable, error: "package \"\(target)\" \(why)")
-            }
-            chosen = package
-        } else if let preferred = request.preferredPackages.lazy.compactMap({ name in
-            handlers.first { $0.manifest.package == name }
-        }).first {
-            chosen = preferred
-        } else if let first = handlers.first {
-            chosen = first
-        } else {
-            return LaunchOutcome(status: .protocolUnavailable, error: "no package handles the scheme \(scheme)")
+        switch choose(among: handlers, scheme: scheme, request: request) {
+        case .success(let package): chosen = package
+        case .failure(let refused): return refused.outcome
         }
         if let exec = chosen.manifest.launch {
-            logger.info("launch \(uri): running the program of package \(chosen.manifest.package)")
             var logger = self.logger
             logger[metadataKey: "package"] = "\(chosen.manifest.package)"
             return exec.run(uri: uri, logger: logger)
@@ -98,6 +123,53 @@ extension HostCore {
         let status = plugin.launch(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote)
         return LaunchOutcome(
             status: status,
-            error: status == .success ? nil : "package \"\(chosen.manifest.package)\" answered \(status)")
+            error: status == .success ? nil : "package \"\(chosen.manifest.package)\" answered \(status)"
+        )
     }
+
+    /// The resolution order of docs/LAUNCHING.md: the targeted package; else the first
+    /// installed preferred one; else the only one; else the configured default; else the first
+    /// in manifest order. The log says why.
+    private func choose(among handlers: [LoadedPackage], scheme: String, request: LaunchRequestInfo)
+        -> Result<LoadedPackage, LaunchOutcomeError>
+    {
+        if let target = request.package {
+            guard let package = handlers.first(where: { $0.manifest.package == target }) else {
+                let why = package(target) == nil ? "is not installed" : "does not handle the scheme \(scheme)"
+                return .failure(
+                    LaunchOutcomeError(LaunchOutcome(status: .appUnavailable, error: "package \"\(target)\" \(why)")))
+            }
+            return .success(package)
+        }
+        guard let first = handlers.first else {
+            return .failure(
+                LaunchOutcomeError(
+                    LaunchOutcome(status: .protocolUnavailable, error: "no package handles the scheme \(scheme)"))
+            )
+        }
+        for name in request.preferredPackages {
+            if let preferred = handlers.first(where: { $0.manifest.package == name }) {
+                logger.info(
+                    "launch \(scheme): chose \(name), the first of the client's preferred packages that handles it")
+                return .success(preferred)
+            }
+        }
+        if handlers.count == 1 { return .success(first) }
+        let names = handlers.map(\.manifest.package).joined(separator: ", ")
+        if let configured = policy.defaults[scheme],
+            let package = handlers.first(where: { $0.manifest.package == configured })
+        {
+            logger.info("launch \(scheme): chose \(configured), the host's default for the scheme (handlers: \(names))")
+            return .success(package)
+        }
+        logger.info(
+            "launch \(scheme): chose \(first.manifest.package), the first in manifest order (handlers: \(names))")
+        return .success(first)
+    }
+}
+
+/// A launch refused while choosing its handler, carrying the answer.
+struct LaunchOutcomeError: Error {
+    var outcome: LaunchOutcome
+    init(_ outcome: LaunchOutcome) { self.outcome = outcome }
 }
