@@ -91,17 +91,9 @@ struct ExecLaunchTests {
             left = zombies(of: host.process.processIdentifier)
         }
         #expect(left.isEmpty, "no zombie is left when the program ends: \(left)")
-        #expect(try await waitForLog(host, "ended with status 0"))
+        #expect(await host.waitForLog("ended with status 0"))
         await connection.close()
         #expect(await host.stop() == 0)
-    }
-
-    func waitForLog(_ host: TestHost, _ text: String) async throws -> Bool {
-        for _ in 0..<100 {
-            if host.log.contains(text) { return true }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return false
     }
 
     @Test func waitedProgramsThatHangFailOrDoNotExist() async throws {

@@ -8,13 +8,6 @@ import Testing
 /// The host's launch policy, scheme defaults, URI limits, and the desktop's handlers.
 @Suite(.serialized)
 struct LaunchPolicyTests {
-    func launched(_ host: TestHost, _ line: String) async throws -> Bool {
-        for _ in 0..<100 {
-            if host.log.contains(line) { return true }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return false
-    }
 
     static var manifests: [String: String] {
         var manifests = LaunchTests.manifests
@@ -39,7 +32,7 @@ struct LaunchPolicyTests {
             file.error
                 == "the scheme file is local-only; remote clients may launch it only if the host's policy allows it")
         #expect(
-            try await launched(host, "launch file:///etc/passwd from client phone: DeniedByRemoteSystem (7)"),
+            await host.waitForLog("launch file:///etc/passwd from client phone: DeniedByRemoteSystem (7)"),
             "logged with the client and the URI")
         let denied = try await remote.launchUri("atrium-denied:x")
         #expect(
@@ -64,8 +57,8 @@ struct LaunchPolicyTests {
         let launcher = RemoteLauncher(
             connection: try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!))
         #expect(try await launcher.launchUri("atrium-test://default").status == .success)
-        #expect(try await launched(host, "second launched atrium-test://default"))
-        #expect(try await launched(host, "chose atrium.tests.launcher.b, the host's default for the scheme"))
+        #expect(await host.waitForLog("second launched atrium-test://default"))
+        #expect(await host.waitForLog("chose atrium.tests.launcher.b, the host's default for the scheme"))
         await launcher.connection.close()
         #expect(await host.stop() == 0)
     }

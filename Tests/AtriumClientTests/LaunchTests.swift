@@ -21,14 +21,6 @@ struct LaunchTests {
         return manifests
     }
 
-    func launched(_ host: TestHost, _ line: String) async throws -> Bool {
-        for _ in 0..<100 {
-            if host.log.contains(line) { return true }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return false
-    }
-
     @Test func resolutionRules() async throws {
         let host = try await TestHost.start(manifests: Self.manifests, arguments: ["--launch-data-limit", "64"])
         let connection = try await AtriumConnection.connect(
@@ -38,13 +30,13 @@ struct LaunchTests {
         // Several packages declare the scheme, none preferred: the first in manifest order.
         let first = try await launcher.launchUri("atrium-test://one", options: .init(data: ["Page": 3]))
         #expect(first.status == .success && first.error == nil)
-        #expect(try await launched(host, #"first launched atrium-test://one for phone remote true data {"Page": 3}"#))
+        #expect(await host.waitForLog(#"first launched atrium-test://one for phone remote true data {"Page": 3}"#))
 
         // A preferred package wins; an unknown preferred one is passed over.
         let preferred = try await launcher.launchUri(
             "atrium-test://two", options: .init(preferredPackages: ["no.such", "atrium.tests.launcher.b"]))
         #expect(preferred.status == .success)
-        #expect(try await launched(host, "second launched atrium-test://two"))
+        #expect(await host.waitForLog("second launched atrium-test://two"))
 
         // A targeted package must declare the scheme.
         let targeted = try await launcher.launchUri(
@@ -58,7 +50,7 @@ struct LaunchTests {
         // No handler: the fallback (http or https only), else ProtocolUnavailable.
         let fallback = try await launcher.launchUri("nobody://x", options: .init(fallbackUri: "https://example.org/a"))
         #expect(fallback.status == .success)
-        #expect(try await launched(host, "first launched https://example.org/a"))
+        #expect(await host.waitForLog("first launched https://example.org/a"))
         let badFallback = try await launcher.launchUri("nobody://x", options: .init(fallbackUri: "ftp://example.org"))
         #expect(badFallback.status == .protocolUnavailable)
         let none = try await launcher.launchUri("nobody://x")
@@ -90,10 +82,10 @@ struct LaunchTests {
         #expect(try await ping.openRemote() == .success)
         let answer = try await ping.sendMessage(["Type": "LaunchUri", "Uri": "atrium-test://from-roman"])
         #expect(answer.message["Type"] == "Ok")
-        #expect(try await launched(host, "first launched atrium-test://from-roman for a plugin remote false data none"))
+        #expect(await host.waitForLog("first launched atrium-test://from-roman for a plugin remote false data none"))
         let own = try await RemoteLauncher(connection: connection).launchUri("roman-test://hello")
         #expect(own.status == .success)
-        #expect(try await launched(host, "opened with roman-test://hello"))
+        #expect(await host.waitForLog("opened with roman-test://hello"))
         await connection.close()
         #expect(await host.stop() == 0)
     }
@@ -106,7 +98,7 @@ struct LaunchTests {
             #"{"From": "cli"}"#,
         ])
         #expect(ok.status == 0 && ok.output == "launch atrium-test://cli: Success (1)\n")
-        #expect(try await launched(host, #"second launched atrium-test://cli for"#))
+        #expect(await host.waitForLog(#"second launched atrium-test://cli for"#))
         let missing = try atrium(["launch", address, "nobody://x", "--json-output"])
         #expect(missing.status == 1)
         #expect(missing.output.contains(#""statusName":"ProtocolUnavailable (3)""#), "\(missing.output)")
