@@ -31,6 +31,9 @@ let package = Package(
         .library(name: "AtriumTestService", type: .dynamic, targets: ["AtriumTestService"]),
         // A C service that exercises the host's message accessors and builders.
         .library(name: "AtriumTestCService", type: .dynamic, targets: ["AtriumTestCService"]),
+        // Plain C libraries exposed by manifests alone (declared functions).
+        .library(name: "mathdemo", type: .dynamic, targets: ["MathDemo"]),
+        .library(name: "ffitypes", type: .dynamic, targets: ["FFITypes"]),
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
         .executable(name: "atrium-baseline", targets: ["AtriumBaselineServer"]),
     ],
@@ -48,12 +51,16 @@ let package = Package(
         .target(name: "AtriumProtocol", dependencies: ["AtriumValues", nioCore], swiftSettings: strict),
         // The C header plugin authors compile against.
         .target(name: "CAtriumPlugin"),
+        // libffi, for calling the C functions that manifests declare (apt: libffi-dev).
+        .target(name: "CAtriumFFI", linkerSettings: [.linkedLibrary("ffi")]),
         // The Swift SDK for writing plugins.
         .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
         // Manifests, plugin loading, routing, the server.
         .target(
             name: "AtriumHost",
-            dependencies: ["AtriumValues", "AtriumProtocol", "CAtriumPlugin", nioCore, nioPosix, logging, lifecycle],
+            dependencies: [
+                "AtriumValues", "AtriumProtocol", "CAtriumPlugin", "CAtriumFFI", nioCore, nioPosix, logging, lifecycle,
+            ],
             swiftSettings: strict
         ),
         // The client library: connections, AppServiceConnection, apps, ping.
@@ -96,6 +103,8 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(name: "AtriumTestCService", dependencies: ["CAtriumPlugin"], path: "Tests/Fixtures/CTestService"),
+        .target(name: "MathDemo", path: "Plugins/MathDemo"),
+        .target(name: "FFITypes", path: "Tests/Fixtures/FFITypes"),
         .executableTarget(
             name: "AtriumCodecBenchmark",
             dependencies: ["AtriumValues", "AtriumProtocol", nioCore],

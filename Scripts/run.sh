@@ -3,5 +3,6 @@
 # services of manifests/. Arguments go to atriumd (try --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+Scripts/ensure-deps.sh
 swift build
 exec .build/debug/atriumd "$@"

@@ -5,6 +5,7 @@
 # go to `swift test` (for example `Scripts/test.sh --filter FrameCodec`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+Scripts/ensure-deps.sh
 
 if ! python3 -c 'import cbor2' 2>/dev/null; then
     echo "Installing Python's cbor2 for the CBOR cross-check tests..."

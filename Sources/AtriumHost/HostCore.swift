@@ -86,10 +86,21 @@ public final class HostCore: @unchecked Sendable {
                 continue
             }
             do {
+                let folder = manifest.file.deletingLastPathComponent()
+                if !manifest.functions.isEmpty {
+                    let (path, handle) = try PluginLibrary.openHandle(
+                        library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true
+                    )
+                    let service = FunctionService(functions: try DeclaredFunctions(manifest.functions, handle: handle))
+                    let plugin = PluginInstance(
+                        manifest: manifest, descriptor: FunctionService.descriptor, core: self, logger: logger)
+                    service.plugin = plugin
+                    plugin.start(builtIn: Unmanaged.passRetained(service).toOpaque())
+                    loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, plugin: plugin))
+                    continue
+                }
                 let (path, descriptor) = try PluginLibrary.open(
-                    library,
-                    manifestFolder: manifest.file.deletingLastPathComponent(),
-                    searchPath: configuration.pluginSearchPath
+                    library, manifestFolder: folder, searchPath: configuration.pluginSearchPath
                 )
                 let plugin = PluginInstance(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
                 try plugin.create()

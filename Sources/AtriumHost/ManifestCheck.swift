@@ -36,7 +36,20 @@ public struct ManifestCheck: Sendable {
                 file: manifest.file.lastPathComponent, package: manifest.package,
                 summary: parts.joined(separator: "; "), problem: nil
             )
-            if let library = manifest.library {
+            if let library = manifest.library, !manifest.functions.isEmpty {
+                do {
+                    let (path, handle) = try PluginLibrary.openHandle(
+                        library, manifestFolder: manifest.file.deletingLastPathComponent(),
+                        searchPath: pluginSearchPath,
+                        loaderSearch: true
+                    )
+                    _ = try DeclaredFunctions(manifest.functions, handle: handle)
+                    entry.summary += "; functions: " + manifest.functions.map(\.command).joined(separator: ", ")
+                    entry.summary += "; library: \(path.path)"
+                } catch {
+                    entry.problem = error.reason
+                }
+            } else if let library = manifest.library {
                 do {
                     let (path, _) = try PluginLibrary.open(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(), searchPath: pluginSearchPath

@@ -35,7 +35,7 @@ struct CommandLineTests {
         let (status, output) = try run(["--check", "--manifests", manifests.path])
         #expect(status == 0, "\(output)")
         #expect(output.contains("✓ echo.json (atrium.examples.echo): services: atrium.echo; library: "))
-        #expect(output.contains("2 manifests, 2 would load, 0 would not"))
+        #expect(output.contains("3 manifests, 3 would load, 0 would not"))
     }
 
     @Test func checkNamesEveryProblemAndExitsOne() throws {
@@ -49,7 +49,7 @@ struct CommandLineTests {
         #expect(status == 1)
         #expect(output.contains("✗ bad.json: manifestVersion: must be 1, not 2"))
         #expect(output.contains("✗ missing.json (m): library libNope.so not found"))
-        #expect(output.contains("4 manifests, 2 would load, 2 would not"))
+        #expect(output.contains("5 manifests, 3 would load, 2 would not"))
     }
 
     @Test func badOptionsSayWhatToTypeInstead() throws {

@@ -23,6 +23,8 @@ public struct Manifest: Sendable, Hashable {
     public var concurrent: Bool
     /// A program that handles the package's schemes, for a package with no library.
     public var launch: ExecLauncher?
+    /// C functions of the library that answer requests by their `Command`.
+    public var functions: [DeclaredFunction] = []
     /// The file it came from.
     public var file: URL
 
@@ -196,10 +198,16 @@ extension Manifest {
             launch = ExecLauncher(command: command, wait: wait, timeoutSeconds: timeout)
         }
 
+        var functions: [DeclaredFunction] = []
+        if let value = root["functions"] {
+            guard library != nil else { throw fail("functions", "need a library to find the functions in") }
+            functions = try Self.functions(value, fail)
+        }
+
         self.init(
             manifestVersion: 1, package: packageName, displayName: displayName, library: library,
             services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, launch: launch,
-            file: file
+            functions: functions, file: file
         )
     }
 
@@ -208,9 +216,100 @@ extension Manifest {
         guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [] }
         let known: Set<String> = [
             "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
-            "launch",
+            "launch", "functions",
         ]
         return root.keys.filter { !known.contains($0) }.sorted()
+    }
+
+    /// Reads and checks `functions` (docs/FFI.md).
+    static func functions(_ value: JSONValue, _ fail: (String?, String) -> ManifestError) throws(ManifestError)
+        -> [DeclaredFunction]
+    {
+        guard case .array(let list) = value, !list.isEmpty else { throw fail("functions", "must be a non-empty array") }
+        let types = DeclaredFunction.CType.allCases.map(\.rawValue).joined(separator: " ")
+        var functions: [DeclaredFunction] = []
+        for (index, item) in list.enumerated() {
+            let field = "functions[\(index)]"
+            guard case .object(let entry) = item else { throw fail(field, "must be an object") }
+            guard case .string(let command)? = entry["command"], !command.isEmpty else {
+                throw fail("\(field).command", "must be a non-empty string: the Command value that calls the function")
+            }
+            if functions.contains(where: { $0.command == command }) {
+                throw fail("\(field).command", "\"\(command)\" is declared twice")
+            }
+            guard case .string(let symbol)? = entry["symbol"], !symbol.isEmpty else {
+                throw fail("\(field).symbol", "must be the C function's name")
+            }
+            var parameters: [DeclaredFunction.Parameter] = []
+            if let params = entry["params"] {
+                guard case .array(let list) = params else { throw fail("\(field).params", "must be an array") }
+                for (position, param) in list.enumerated() {
+                    let where_ = "\(field).params[\(position)]"
+                    guard case .object(let spec) = param, case .string(let name)? = spec["name"], !name.isEmpty else {
+                        throw fail(where_, "must be an object with a name and a type")
+                    }
+                    guard case .string(let typeName)? = spec["type"],
+                        let type = DeclaredFunction.CType(rawValue: typeName),
+                        type != .void
+                    else {
+                        throw fail(
+                            "\(where_).type", "must be one of: \(types.replacingOccurrences(of: " void", with: ""))")
+                    }
+                    if parameters.contains(where: { $0.name == name }) {
+                        throw fail("\(where_).name", "\"\(name)\" is declared twice")
+                    }
+                    var lengthOf: String?
+                    if let target = spec["lengthOf"] {
+                        guard case .string(let targetName) = target else {
+                            throw fail("\(where_).lengthOf", "must name a bytes parameter")
+                        }
+                        guard type.isInteger else {
+                            throw fail("\(where_).lengthOf", "needs an integer type, not \(type.rawValue)")
+                        }
+                        lengthOf = targetName
+                    }
+                    parameters.append(.init(name: name, type: type, lengthOf: lengthOf))
+                }
+            }
+            for parameter in parameters {
+                guard let target = parameter.lengthOf else { continue }
+                guard parameters.contains(where: { $0.name == target && $0.type == .bytes }) else {
+                    throw fail(
+                        "\(field).params",
+                        "\"\(parameter.name)\" is the lengthOf \"\(target)\", which is not a bytes parameter of this function"
+                    )
+                }
+            }
+            var returns = DeclaredFunction.CType.void
+            var ownership: DeclaredFunction.StringOwnership?
+            switch entry["returns"] {
+            case nil:
+                break
+            case .string(let name)?:
+                guard let type = DeclaredFunction.CType(rawValue: name), type != .bytes else {
+                    throw fail(
+                        "\(field).returns",
+                        "must be one of: \(types.replacingOccurrences(of: " bytes", with: "")) (bytes cannot be returned: their length is unknown)"
+                    )
+                }
+                returns = type
+                if type == .string { ownership = .library }
+            case .object(let spec)?:
+                guard case .string("string")? = spec["type"], case .string(let free)? = spec["free"], !free.isEmpty
+                else {
+                    throw fail("\(field).returns", "an object must be {\"type\": \"string\", \"free\": \"FUNCTION\"}")
+                }
+                returns = .string
+                ownership = .free(free)
+            default:
+                throw fail("\(field).returns", "must be a type name or {\"type\": \"string\", \"free\": \"FUNCTION\"}")
+            }
+            functions.append(
+                DeclaredFunction(
+                    command: command, symbol: symbol, parameters: parameters, returns: returns, ownership: ownership)
+            )
+        }
+        return functions
     }
 
     /// Why `name` is not a valid package or service name, or nil.

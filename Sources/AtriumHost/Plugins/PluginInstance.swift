@@ -61,6 +61,12 @@ final class PluginInstance: @unchecked Sendable {
         instance = created
     }
 
+    /// Starts a built-in plugin (declared functions) whose instance the host made itself.
+    func start(builtIn instance: UnsafeMutableRawPointer) {
+        table.pointee.host_data = Unmanaged.passUnretained(self).toOpaque()
+        self.instance = instance
+    }
+
     /// The instance for the table's host functions to find.
     static func from(_ api: UnsafePointer<atrium_host_api>?) -> PluginInstance? {
         guard let data = api?.pointee.host_data else { return nil }

@@ -23,21 +23,31 @@ enum PluginLibrary {
         return [manifestFolder.appendingPathComponent(library)] + searchPath.map { $0.appendingPathComponent(library) }
     }
 
-    /// Opens the first existing candidate and returns its checked descriptor.
-    static func open(_ library: String, manifestFolder: URL, searchPath: [URL]) throws(PluginLoadError)
-        -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
+    /// Opens a library: the first existing candidate, or, when `loaderSearch` is set and the
+    /// name has no '/', whatever the dynamic loader's own search finds (`libz.so.1`).
+    static func openHandle(_ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool = false)
+        throws(PluginLoadError) -> (path: URL, handle: UnsafeMutableRawPointer)
     {
         let candidates = candidates(for: library, manifestFolder: manifestFolder, searchPath: searchPath)
-        guard let path = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) }) else {
+        let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) })
+        guard let path = found ?? (loaderSearch && !library.contains("/") ? URL(fileURLWithPath: library) : nil) else {
             let tried = candidates.map(\.path).joined(separator: ", ")
             throw PluginLoadError(reason: "library \(library) not found (looked at \(tried))")
         }
         // RTLD_LOCAL keeps each plugin's symbols (each Swift plugin carries its own copy of
         // the SDK) to itself. The library is never closed: unloading Swift code is unsafe.
-        guard let handle = dlopen(path.path, RTLD_NOW | RTLD_LOCAL) else {
+        guard let handle = dlopen(found == nil ? library : path.path, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
-            throw PluginLoadError(reason: "cannot load \(path.path): \(reason)")
+            throw PluginLoadError(reason: "cannot load \(found == nil ? library : path.path): \(reason)")
         }
+        return (path, handle)
+    }
+
+    /// Opens the first existing candidate and returns its checked descriptor.
+    static func open(_ library: String, manifestFolder: URL, searchPath: [URL]) throws(PluginLoadError)
+        -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
+    {
+        let (path, handle) = try openHandle(library, manifestFolder: manifestFolder, searchPath: searchPath)
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
             throw PluginLoadError(
                 reason:
