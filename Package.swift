@@ -36,6 +36,7 @@ let package = Package(
         .library(name: "ffitypes", type: .dynamic, targets: ["FFITypes"]),
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
         .executable(name: "atrium-baseline", targets: ["AtriumBaselineServer"]),
+        .executable(name: "atrium-ffi-bench", targets: ["AtriumFFIBenchmark"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -81,6 +82,12 @@ let package = Package(
                 "AtriumProtocol", "AtriumValues", nioCore, nioPosix,
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AtriumFFIBenchmark",
+            dependencies: ["AtriumHost", "AtriumValues"],
+            path: "Benchmarks/FFIBenchmark",
             swiftSettings: strict
         ),
         .executableTarget(

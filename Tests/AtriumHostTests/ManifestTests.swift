@@ -87,3 +87,61 @@ struct ManifestTests {
         #expect(manifest.launch == ExecLauncher(command: ["xdg-open", "{uri}"], wait: true, timeoutSeconds: 5))
     }
 }
+
+/// The `functions` field (docs/FFI.md).
+struct FunctionManifestTests {
+    func problem(_ functions: String) -> String? {
+        let json = #"{"manifestVersion": 1, "package": "f", "library": "libf.so", "functions": "# + functions + "}"
+        do {
+            _ = try Manifest(json: Data(json.utf8), file: URL(fileURLWithPath: "/m/f.json"))
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test(arguments: [
+        ("[]", "f.json: functions: must be a non-empty array"),
+        (
+            #"[{"symbol": "x"}]"#,
+            "f.json: functions[0].command: must be a non-empty string: the Command value that calls the function"
+        ),
+        (
+            #"[{"command": "a", "symbol": "x"}, {"command": "a", "symbol": "y"}]"#,
+            #"f.json: functions[1].command: "a" is declared twice"#
+        ),
+        (#"[{"command": "a"}]"#, "f.json: functions[0].symbol: must be the C function's name"),
+        (
+            #"[{"command": "a", "symbol": "x", "params": [{"name": "p", "type": "int128"}]}]"#,
+            "f.json: functions[0].params[0].type: must be one of: int8 int16 int32 int64 uint8 uint16 uint32 uint64 float double bool string bytes"
+        ),
+        (
+            #"[{"command": "a", "symbol": "x", "params": [{"name": "p", "type": "string", "lengthOf": "q"}]}]"#,
+            "f.json: functions[0].params[0].lengthOf: needs an integer type, not string"
+        ),
+        (
+            #"[{"command": "a", "symbol": "x", "params": [{"name": "n", "type": "uint32", "lengthOf": "q"}]}]"#,
+            #"f.json: functions[0].params: "n" is the lengthOf "q", which is not a bytes parameter of this function"#
+        ),
+        (
+            #"[{"command": "a", "symbol": "x", "returns": "bytes"}]"#,
+            "f.json: functions[0].returns: must be one of: int8 int16 int32 int64 uint8 uint16 uint32 uint64 float double bool string void (bytes cannot be returned: their length is unknown)"
+        ),
+        (
+            #"[{"command": "a", "symbol": "x", "returns": {"type": "int32", "free": "free"}}]"#,
+            #"f.json: functions[0].returns: an object must be {"type": "string", "free": "FUNCTION"}"#
+        ),
+    ])
+    func refusals(_ functions: String, _ expected: String) {
+        #expect(problem(functions) == expected)
+    }
+
+    @Test func functionsNeedALibrary() {
+        let json = #"{"manifestVersion": 1, "package": "f", "functions": [{"command": "a", "symbol": "x"}]}"#
+        #expect(
+            throws: ManifestError(file: "f.json", field: "functions", reason: "need a library to find the functions in")
+        ) {
+            try Manifest(json: Data(json.utf8), file: URL(fileURLWithPath: "/m/f.json"))
+        }
+    }
+}

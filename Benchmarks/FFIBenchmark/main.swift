@@ -1,0 +1,54 @@
+// Measures what a declared-function call costs over calling the same C function directly:
+// argument checks, marshalling, ffi_call and building the result, for mathdemo's `add`,
+// both measured in the same run. Run it optimised, ideally pinned to one core:
+//
+//     swift build -c release && taskset -c 0 .build/release/atrium-ffi-bench
+
+import AtriumHost
+import AtriumValues
+import Foundation
+
+nonisolated(unsafe) var sink: Int64 = 0
+
+/// Best nanoseconds per call over `rounds` rounds of `iterations` calls.
+func measure(iterations: Int, rounds: Int = 9, _ body: () -> Int64) -> Double {
+    for _ in 0..<iterations / 10 { sink &+= body() }
+    var best = Double.infinity
+    let clock = ContinuousClock()
+    for _ in 0..<rounds {
+        let start = clock.now
+        for _ in 0..<iterations { sink &+= body() }
+        let elapsed = clock.now - start
+        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
+        best = min(best, nanoseconds / Double(iterations))
+    }
+    return best
+}
+
+let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+let library = folder.appendingPathComponent("libmathdemo.so").path
+guard let handle = dlopen(library, RTLD_NOW | RTLD_LOCAL), let symbol = dlsym(handle, "mathdemo_add") else {
+    fatalError("cannot load \(library): build the package first")
+}
+let manifest = try Manifest(
+    json: Data(
+        """
+        { "manifestVersion": 1, "package": "bench", "library": "libmathdemo.so",
+          "functions": [{ "command": "add", "symbol": "mathdemo_add",
+            "params": [{ "name": "a", "type": "int64" }, { "name": "b", "type": "int64" }], "returns": "int64" }] }
+        """.utf8
+    ),
+    file: URL(fileURLWithPath: "bench.json")
+)
+let functions = try DeclaredFunctions(manifest.functions, handle: handle)
+let add = unsafeBitCast(symbol, to: (@convention(c) (Int64, Int64) -> Int64).self)
+let message: ValueSet = ["Command": "add", "a": 2, "b": 40]
+
+let direct = measure(iterations: 10_000_000) { add(sink & 1, 40) }
+let declared = measure(iterations: 1_000_000) {
+    (try? functions.call(message))?["Result"]?.int ?? 0
+}
+print("mathdemo_add, ns per call (best of 9 rounds)")
+print(String(format: "direct call through the function pointer: %.1f ns", direct))
+print(String(format: "declared-function call (checks, marshalling, ffi_call, result): %.1f ns", declared))
+print(String(format: "overhead: %.1f ns per call (goal: under 1000 ns)", declared - direct))
