@@ -1,6 +1,7 @@
 import AtriumProtocol
 import AtriumValues
 import CAtriumPlugin
+import Dispatch
 public import Foundation
 public import Logging
 import NIOCore
@@ -80,6 +81,8 @@ public final class HostCore: @unchecked Sendable {
     /// recorded with its reason; the others load regardless. Call once, before serving.
     public func load(_ directory: ManifestDirectory) {
         var loaded: [LoadedPackage] = []
+        // Declared functions are serialised per library, across the packages that use it.
+        var libraryQueues: [String: DispatchQueue] = [:]
         for manifest in directory.manifests {
             guard let library = manifest.library else {
                 loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, plugin: nil))
@@ -92,8 +95,17 @@ public final class HostCore: @unchecked Sendable {
                         library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true
                     )
                     let service = FunctionService(functions: try DeclaredFunctions(manifest.functions, handle: handle))
+                    var queue: DispatchQueue? = nil
+                    if !manifest.concurrent {
+                        queue =
+                            libraryQueues[path.path]
+                            ?? DispatchQueue(label: "atrium.functions.\(path.lastPathComponent)")
+                        libraryQueues[path.path] = queue
+                    }
                     let plugin = PluginInstance(
-                        manifest: manifest, descriptor: FunctionService.descriptor, core: self, logger: logger)
+                        manifest: manifest, descriptor: FunctionService.descriptor, core: self, logger: logger,
+                        queue: queue
+                    )
                     service.plugin = plugin
                     plugin.start(builtIn: Unmanaged.passRetained(service).toOpaque())
                     loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, plugin: plugin))

@@ -28,7 +28,15 @@ final class PluginInstance: @unchecked Sendable {
 
     var package: String { manifest.package }
 
-    init(manifest: Manifest, descriptor: UnsafePointer<atrium_plugin>, core: HostCore, logger: Logger) {
+    /// `queue`: one to share (declared functions of one library share its serial queue);
+    /// by default the plugin gets its own.
+    init(
+        manifest: Manifest,
+        descriptor: UnsafePointer<atrium_plugin>,
+        core: HostCore,
+        logger: Logger,
+        queue shared: DispatchQueue? = nil
+    ) {
         self.manifest = manifest
         self.descriptor = descriptor
         self.core = core
@@ -39,7 +47,9 @@ final class PluginInstance: @unchecked Sendable {
         let concurrent = manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
         requestsInline =
             flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
-        queue = DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
+        queue =
+            shared
+            ?? DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
         table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
         table.initialize(to: HostAPI.makeTable())
         table.pointee.host_data = nil
