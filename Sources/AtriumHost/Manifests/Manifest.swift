@@ -25,6 +25,8 @@ public struct Manifest: Sendable, Hashable {
     public var launch: ExecLauncher?
     /// C functions of the library that answer requests by their `Command`.
     public var functions: [DeclaredFunction] = []
+    /// Top-level keys this host does not know (ignored; the loader warns about them).
+    public var unknownKeys: [String] = []
     /// The file it came from.
     public var file: URL
 
@@ -209,17 +211,13 @@ extension Manifest {
             services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, launch: launch,
             functions: functions, file: file
         )
+        unknownKeys = root.keys.filter { !Self.knownKeys.contains($0) }.sorted()
     }
 
-    /// The keys of `data`'s top object that this host does not know, for a warning.
-    static func unknownKeys(in data: Data) -> [String] {
-        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [] }
-        let known: Set<String> = [
-            "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
-            "launch", "functions",
-        ]
-        return root.keys.filter { !known.contains($0) }.sorted()
-    }
+    static let knownKeys: Set<String> = [
+        "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
+        "launch", "functions",
+    ]
 
     /// Reads and checks `functions` (docs/FFI.md).
     static func functions(_ value: JSONValue, _ fail: (String?, String) -> ManifestError) throws(ManifestError)

@@ -41,7 +41,7 @@ public struct ManifestDirectory: Sendable {
                     )
                     continue
                 }
-                for key in Manifest.unknownKeys(in: data) {
+                for key in manifest.unknownKeys {
                     result.warnings.append("\(name): unknown key \"\(key)\" ignored")
                 }
                 result.manifests.append(manifest)

@@ -157,44 +157,39 @@ enum HostAPI {
             }
         }
 
+    /// Reads a scalar under `key` through `extract` (nil for another kind): ATRIUM_OK with
+    /// `*out` set, ATRIUM_E_NOT_FOUND or ATRIUM_E_WRONG_KIND.
+    static func getScalar<T>(
+        _ pointer: OpaquePointer?,
+        _ key: UnsafePointer<CChar>?,
+        _ out: UnsafeMutablePointer<T>?,
+        _ extract: (Value) -> T?
+    ) -> Int32 {
+        get(pointer, key) { _, _, value in
+            guard let scalar = extract(value) else { return ATRIUM_E_WRONG_KIND }
+            out?.pointee = scalar
+            return ATRIUM_OK
+        }
+    }
+
     static let getInt:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int64>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .int(let int) = value else { return ATRIUM_E_WRONG_KIND }
-                out?.pointee = int
-                return ATRIUM_OK
-            }
+            _, pointer, key, out in getScalar(pointer, key, out) { $0.int }
         }
 
     static let getDouble:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .double(let double) = value else { return ATRIUM_E_WRONG_KIND }
-                out?.pointee = double
-                return ATRIUM_OK
-            }
+            _, pointer, key, out in getScalar(pointer, key, out) { $0.double }
         }
 
     static let getBool:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Int32>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .bool(let bool) = value else { return ATRIUM_E_WRONG_KIND }
-                out?.pointee = bool ? 1 : 0
-                return ATRIUM_OK
-            }
+            _, pointer, key, out in getScalar(pointer, key, out) { $0.bool.map { $0 ? 1 : 0 } }
         }
 
     static let getDate:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<Double>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .date(let date) = value else { return ATRIUM_E_WRONG_KIND }
-                out?.pointee = date.secondsSince1970
-                return ATRIUM_OK
-            }
+            _, pointer, key, out in getScalar(pointer, key, out) { $0.timestamp?.secondsSince1970 }
         }
 
     static let getUUID:
