@@ -44,6 +44,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
     ],
     targets: [
         // The values every message carries: ValueSet, Value, statuses, and their CBOR codec.
@@ -61,6 +62,7 @@ let package = Package(
             name: "AtriumHost",
             dependencies: [
                 "AtriumValues", "AtriumProtocol", "CAtriumPlugin", "CAtriumFFI", nioCore, nioPosix, logging, lifecycle,
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),

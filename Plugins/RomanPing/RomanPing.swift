@@ -31,7 +31,8 @@ final class RomanPing: AppService {
             guard let uri = message["Uri"]?.string else {
                 return .failure("a LaunchUri message needs a Uri string")
             }
-            let status = await host.launch(uri)
+            // On behalf of the client that asked: the host applies that client's launch policy.
+            let status = await request.channel.launch(uri)
             host.log(.info, "launched \(uri): \(status)")
             return ["Type": "Ok", "CreationDate": .date(.now)]
         default:

@@ -1,4 +1,5 @@
 public import AtriumProtocol
+import Crypto
 public import Foundation
 
 /// Everything a host needs to know to start. The defaults are what `atriumd` uses when run
@@ -23,8 +24,20 @@ public struct HostConfiguration: Sendable {
     public var launchDataLimit: Int
     /// Which schemes remote clients may launch, and which handler wins.
     public var launchPolicy: LaunchPolicy
+    /// What clients may make the host hold: connections, time, bytes, launches.
+    public var admission: AdmissionLimits
+    /// The tokens clients may present in `hello` (`--token-file`), or `nil` when the host has
+    /// none: then a TCP client needs no token, and a client that sends one is refused, since
+    /// the host cannot check it (CONTRACT section 7).
+    public var tokens: Set<String>?
+    /// Whether manifests, plugin libraries and their folders must be safe from other users
+    /// (owned by root or the host's user, not writable by group or others), as sshd's
+    /// StrictModes checks its files.
+    public var strictModes: Bool
     /// Reported in `welcome`.
     public var hostName: String
+    /// Reported in `welcome`: an id for this host that is stable across restarts and says
+    /// nothing else about the machine (see ``appSpecificMachineId()``).
     public var hostId: String
 
     public init(
@@ -38,8 +51,11 @@ public struct HostConfiguration: Sendable {
         drainTimeout: Duration = .seconds(10),
         launchDataLimit: Int = 100 * 1024,
         launchPolicy: LaunchPolicy = LaunchPolicy(),
+        admission: AdmissionLimits = .default,
+        tokens: Set<String>? = nil,
+        strictModes: Bool = true,
         hostName: String = ProcessInfo.processInfo.hostName,
-        hostId: String = HostConfiguration.machineId()
+        hostId: String = HostConfiguration.appSpecificMachineId()
     ) {
         self.manifestsFolder = manifestsFolder
         self.listenHost = listenHost
@@ -51,6 +67,9 @@ public struct HostConfiguration: Sendable {
         self.drainTimeout = drainTimeout
         self.launchDataLimit = launchDataLimit
         self.launchPolicy = launchPolicy
+        self.admission = admission
+        self.tokens = tokens
+        self.strictModes = strictModes
         self.hostName = hostName
         self.hostId = hostId
     }
@@ -72,12 +91,52 @@ public struct HostConfiguration: Sendable {
         return URL(fileURLWithPath: path).deletingLastPathComponent()
     }
 
-    /// `/etc/machine-id` when there is one, so that the id is stable across restarts.
-    public static func machineId() -> String {
-        if let text = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8) {
-            let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
-            if !id.isEmpty { return id }
+    /// The id this host reports, derived from `/etc/machine-id` as systemd's
+    /// `sd_id128_get_machine_app_specific` does: HMAC-SHA256 keyed with the machine id over
+    /// Atrium's own application id, formatted as a version 4 UUID. It is stable across
+    /// restarts, differs from every other application's, and does not reveal the machine id,
+    /// which machine-id(5) asks never to expose. A random id when there is no machine id.
+    public static func appSpecificMachineId(machineIdFile: String = "/etc/machine-id") -> String {
+        guard let text = try? String(contentsOfFile: machineIdFile, encoding: .utf8),
+            let machine = hexBytes(text.trimmingCharacters(in: .whitespacesAndNewlines)), machine.count == 16
+        else {
+            return UUID().uuidString.lowercased()
         }
-        return UUID().uuidString.lowercased()
+        var digest = Array(
+            HMAC<SHA256>.authenticationCode(for: atriumApplicationId, using: SymmetricKey(data: machine)))
+        digest[6] = (digest[6] & 0x0f) | 0x40
+        digest[8] = (digest[8] & 0x3f) | 0x80
+        let uuid = UUID(
+            uuid: (
+                digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7], digest[8],
+                digest[9], digest[10], digest[11], digest[12], digest[13], digest[14], digest[15]
+            ))
+        return uuid.uuidString.lowercased()
+    }
+
+    /// Atrium's application id for ``appSpecificMachineId(machineIdFile:)`` (fixed: changing
+    /// it changes every host's id).
+    static let atriumApplicationId: [UInt8] = [
+        0x6f, 0x1a, 0x52, 0x3c, 0x8e, 0x27, 0x4d, 0x09, 0xb4, 0x35, 0x2e, 0x70, 0xa1, 0x5c, 0xd8, 0x13,
+    ]
+
+    static func hexBytes(_ text: String) -> [UInt8]? {
+        let digits = Array(text.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = hexValue(digits[index]), let low = hexValue(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+
+    private static func hexValue(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+        default: nil
+        }
     }
 }

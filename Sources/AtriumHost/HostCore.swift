@@ -5,6 +5,7 @@ import Dispatch
 public import Foundation
 public import Logging
 import NIOCore
+import NIOPosix
 import Synchronization
 
 /// A package as the host knows it: its manifest, and its plugin or why it has none.
@@ -33,12 +34,24 @@ public final class HostCore: @unchecked Sendable {
     private var packageIndex: [String: Int] = [:]
     let state = Mutex(State())
     private let nextId = Atomic<UInt64>(1)
+    /// Refusals and limits reached, logged at most once per interval each.
+    let breaches: BreachLog
+    /// Where launches run: a few threads of their own, so that handlers that take a while
+    /// (a program started with `wait`) never hold an event loop or Dispatch's shared pool.
+    let launchPool: NIOThreadPool
+    /// Launches in flight, from clients and plugins together (at most `admission.maxLaunches`).
+    let launchesInFlight = Atomic<Int>(0)
+
+    var admission: AdmissionLimits { configuration.admission }
 
     struct OpenChannel {
         var connection: ConnectionLink
         var clientChannel: UInt64
         var plugin: PluginInstance
         var service: String
+        /// The client that opened it, for what a plugin does on its behalf (launches).
+        var clientId: String
+        var isRemote: Bool
     }
 
     struct PendingRequest {
@@ -47,6 +60,8 @@ public final class HostCore: @unchecked Sendable {
         var clientRequest: UInt64
         var channel: UInt64
         var plugin: PluginInstance
+        /// The size of the request's message, counted against the connection's budget.
+        var messageBytes: Int
         var timeout: Scheduled<Void>?
     }
 
@@ -62,12 +77,34 @@ public final class HostCore: @unchecked Sendable {
         var pending: [UInt64: PendingRequest] = [:]
         var outgoing: [UInt64: OutgoingRequest] = [:]
         var connections: [UInt64: ConnectionLink] = [:]
+        /// Open TCP connections per peer IP address.
+        var peers: [String: Int] = [:]
         var shuttingDown = false
     }
 
     public init(configuration: HostConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval)
+        launchPool = NIOThreadPool(numberOfThreads: min(max(configuration.admission.maxLaunches, 1), 16))
+        launchPool.start()
+    }
+
+    /// Takes one of the launch slots, or says why there is none.
+    func takeLaunchSlot() -> Bool {
+        let limit = admission.maxLaunches
+        var current = launchesInFlight.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, original) = launchesInFlight.compareExchange(
+                expected: current, desired: current + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func releaseLaunchSlot() {
+        launchesInFlight.wrappingSubtract(1, ordering: .acquiringAndReleasing)
     }
 
     /// A fresh id, unique in this host, for a channel, a request or a connection.
@@ -341,9 +378,40 @@ public final class HostCore: @unchecked Sendable {
             })
         else { return false }
         outgoing.timeout?.cancel()
-        outgoing.plugin.response(
-            channel: outgoing.channel, request: response.id, status: response.status, message: response.message.buffer)
+        var status = response.status
+        var message: ByteBuffer? = response.message.buffer
+        if let refusal = checkMessage(response.message) {
+            // The plugin hears that the answer was refused; never the bytes themselves.
+            breaches.record(
+                "invalid answer", "a client's answer to a service's message was refused: \(refusal.reason)",
+                metadata: ["package": "\(outgoing.plugin.package)"])
+            status = refusal.status
+            message = nil
+        } else if !status.isRepresentable {
+            breaches.record(
+                "invalid status", "a client answered with status \(status.rawValue), out of range; passed on as Unknown")
+            status = .unknown
+        }
+        outgoing.plugin.response(channel: outgoing.channel, request: response.id, status: status, message: message)
         return true
+    }
+
+    /// Why a message from a client may not reach a plugin (with the status that says so), or
+    /// nil when it may: over `maxMessageBytes`, not a ValueSet, or over the values budget.
+    func checkMessage(_ message: EncodedValueSet) -> (status: AppServiceResponseStatus, reason: String)? {
+        let limits = configuration.limits
+        guard message.byteCount <= limits.maxMessageBytes else {
+            return (
+                .messageSizeTooLarge,
+                "the message is \(message.byteCount) bytes; the limit is \(limits.maxMessageBytes)"
+            )
+        }
+        do {
+            try message.validate(maxValues: admission.maxMessageValues)
+        } catch {
+            return (error.code == .tooLarge ? .messageSizeTooLarge : .failure, untrusted(error.description, limit: 400))
+        }
+        return nil
     }
 
     /// The C table's `close_channel`.
@@ -383,18 +451,68 @@ public final class HostCore: @unchecked Sendable {
 
     // MARK: - Connections
 
-    func connectionOpened(_ link: ConnectionLink) -> Bool {
-        state.withLock { state in
-            guard !state.shuttingDown else { return false }
+    /// Why `hello.token` is refused, or nil when the client may go on. With no tokens
+    /// configured, a client that sends one is refused: the host cannot check it and must not
+    /// pretend it did. With tokens, a TCP client must send one of them; a local client (the
+    /// Unix socket, the host's own user) needs none, but one it sends must be right.
+    func tokenRefusal(_ token: String?, isLocal: Bool) -> String? {
+        guard let tokens = configuration.tokens else {
+            guard token == nil else {
+                return "this host has no tokens configured (--token-file), so it cannot check the one sent; connect without a token"
+            }
+            return nil
+        }
+        guard let token else {
+            return isLocal ? nil : "this host requires a token in hello (ask its operator for one)"
+        }
+        // Compare with every token, in time that does not depend on where they differ.
+        var matched = false
+        let offered = Array(token.utf8)
+        for candidate in tokens {
+            let expected = Array(candidate.utf8)
+            var difference = UInt8(expected.count == offered.count ? 0 : 1)
+            for index in 0..<min(expected.count, offered.count) { difference |= expected[index] ^ offered[index] }
+            matched = matched || difference == 0
+        }
+        return matched ? nil : "the token is not valid on this host"
+    }
+
+    /// Admits a new connection, or says why not: the host is shutting down, or it already
+    /// has `maxConnections` connections, or `peer` (a TCP client's IP address; nil for the
+    /// local socket) already has `maxConnectionsPerPeer`.
+    func connectionOpened(_ link: ConnectionLink, peer: String?) -> FrameError? {
+        let limits = admission
+        return state.withLock { state -> FrameError? in
+            guard !state.shuttingDown else { return FrameError(.shuttingDown, "the host is shutting down") }
+            guard state.connections.count < limits.maxConnections else {
+                return FrameError(
+                    .tooManyConnections,
+                    "the host has \(limits.maxConnections) connections open, its limit (--max-connections)")
+            }
+            if let peer {
+                let count = state.peers[peer, default: 0]
+                guard count < limits.maxConnectionsPerPeer else {
+                    return FrameError(
+                        .tooManyConnections,
+                        "\(peer) has \(limits.maxConnectionsPerPeer) connections open, the limit per address (--max-connections-per-peer)"
+                    )
+                }
+                state.peers[peer] = count + 1
+            }
             state.connections[link.id] = link
-            return true
+            return nil
         }
     }
 
     /// A connection is gone: close its channels (plugins are told, as canceled), forget its
     /// requests (late answers are refused), and fail the plugins' messages to it.
-    func connectionClosed(_ id: UInt64, channels: [UInt64]) {
-        state.withLock { _ = $0.connections.removeValue(forKey: id) }
+    func connectionClosed(_ id: UInt64, peer: String?, channels: [UInt64]) {
+        state.withLock { state in
+            guard state.connections.removeValue(forKey: id) != nil else { return }
+            if let peer, let count = state.peers[peer] {
+                state.peers[peer] = count > 1 ? count - 1 : nil
+            }
+        }
         for handle in channels {
             guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
             settle(
@@ -458,6 +576,9 @@ public final class HostCore: @unchecked Sendable {
         for package in packages {
             package.plugin?.destroy()
         }
+        // Launches still queued are answered as the host going away; running ones finish on
+        // their own threads without holding up the exit.
+        launchPool.shutdownGracefully { _ in }
         logger.info("shut down")
     }
 }

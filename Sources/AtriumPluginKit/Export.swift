@@ -100,7 +100,7 @@ final class PluginRuntime: Sendable {
     @discardableResult
     func respond(_ request: UInt64, _ response: ServiceResponse) -> Bool {
         let bytes = response.message.cborBytes()
-        let status = Int32(response.status.rawValue)
+        let status = response.status.int32Value
         let result = bytes.withUnsafeBufferPointer { buffer in
             if let error = response.error {
                 return table.api.pointee.respond(table.api, request, status, buffer.baseAddress, buffer.count, error)
@@ -186,7 +186,7 @@ let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_c
     if status == .success {
         openChannels.withLock { $0[channel.id] = channel }
     }
-    return Int32(status.rawValue)
+    return status.int32Value
 }
 
 let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, UnsafePointer<UInt8>?, Int) -> Void = {
@@ -243,5 +243,5 @@ let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium
         isRemote: info.pointee.is_remote != 0
     )
     let status = waitFor { await runtime.service.launch(launch) }
-    return Int32(status.rawValue)
+    return status.int32Value
 }

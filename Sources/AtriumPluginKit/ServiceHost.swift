@@ -44,26 +44,51 @@ public struct ServiceHost: Sendable {
         table.log(level.rawValue, message)
     }
 
-    /// Launches `uri` through the host's scheme registry, as a client's `launch` would.
-    /// Runs off the caller's executor, since a launch handler may take a while.
+    /// Launches `uri` through the host's scheme registry. The host cannot tell whom the
+    /// service acts for here, so it checks the launch as a remote client's; to launch for the
+    /// client of a request, use ``ServiceChannel/launch(_:data:)``, which carries that
+    /// client's identity. Runs off the caller's executor, since a launch handler may take a
+    /// while.
     public func launch(_ uri: String, data: ValueSet? = nil) async -> RemoteLaunchUriStatus {
-        let table = self.table
-        let bytes = data?.cborBytes()
+        await table.launch(uri, data: data, channel: nil)
+    }
+}
+
+extension HostTable {
+    /// Calls `launch_uri` (or `launch_uri_for`, with a channel) on a thread of its own: a
+    /// launch may block for a while, and a blocked thread of Swift's shared pool would hold up
+    /// every other task of the process.
+    func launch(_ uri: String, data: ValueSet?, channel: UInt64?) async -> RemoteLaunchUriStatus {
+        let table = self
+        let bytes = data?.cborBytes() ?? []
         return await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                let status: Int32
-                if let bytes {
-                    status = bytes.withUnsafeBufferPointer {
-                        table.api.pointee.launch_uri(table.api, uri, $0.baseAddress, $0.count)
+            launchQueue.async {
+                let status = bytes.withUnsafeBufferPointer { buffer -> Int32 in
+                    let pointer = bytes.isEmpty ? nil : buffer.baseAddress
+                    guard let channel else {
+                        return table.api.pointee.launch_uri(table.api, uri, pointer, buffer.count)
                     }
-                } else {
-                    status = table.api.pointee.launch_uri(table.api, uri, nil, 0)
+                    guard table.hasLaunchFor, let launchFor = table.api.pointee.launch_uri_for else {
+                        return Int32(ATRIUM_LAUNCH_UNKNOWN)
+                    }
+                    return launchFor(table.api, channel, uri, pointer, buffer.count)
                 }
                 continuation.resume(returning: RemoteLaunchUriStatus(rawValue: Int(status)))
             }
         }
     }
+
+    /// Whether the host's table has `launch_uri_for` (ABI 1.1).
+    var hasLaunchFor: Bool {
+        Int(api.pointee.struct_size)
+            >= MemoryLayout<atrium_host_api>.offset(of: \atrium_host_api.launch_uri_for)!
+            + MemoryLayout<UnsafeRawPointer>.size
+    }
 }
+
+/// Where a plugin's launches wait for the host: a serial queue of the plugin's own, so
+/// that launches never occupy the threads Swift's tasks run on.
+let launchQueue = DispatchQueue(label: "atrium.pluginkit.launch")
 
 /// A channel from a client to one of the package's services.
 public struct ServiceChannel: Sendable, Hashable {
@@ -89,10 +114,16 @@ public struct ServiceChannel: Sendable, Hashable {
         try await runtime.value.send(message, on: id)
     }
 
+    /// Launches `uri` on behalf of this channel's client: the host checks it as the client's
+    /// own launch would be checked (its identity, whether it is remote, the launch policy).
+    public func launch(_ uri: String, data: ValueSet? = nil) async -> RemoteLaunchUriStatus {
+        await runtime.value.table.launch(uri, data: data, channel: id)
+    }
+
     /// Closes the channel from the service side; the client is told `status`.
     public func close(status: AppServiceClosedStatus = .completed) {
         let table = runtime.value.table
-        _ = table.api.pointee.close_channel(table.api, id, Int32(status.rawValue))
+        _ = table.api.pointee.close_channel(table.api, id, status.int32Value)
     }
 }
 

@@ -38,6 +38,21 @@ public struct EncodedValueSet: Sendable, Hashable, CustomStringConvertible {
         try ValueSet(cbor: buffer, limits: limits)
     }
 
+    /// Checks that the bytes are a valid ValueSet (CONTRACT section 3) holding at most
+    /// `maxValues` values, without decoding them: what the host does with every message it
+    /// passes on.
+    ///
+    /// - Throws: ``ValueSetError`` naming the offending key and the reason (`tooLarge` for a
+    ///   message over `maxValues`).
+    public func validate(limits: DecodingLimits = .default, maxValues: Int = .max) throws(ValueSetError) {
+        let result = buffer.withUnsafeReadableBytes { raw in
+            Result { () throws(ValueSetError) in
+                try ValueSet.validate(cbor: raw, limits: limits, maxValues: maxValues)
+            }
+        }
+        try result.get()
+    }
+
     /// The decoded message, or a note that it is not a valid ValueSet.
     public var description: String {
         do {

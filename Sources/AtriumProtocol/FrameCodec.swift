@@ -15,13 +15,18 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 
     /// The hard limit on a frame body's length.
     public let maxFrameBytes: Int
+    /// The limit on the first frame's body (a host expects `hello` there, which is small), so
+    /// that a peer that has not introduced itself cannot make the receiver buffer much.
+    public let maxFirstFrameBytes: Int
+    private var firstFrameSeen = false
 
-    public init(maxFrameBytes: Int = ProtocolLimits.default.maxFrameBytes) {
+    public init(maxFrameBytes: Int = ProtocolLimits.default.maxFrameBytes, maxFirstFrameBytes: Int? = nil) {
         self.maxFrameBytes = maxFrameBytes
+        self.maxFirstFrameBytes = min(maxFirstFrameBytes ?? maxFrameBytes, maxFrameBytes)
     }
 
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let frame = try decodeFrame(from: &buffer) else { return .needMoreData }
+        guard let frame = try nextFrame(from: &buffer) else { return .needMoreData }
         context.fireChannelRead(wrapInboundOut(frame))
         return .continue
     }
@@ -31,7 +36,7 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
         buffer: inout ByteBuffer,
         seenEOF: Bool
     ) throws -> DecodingState {
-        if let frame = try decodeFrame(from: &buffer) {
+        if let frame = try nextFrame(from: &buffer) {
             context.fireChannelRead(wrapInboundOut(frame))
             return .continue
         }
@@ -46,13 +51,27 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     /// Takes one whole frame off the front of `buffer`, or returns `nil` (consuming nothing)
     /// when it has not all arrived.
     public func decodeFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
+        try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false)
+    }
+
+    /// The next frame, under the first frame's limit until one has been decoded.
+    mutating func nextFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
+        guard !firstFrameSeen else { return try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false) }
+        let frame = try decodeFrame(from: &buffer, limit: maxFirstFrameBytes, first: true)
+        if frame != nil { firstFrameSeen = true }
+        return frame
+    }
+
+    func decodeFrame(from buffer: inout ByteBuffer, limit: Int, first: Bool) throws(FrameError) -> Frame? {
         guard let length = buffer.getInteger(at: buffer.readerIndex, endianness: .big, as: UInt32.self) else {
             return nil
         }
-        guard length <= maxFrameBytes else {
+        guard length <= limit else {
             throw FrameError(
                 .frameTooLarge,
-                "a frame of \(length) bytes is over the limit of \(maxFrameBytes) bytes"
+                first && limit < maxFrameBytes
+                    ? "a first frame of \(length) bytes is over the limit of \(limit) bytes for hello"
+                    : "a frame of \(length) bytes is over the limit of \(limit) bytes"
             )
         }
         guard buffer.readableBytes >= 4 + Int(length) else { return nil }

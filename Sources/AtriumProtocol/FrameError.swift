@@ -43,4 +43,8 @@ public struct ProtocolErrorCode: RawRepresentable, Sendable, Hashable, CustomStr
     public static let notAuthorized: Self = "notAuthorized"
     /// The host is shutting down.
     public static let shuttingDown: Self = "shuttingDown"
+    /// The host has as many connections as it takes, in all or from the client's address.
+    public static let tooManyConnections: Self = "tooManyConnections"
+    /// The client did not send `hello` in time, or sent no frame for the idle timeout.
+    public static let timedOut: Self = "timedOut"
 }

@@ -58,9 +58,18 @@ struct FrameFields {
                 throw FrameError(.malformedFrame, "\(name) must be a CBOR map, not \(head.kindDescription)")
             }
             var entries: [(key: String, range: Range<Int>)] = []
+            // Past a few keys the duplicate check uses a set, so that a frame of many keys
+            // costs time in proportion to its length, not to its square.
+            var seen: Set<String> = []
             var position = 0
             while head.isIndefinite ? !reader.consumeBreak() : position < head.argument {
                 position += 1
+                guard position <= ProtocolLimits.maxFrameKeys else {
+                    throw FrameError(
+                        .malformedFrame,
+                        "\(name) has more than \(ProtocolLimits.maxFrameKeys) keys, the hard limit"
+                    )
+                }
                 let keyHead = try reader.readHead()
                 guard keyHead.major == 3 else {
                     throw FrameError(
@@ -69,8 +78,15 @@ struct FrameFields {
                     )
                 }
                 let key = try reader.readText(keyHead)
-                if entries.contains(where: { $0.key == key }) {
-                    throw FrameError(.malformedFrame, "\(name) has the key \"\(key)\" twice")
+                let duplicate: Bool
+                if entries.count < 16 {
+                    duplicate = entries.contains(where: { $0.key == key })
+                } else {
+                    if seen.isEmpty { seen = Set(entries.map(\.key)) }
+                    duplicate = !seen.insert(key).inserted
+                }
+                if duplicate {
+                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(key)) twice")
                 }
                 let start = reader.offset
                 try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
@@ -229,4 +245,23 @@ struct FrameFields {
         guard let maps else { throw missing(key) }
         return maps
     }
+}
+
+/// A key from a frame, quoted for an error message: at most 64 characters, control and
+/// invisible characters escaped (the message goes back to the client and into the log).
+func quotedKey(_ key: String) -> String {
+    var text = "\""
+    var count = 0
+    for scalar in key.unicodeScalars {
+        if count == 64 { return text + "…\"" }
+        count += 1
+        if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value) || scalar == "\"" || scalar == "\\"
+            || scalar.properties.isBidiControl || scalar.properties.isDefaultIgnorableCodePoint
+        {
+            text += "\\u{" + String(scalar.value, radix: 16) + "}"
+        } else {
+            text.unicodeScalars.append(scalar)
+        }
+    }
+    return text + "\""
 }

@@ -57,7 +57,7 @@ extension ResponseFrame {
         buffer.writeFrameHeader("response", keys: 5 + count(error != nil))
         buffer.writeKey("channel", channel)
         buffer.writeKey("id", id)
-        buffer.writeKey("status", UInt64(status.rawValue))
+        buffer.writeKey("status", status.wireValue)
         buffer.writeKey("message", message)
         if let error { buffer.writeKey("error", error) }
     }
@@ -216,7 +216,7 @@ extension HostFrame {
         case .opened(let opened):
             buffer.writeFrameHeader("opened", keys: 3)
             buffer.writeKey("channel", opened.channel)
-            buffer.writeKey("status", UInt64(opened.status.rawValue))
+            buffer.writeKey("status", opened.status.wireValue)
         case .response(let response):
             response.encode(into: &buffer)
         case .request(let request):
@@ -224,11 +224,11 @@ extension HostFrame {
         case .closed(let closed):
             buffer.writeFrameHeader("closed", keys: 3)
             buffer.writeKey("channel", closed.channel)
-            buffer.writeKey("status", UInt64(closed.status.rawValue))
+            buffer.writeKey("status", closed.status.wireValue)
         case .launched(let launched):
             buffer.writeFrameHeader("launched", keys: 3 + count(launched.error != nil))
             buffer.writeKey("id", launched.id)
-            buffer.writeKey("status", UInt64(launched.status.rawValue))
+            buffer.writeKey("status", launched.status.wireValue)
             if let error = launched.error { buffer.writeKey("error", error) }
         case .apps(let apps):
             buffer.writeFrameHeader("apps", keys: 3)

@@ -31,4 +31,8 @@ public struct ProtocolLimits: Sendable, Hashable {
     /// like `maxFrameBytes`). Messages nested deeper than 32 levels but within this are
     /// answered with status 1, as CONTRACT section 3 says; this bound keeps the check cheap.
     public static let maxFrameNesting = 512
+
+    /// How many keys one map of a frame may have (a hard limit). Frames have a handful; unknown
+    /// keys are ignored, but a frame of thousands is refused before it costs time.
+    public static let maxFrameKeys = 1024
 }

@@ -102,8 +102,60 @@ struct Atriumd: AsyncParsableCommand {
     )
     var systemHandlers = false
 
-    @Flag(help: "Validate the manifests folder, print what would load, and exit (1 if anything would not).")
+    @Option(help: "The most client connections at once, TCP and local together (refused beyond, with an error frame).")
+    var maxConnections: Int = AdmissionLimits.default.maxConnections
+
+    @Option(help: "The most TCP connections from one IP address at once.")
+    var maxConnectionsPerPeer: Int = AdmissionLimits.default.maxConnectionsPerPeer
+
+    @Option(help: ArgumentHelp("Seconds a new connection has to send hello.", valueName: "seconds"))
+    var helloTimeout: Double = 10
+
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a connection may send no frame (with nothing in flight) before it is closed.",
+            valueName: "seconds"))
+    var idleTimeout: Double = 300
+
+    @Option(help: "The largest first frame (hello), in bytes: what a client that has not said hello can make the host buffer.")
+    var maxHelloBytes: Int = AdmissionLimits.default.maxHelloBytes
+
+    @Option(help: "Unsent bytes per connection past which the host stops reading it until the client reads (backpressure).")
+    var maxUnsentBytes: Int = AdmissionLimits.default.outputHighWaterBytes
+
+    @Option(help: "The most bytes of request messages one connection may have in flight (the excess get status 2).")
+    var maxInFlightBytes: Int = AdmissionLimits.default.maxInFlightBytes
+
+    @Option(help: "The most launches in flight in all (the excess get status 7).")
+    var maxLaunches: Int = AdmissionLimits.default.maxLaunches
+
+    @Option(help: "The most launches in flight per connection (the excess get status 7).")
+    var maxLaunchesPerConnection: Int = AdmissionLimits.default.maxLaunchesPerConnection
+
+    @Option(help: "The most values (at every level) one message may hold (more gets status 5).")
+    var maxMessageValues: Int = AdmissionLimits.default.maxMessageValues
+
+    @Option(
+        help: ArgumentHelp(
+            "A file of tokens clients may send in hello, one per line (# for comments). With it, TCP clients must send one; without it, a client that sends a token is refused.",
+            valueName: "file"))
+    var tokenFile: String?
+
+    @Flag(
+        name: .customLong("no-strict-modes"),
+        help:
+            "Use manifests and plugin libraries even when other users could have written them (by default they must belong to root or this user and not be group- or world-writable)."
+    )
+    var noStrictModes = false
+
+    @Flag(
+        help:
+            "Validate the manifests folder, print what would load, and exit (1 if anything would not). Loads each plugin library to check its ABI, which runs the library's initialisers; add --no-load to check without loading."
+    )
     var check = false
+
+    @Flag(help: "With --check: check manifests and files only, without loading any plugin library.")
+    var noLoad = false
 
     func validate() throws {
         if listen != "off" {
@@ -116,6 +168,43 @@ struct Atriumd: AsyncParsableCommand {
         guard maxMessageBytes > 0, maxFrameBytes >= maxMessageBytes, maxChannels > 0, maxInFlight > 0 else {
             throw ValidationError("limits must be positive, and --max-frame-bytes at least --max-message-bytes")
         }
+        let positive = [
+            ("--max-connections", maxConnections), ("--max-connections-per-peer", maxConnectionsPerPeer),
+            ("--max-hello-bytes", maxHelloBytes), ("--max-unsent-bytes", maxUnsentBytes),
+            ("--max-in-flight-bytes", maxInFlightBytes), ("--max-launches", maxLaunches),
+            ("--max-launches-per-connection", maxLaunchesPerConnection), ("--max-message-values", maxMessageValues),
+        ]
+        for (flag, value) in positive where value <= 0 {
+            throw ValidationError("\(flag) takes a positive number; got \(value)")
+        }
+        guard helloTimeout > 0, idleTimeout > 0 else {
+            throw ValidationError("--hello-timeout and --idle-timeout take a positive number of seconds")
+        }
+        if noLoad && !check { throw ValidationError("--no-load goes with --check") }
+        _ = try readTokens()
+    }
+
+    /// The tokens of --token-file, or nil without one.
+    func readTokens() throws -> Set<String>? {
+        guard let tokenFile else { return nil }
+        let text: String
+        do {
+            text = try String(contentsOfFile: tokenFile, encoding: .utf8)
+        } catch {
+            throw ValidationError("--token-file \(tokenFile): cannot read it (\(error.localizedDescription))")
+        }
+        let tokens = text.split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        guard !tokens.isEmpty else {
+            throw ValidationError("--token-file \(tokenFile) holds no tokens (one per line; # starts a comment)")
+        }
+        if let short = tokens.first(where: { $0.utf8.count < 16 }) {
+            throw ValidationError(
+                "--token-file \(tokenFile): a token of \(short.utf8.count) characters is too easy to guess; use at least 16 (for example: openssl rand -hex 16)"
+            )
+        }
+        return Set(tokens)
     }
 
     func parseListen() throws -> (String, Int) {
@@ -177,7 +266,22 @@ struct Atriumd: AsyncParsableCommand {
             responseTimeout: .milliseconds(Int64(responseTimeout * 1000)),
             drainTimeout: .milliseconds(Int64(drainTimeout * 1000)),
             launchDataLimit: launchDataLimit,
-            launchPolicy: try makePolicy()
+            launchPolicy: try makePolicy(),
+            admission: AdmissionLimits(
+                maxConnections: maxConnections,
+                maxConnectionsPerPeer: maxConnectionsPerPeer,
+                helloTimeout: .milliseconds(Int64(helloTimeout * 1000)),
+                idleTimeout: .milliseconds(Int64(idleTimeout * 1000)),
+                maxHelloBytes: maxHelloBytes,
+                outputHighWaterBytes: maxUnsentBytes,
+                outputLowWaterBytes: max(1, maxUnsentBytes / 4),
+                maxInFlightBytes: maxInFlightBytes,
+                maxLaunches: maxLaunches,
+                maxLaunchesPerConnection: maxLaunchesPerConnection,
+                maxMessageValues: maxMessageValues
+            ),
+            tokens: try readTokens(),
+            strictModes: !noStrictModes
         )
     }
 

@@ -73,7 +73,8 @@ struct LaunchTests {
 
     @Test func romanPingLaunchesThroughTheSameRegistry() async throws {
         let host = try await TestHost.start(manifests: Self.manifests)
-        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let connection = try await AtriumConnection.connect(
+            to: AtriumEndpoint("127.0.0.1:\(host.port)")!, clientId: "roman-caller")
         let ping = AppServiceConnection(
             appServiceName: "com.microsoft.test.cdppingpongservice",
             packageId: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce",
@@ -82,7 +83,8 @@ struct LaunchTests {
         #expect(try await ping.openRemote() == .success)
         let answer = try await ping.sendMessage(["Type": "LaunchUri", "Uri": "atrium-test://from-roman"])
         #expect(answer.message["Type"] == "Ok")
-        #expect(await host.waitForLog("first launched atrium-test://from-roman for a plugin remote false data none"))
+        // Roman ping launches on behalf of the client that asked: its identity, remote.
+        #expect(await host.waitForLog("first launched atrium-test://from-roman for roman-caller remote true data none"))
         let own = try await RemoteLauncher(connection: connection).launchUri("roman-test://hello")
         #expect(own.status == .success)
         #expect(await host.waitForLog("opened with roman-test://hello"))

@@ -1,5 +1,13 @@
 import Foundation
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// A program that handles a package's URI schemes (`"launch": {"exec": [...]}` in its
@@ -24,6 +32,19 @@ public struct ExecLauncher: Sendable, Hashable {
     func arguments(for uri: String) -> [String] {
         command.dropFirst().map { $0.replacingOccurrences(of: "{uri}", with: uri) }
     }
+
+    /// The variables a handler program gets: only those a desktop program needs to find the
+    /// user's session, display, locale and files. The rest of the host's environment (tokens,
+    /// credentials, whatever its service manager set) stays with the host.
+    static func environment(from host: [String: String]) -> [String: String] {
+        host.filter { name, _ in passedVariables.contains(name) || name.hasPrefix("LC_") }
+    }
+
+    static let passedVariables: Set<String> = [
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY",
+        "XDG_RUNTIME_DIR", "XDG_SESSION_TYPE", "XDG_CURRENT_DESKTOP", "XDG_DATA_HOME", "XDG_CONFIG_HOME",
+        "XDG_DATA_DIRS", "XDG_CONFIG_DIRS", "DBUS_SESSION_BUS_ADDRESS",
+    ]
 
     /// The program's path: as written when it holds a '/', else found on PATH.
     func executable() -> URL? {
@@ -50,20 +71,20 @@ public struct ExecLauncher: Sendable, Hashable {
         process.executableURL = executable
         process.arguments = arguments(for: uri)
         process.standardInput = FileHandle.nullDevice
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        let name = executable.lastPathComponent
-        output.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            guard !data.isEmpty else {
-                handle.readabilityHandler = nil
-                return
-            }
-            for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
-                logger.info("\(name): \(line)")
-            }
+        process.environment = Self.environment(from: ProcessInfo.processInfo.environment)
+        // The program's output goes to the log through a pipe the event loop reads, which
+        // closes it when the program (and whatever inherited it) is done with it.
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else {
+            return LaunchOutcome(status: .appUnavailable, error: "cannot make a pipe for \(command[0])'s output")
         }
+        // Neither end may leak into other programs the host starts meanwhile.
+        _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+        let writeEnd = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+        process.standardOutput = writeEnd
+        process.standardError = writeEnd
+        let name = executable.lastPathComponent
         let finished = DispatchSemaphore(value: 0)
         process.terminationHandler = { ended in
             logger.info("\(name) (pid \(ended.processIdentifier)) ended with status \(ended.terminationStatus)")
@@ -73,11 +94,15 @@ public struct ExecLauncher: Sendable, Hashable {
         do {
             try process.run()
         } catch {
+            close(ends[0])
+            try? writeEnd.close()
             return LaunchOutcome(
                 status: .appUnavailable, error: "cannot start \(executable.path): \(error.localizedDescription)")
         }
+        try? writeEnd.close()  // the program has its own copy
+        OutputLog.attach(ends[0], name: name, logger: logger)
         RunningPrograms.shared.add(process)
-        logger.info("started \(executable.path) (pid \(process.processIdentifier)) for \(uri)")
+        logger.info("started \(executable.path) (pid \(process.processIdentifier)) for \(untrusted(uri))")
         guard wait else { return LaunchOutcome(status: .success, error: nil) }
 
         if finished.wait(timeout: .now() + timeoutSeconds) == .timedOut {
@@ -112,5 +137,67 @@ final class RunningPrograms: Sendable {
 
     func remove(_ process: Process) {
         _ = running.withLock { $0.removeValue(forKey: ObjectIdentifier(process)) }
+    }
+}
+
+/// Logs what a launched program writes, line by line, at most ``maxLines`` lines of at most
+/// ``maxLineBytes`` bytes each (a program cannot flood the log), then reads on and drops
+/// the rest until the pipe closes.
+final class OutputLog: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    static let maxLines = 100
+    static let maxLineBytes = 2048
+
+    let name: String
+    let logger: Logger
+    private var line: [UInt8] = []
+    private var lines = 0
+
+    init(name: String, logger: Logger) {
+        self.name = name
+        self.logger = logger
+    }
+
+    /// Reads `descriptor` (the read end of a pipe, which this takes over and closes) on an
+    /// event loop.
+    static func attach(_ descriptor: Int32, name: String, logger: Logger) {
+        NIOPipeBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(OutputLog(name: name, logger: logger))
+                }
+            }
+            .takingOwnershipOfDescriptor(input: descriptor)
+            .whenFailure { error in
+                logger.warning("cannot read the output of \(name): \(error)")
+                close(descriptor)
+            }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = unwrapInboundIn(data)
+        for byte in buffer.readableBytesView {
+            if byte == UInt8(ascii: "\n") {
+                emit()
+            } else if line.count < Self.maxLineBytes {
+                line.append(byte)
+            }
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        if !line.isEmpty { emit() }
+        context.fireChannelInactive()
+    }
+
+    private func emit() {
+        defer { line.removeAll(keepingCapacity: true) }
+        lines += 1
+        if lines <= Self.maxLines {
+            logger.info("\(name): \(untrusted(String(decoding: line, as: UTF8.self), limit: Self.maxLineBytes))")
+        } else if lines == Self.maxLines + 1 {
+            logger.info("\(name): (more output, not logged)")
+        }
     }
 }

@@ -36,12 +36,46 @@ extension HostCore {
     {
         let outcome = checkedLaunch(request, clientId: clientId, isRemote: isRemote)
         let level: Logger.Level = outcome.status == .deniedByRemoteSystem ? .warning : .info
-        logger.log(
-            level: level,
-            "launch \(request.uri) from \(clientDescription): \(outcome.status)",
-            metadata: outcome.error.map { ["reason": "\($0)"] } ?? [:]
-        )
+        let line = "launch \(untrusted(request.uri)) from \(clientDescription): \(outcome.status)"
+        let metadata: Logger.Metadata = outcome.error.map { ["reason": "\(untrusted($0, limit: 300))"] } ?? [:]
+        if outcome.status == .success {
+            logger.log(level: level, "\(line)", metadata: metadata)
+        } else {
+            breaches.record("launch refused", level: level, line, metadata: metadata)
+        }
         return outcome
+    }
+
+    /// A launch a plugin asked for through the host table. With `channel`, it is made on
+    /// behalf of that channel's client, with the client's identity and under the client's
+    /// policy (a remote client cannot launch through a plugin what it could not launch
+    /// itself). Without one it is checked as a remote client's launch: the host cannot tell
+    /// whom the plugin acts for, so it grants no more than the least trusted caller gets.
+    func launch(fromPlugin plugin: PluginInstance, channel: UInt64?, uri: String, data: [UInt8]?) -> LaunchOutcome {
+        let request = LaunchRequestInfo(uri: uri, package: nil, fallbackUri: nil, preferredPackages: [], data: data)
+        var clientId = ""
+        var isRemote = true
+        var description = "plugin \(plugin.package)"
+        if let channel {
+            guard
+                let open = state.withLock({ state in
+                    state.channels[channel].flatMap { $0.plugin === plugin ? $0 : nil }
+                })
+            else {
+                return LaunchOutcome(
+                    status: .unknown, error: "channel \(channel) is not an open channel of package \(plugin.package)")
+            }
+            clientId = open.clientId
+            isRemote = open.isRemote
+            description += " for client \(untrusted(clientId, limit: 64))"
+        }
+        guard takeLaunchSlot() else {
+            breaches.record("launches", "the host reached --max-launches")
+            return LaunchOutcome(
+                status: .deniedByRemoteSystem, error: "the host has \(admission.maxLaunches) launches in flight, its limit")
+        }
+        defer { releaseLaunchSlot() }
+        return launch(request, clientId: clientId, clientDescription: description, isRemote: isRemote)
     }
 
     private func checkedLaunch(_ request: LaunchRequestInfo, clientId: String, isRemote: Bool) -> LaunchOutcome {
@@ -52,9 +86,13 @@ extension HostCore {
                     error: "the launch data is \(data.count) bytes, over the limit of \(configuration.launchDataLimit)"
                 )
             }
-            do {
-                _ = try ValueSet(cbor: data, root: "data")
-            } catch {
+            let maxValues = admission.maxMessageValues
+            let checked = data.withUnsafeBytes { raw in
+                Result { () throws(ValueSetError) in
+                    try ValueSet.validate(cbor: raw, maxValues: maxValues, root: "data")
+                }
+            }
+            if case .failure(let error) = checked {
                 return LaunchOutcome(status: .unknown, error: "the launch data is not a ValueSet: \(error)")
             }
         }
@@ -63,10 +101,10 @@ extension HostCore {
         guard let scheme = Self.scheme(of: fallback), scheme == "http" || scheme == "https" else {
             return LaunchOutcome(
                 status: .protocolUnavailable,
-                error: "\(outcome.error ?? "no handler"); the fallback \(fallback) is not an http or https URI"
+                error: "\(outcome.error ?? "no handler"); the fallback \(untrusted(fallback)) is not an http or https URI"
             )
         }
-        logger.info("launch \(request.uri): trying the fallback \(fallback)")
+        logger.info("launch \(untrusted(request.uri)): trying the fallback \(untrusted(fallback))")
         return launchOne(fallback, request, clientId: clientId, isRemote: isRemote)
     }
 
@@ -85,11 +123,11 @@ extension HostCore {
             return LaunchOutcome(
                 status: .protocolUnavailable,
                 error:
-                    "\"\(uri)\" is not a URI with a valid scheme (RFC 3986: a letter, then letters, digits, +, - or ., then ':')"
+                    "\"\(untrusted(uri))\" is not a URI with a valid scheme (RFC 3986: a letter, then letters, digits, +, - or ., then ':')"
             )
         }
-        if uri.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) {
-            return LaunchOutcome(status: .protocolUnavailable, error: "the URI holds control characters")
+        if let refusal = uriCharacterRefusal(uri) {
+            return LaunchOutcome(status: .protocolUnavailable, error: refusal)
         }
         let handlers = packages.filter { $0.manifest.schemes.contains(scheme) }
         let toDesktop = handlers.isEmpty && request.package == nil && policy.systemHandlers
@@ -120,11 +158,8 @@ extension HostCore {
                     "package \"\(chosen.manifest.package)\" is not available: \(chosen.loadError ?? "it has no plugin")"
             )
         }
-        let status = plugin.launch(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote)
-        return LaunchOutcome(
-            status: status,
-            error: status == .success ? nil : "package \"\(chosen.manifest.package)\" answered \(status)"
-        )
+        return plugin.launch(
+            uri: uri, data: request.data, clientId: clientId, isRemote: isRemote, timeout: configuration.responseTimeout)
     }
 
     /// The resolution order of docs/LAUNCHING.md: the targeted package; else the first

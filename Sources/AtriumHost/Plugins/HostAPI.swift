@@ -48,6 +48,7 @@ enum HostAPI {
         api.builder_put_bytes = putBytes
         api.builder_put_map = putMap
         api.builder_bytes = builderBytes
+        api.launch_uri_for = launchURIFor
         return api
     }
 
@@ -86,13 +87,29 @@ enum HostAPI {
         guard let plugin = PluginInstance.from(api), let uri else {
             return Int32(RemoteLaunchUriStatus.unknown.rawValue)
         }
+        return launch(plugin, channel: nil, uri, data, length)
+    }
+
+    static let launchURIFor: @convention(c) (API, UInt64, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 =
+        {
+            api, channel, uri, data, length in
+            guard let plugin = PluginInstance.from(api), let uri else {
+                return Int32(RemoteLaunchUriStatus.unknown.rawValue)
+            }
+            return launch(plugin, channel: channel, uri, data, length)
+        }
+
+    static func launch(
+        _ plugin: PluginInstance, channel: UInt64?, _ uri: UnsafePointer<CChar>, _ data: UnsafePointer<UInt8>?,
+        _ length: Int
+    ) -> Int32 {
+        guard length >= 0, data != nil || length == 0, let text = String(validatingCString: uri) else {
+            plugin.logger.warning("launch_uri: the URI is not UTF-8 text, or the data length is invalid")
+            return Int32(RemoteLaunchUriStatus.unknown.rawValue)
+        }
         let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
-        let status = plugin.core.launch(
-            LaunchRequestInfo(
-                uri: String(cString: uri), package: nil, fallbackUri: nil, preferredPackages: [], data: bytes),
-            clientId: "", clientDescription: "plugin \(plugin.package)", isRemote: false
-        )
-        return Int32(status.status.rawValue)
+        let outcome = plugin.core.launch(fromPlugin: plugin, channel: channel, uri: text, data: bytes)
+        return outcome.status.int32Value
     }
 
     static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in
@@ -366,16 +383,21 @@ final class ParsedMessage {
         return UnsafePointer(keys[index])
     }
 
+    /// A NUL-terminated copy of all of `text`'s UTF-8 bytes, NULs inside it included, so that
+    /// the length the table reports is the length of the block (strdup would stop at the
+    /// first NUL and leave a plugin that copies `out_length` bytes reading past the block).
     func cString(_ name: String, _ text: String) -> UnsafePointer<CChar> {
         if let existing = owned[name] { return UnsafePointer(existing.assumingMemoryBound(to: CChar.self)) }
-        let copy = strdup(text)!
-        owned[name] = UnsafeMutableRawPointer(copy)
-        return UnsafePointer(copy)
+        let utf8 = text.utf8CString
+        let copy = malloc(utf8.count)!
+        utf8.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        owned[name] = copy
+        return UnsafePointer(copy.assumingMemoryBound(to: CChar.self))
     }
 
     func bytes(_ name: String, _ bytes: [UInt8]) -> UnsafePointer<UInt8> {
         if let existing = owned[name] { return UnsafePointer(existing.assumingMemoryBound(to: UInt8.self)) }
-        let copy = UnsafeMutableRawPointer.allocate(byteCount: max(bytes.count, 1), alignment: 1)
+        let copy = malloc(max(bytes.count, 1))!
         bytes.withUnsafeBytes { if let base = $0.baseAddress { copy.copyMemory(from: base, byteCount: $0.count) } }
         owned[name] = copy
         return UnsafePointer(copy.assumingMemoryBound(to: UInt8.self))

@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import Logging
 import NIOCore
+import Synchronization
 
 /// A loaded plugin: its descriptor, its instance, the host table it was given, and the
 /// queue its callbacks run on.
@@ -23,6 +24,10 @@ final class PluginInstance: @unchecked Sendable {
     /// Whether `request` may be called on the network thread (the plugin promised, with
     /// ATRIUM_PLUGIN_CONCURRENT and ATRIUM_PLUGIN_NONBLOCKING, that it never blocks there).
     let requestsInline: Bool
+    /// Whether the plugin may be called on several threads at once.
+    let isConcurrent: Bool
+    /// Marks each plugin's queue with its instance, so that a call can tell it is already on it.
+    static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
     /// The host, for the table's functions. Set before `create` and never changed.
     unowned let core: HostCore
 
@@ -47,12 +52,14 @@ final class PluginInstance: @unchecked Sendable {
         let concurrent = manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
         requestsInline =
             flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
+        isConcurrent = concurrent
         queue =
             shared
             ?? DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
         table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
         table.initialize(to: HostAPI.makeTable())
         table.pointee.host_data = nil
+        if shared == nil { queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self)) }
     }
 
     /// Calls the plugin's `create` with the manifest's config, on its queue.
@@ -114,7 +121,14 @@ final class PluginInstance: @unchecked Sendable {
                     }
                 }
             }
-            completion(AppServiceConnectionStatus(rawValue: Int(status)))
+            guard let checked = AppServiceConnectionStatus(checking: status) else {
+                self.logger.warning(
+                    "the plugin answered open with \(status), which is not an AppServiceConnectionStatus; refused as Unknown (4)"
+                )
+                completion(.unknown)
+                return
+            }
+            completion(checked)
         }
     }
 
@@ -145,7 +159,7 @@ final class PluginInstance: @unchecked Sendable {
             let bytes = message ?? ByteBuffer(bytes: [0xa0])
             bytes.withUnsafeReadableBytes { raw in
                 callback(
-                    self.instance, channel, request, Int32(status.rawValue),
+                    self.instance, channel, request, status.int32Value,
                     raw.baseAddress?.assumingMemoryBound(to: UInt8.self), raw.count
                 )
             }
@@ -156,16 +170,31 @@ final class PluginInstance: @unchecked Sendable {
     func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: Int32) {
         queue.async {
             guard self.descriptor.has(\.closed), let callback = self.descriptor.pointee.closed else { return }
-            callback(self.instance, channel, Int32(status.rawValue), closer)
+            callback(self.instance, channel, status.int32Value, closer)
         }
     }
 
-    /// Asks the plugin to handle a launch, waiting for its answer (call off the event loop).
-    func launch(uri: String, data: [UInt8]?, clientId: String, isRemote: Bool) -> RemoteLaunchUriStatus {
-        queue.sync {
-            guard self.descriptor.has(\.launch), let callback = self.descriptor.pointee.launch else {
-                return .protocolUnavailable
-            }
+    /// Asks the plugin to handle a launch, waiting up to `timeout` for its answer (call off the
+    /// event loop). A serial plugin that launches its own scheme from inside one of its own
+    /// callbacks would wait on itself: that is refused at once rather than deadlocking (or, as
+    /// `sync` onto the current queue does, trapping). A cycle through other plugins ends
+    /// at the timeout.
+    func launch(uri: String, data: [UInt8]?, clientId: String, isRemote: Bool, timeout: Duration)
+        -> LaunchOutcome
+    {
+        guard descriptor.has(\.launch), let callback = descriptor.pointee.launch else {
+            return LaunchOutcome(status: .protocolUnavailable, error: "package \"\(package)\" does not take launches")
+        }
+        if !isConcurrent, DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) {
+            return LaunchOutcome(
+                status: .deniedByLocalSystem,
+                error:
+                    "package \"\(package)\" launched its own scheme from inside one of its callbacks, where it would wait on itself"
+            )
+        }
+        let result = Mutex<Int32?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        queue.async {
             let status = uri.withCString { uri in
                 clientId.withCString { clientId in
                     withOptionalBytes(data) { bytes, count in
@@ -181,8 +210,23 @@ final class PluginInstance: @unchecked Sendable {
                     }
                 }
             }
-            return RemoteLaunchUriStatus(rawValue: Int(status))
+            result.withLock { $0 = status }
+            done.signal()
         }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        guard done.wait(timeout: .now() + seconds) == .success, let status = result.withLock({ $0 }) else {
+            return LaunchOutcome(
+                status: .unknown,
+                error: "package \"\(package)\" did not answer the launch within \(describe(timeout))"
+            )
+        }
+        guard let checked = RemoteLaunchUriStatus(checking: status) else {
+            logger.warning("the plugin answered a launch with \(status), which is not a RemoteLaunchUriStatus")
+            return LaunchOutcome(
+                status: .unknown, error: "package \"\(package)\" answered the launch with an invalid status (\(status))")
+        }
+        return LaunchOutcome(
+            status: checked, error: checked == .success ? nil : "package \"\(package)\" answered \(checked)")
     }
 
     /// Calls `destroy`, after which the plugin is never called again.

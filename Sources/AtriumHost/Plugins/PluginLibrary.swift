@@ -55,11 +55,29 @@ enum PluginLibrary {
             )
         }
         let entry = unsafeBitCast(symbol, to: atrium_plugin_entry_fn.self)
-        guard let descriptor = entry() else {
+        guard let returned = entry() else {
             throw PluginLoadError(reason: "\(ATRIUM_PLUGIN_ENTRY_SYMBOL) of \(path.lastPathComponent) returned NULL")
         }
-        try check(descriptor, file: path.lastPathComponent)
-        return (path, descriptor)
+        let descriptor = copy(returned)
+        do {
+            try check(descriptor, file: path.lastPathComponent)
+        } catch {
+            descriptor.deallocate()
+            throw error
+        }
+        return (path, UnsafePointer(descriptor))
+    }
+
+    /// The host's own copy of a plugin's descriptor: the bytes the plugin says it has
+    /// (`struct_size`, never more than this header's struct), the rest zero, so that a field
+    /// an older plugin lacks reads as NULL and nothing past the plugin's struct is ever read.
+    static func copy(_ descriptor: UnsafePointer<atrium_plugin>) -> UnsafeMutablePointer<atrium_plugin> {
+        let size = Int(UnsafeRawPointer(descriptor).loadUnaligned(as: UInt32.self))
+        let copy = UnsafeMutablePointer<atrium_plugin>.allocate(capacity: 1)
+        copy.initialize(to: atrium_plugin())
+        UnsafeMutableRawPointer(copy).copyMemory(
+            from: descriptor, byteCount: min(max(size, MemoryLayout<UInt32>.size), MemoryLayout<atrium_plugin>.size))
+        return copy
     }
 
     /// The smallest descriptor this host can use: everything up to `create`.

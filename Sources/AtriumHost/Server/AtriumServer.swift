@@ -33,6 +33,8 @@ public final class AtriumServer: Service, Sendable {
         group: (any EventLoopGroup)? = nil,
         onReady: @escaping @Sendable (Addresses) -> Void = { _ in }
     ) throws {
+        var configuration = configuration
+        if let note = configuration.fitToDescriptorLimit() { logger.warning("\(note)") }
         self.configuration = configuration
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
@@ -62,13 +64,11 @@ public final class AtriumServer: Service, Sendable {
                 addresses.tcp = channel.localAddress
             }
             if let path = configuration.socketPath {
-                try FileManager.default.createDirectory(
-                    atPath: (path as NSString).deletingLastPathComponent,
-                    withIntermediateDirectories: true,
-                    attributes: [.posixPermissions: 0o700]
-                )
+                try SocketFolder.prepare(for: path)
                 let channel = try await bootstrap(isLocal: true)
                     .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                // Only the host's own user may connect (local clients need no pairing).
+                chmod(path, 0o600)
                 listeners.append(channel)
                 addresses.unixSocket = path
             }
@@ -96,14 +96,27 @@ public final class AtriumServer: Service, Sendable {
         let core = self.core
         let logger = self.logger
         let maxFrameBytes = configuration.limits.maxFrameBytes
+        let admission = configuration.admission
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: isLocal ? 0 : 1)
+            // A client that shuts down its sending side still gets the answers it is owed.
+            .childChannelOption(.allowRemoteHalfClosure, value: true)
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: .init(low: admission.outputLowWaterBytes, high: admission.outputHighWaterBytes)
+            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder<ClientFrame>(maxFrameBytes: maxFrameBytes)),
+                        // Stops reading a connection whose unsent output is over the high-water
+                        // mark, until the client reads: a client that never reads holds at most
+                        // that much (and what it already has in flight).
+                        BackPressureHandler(),
+                        ByteToMessageHandler(
+                            FrameDecoder<ClientFrame>(
+                                maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),
                         MessageToByteHandler(FrameEncoder<HostFrame>()),
                         ConnectionHandler(core: core, isLocal: isLocal, logger: logger),
                     ])

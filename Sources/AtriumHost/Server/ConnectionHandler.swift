@@ -42,13 +42,25 @@ final class ConnectionHandler: ChannelInboundHandler {
     private var helloReceived = false
     private var clientId = ""
     private var clientName: String?
+    /// The client's IP address (TCP only): what the per-address connection limit counts.
+    private var peer: String?
     /// Open channels: the client's channel number → the host's channel id and its plugin.
     private var channels: [UInt64: (handle: UInt64, plugin: PluginInstance)] = [:]
     /// Channel numbers whose `open` the plugin has not answered yet.
     private var opening: Set<UInt64> = []
-    /// Client requests handed to plugins and not answered yet.
+    /// Client requests handed to plugins and not answered yet, and their message bytes.
     private var inFlight = 0
+    private var inFlightBytes = 0
+    /// Launches started and not answered yet.
+    private var launchesInFlight = 0
     private var isClosed = false
+    /// Whether the client shut down its sending side: answers still due go out, then the
+    /// connection closes.
+    private var inputClosed = false
+    /// When the last whole frame arrived, and the task that closes the connection when the
+    /// hello deadline or the idle timeout passes.
+    private var lastFrame = NIODeadline.now()
+    private var deadline: Scheduled<Void>?
     /// Whether frames are being read now: writes then wait for `channelReadComplete` and go
     /// out with one flush (a pipelining client's answers travel together).
     private var inReadBurst = false
@@ -64,32 +76,124 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     var limits: ProtocolLimits { core.configuration.limits }
+    var admission: AdmissionLimits { core.admission }
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop))
         if let remote = context.remoteAddress {
             logger[metadataKey: "peer"] = "\(remote)"
+            if !isLocal { peer = remote.ipAddress }
         }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        guard let link, core.connectionOpened(link) else {
-            protocolError(FrameError(.shuttingDown, "the host is shutting down"))
+        guard let link else { return }
+        if let refusal = core.connectionOpened(link, peer: peer) {
+            // Not counted as open: forget the peer so that closing does not count it down.
+            peer = nil
+            core.breaches.record(
+                "connection refused", "connection refused: \(refusal.message)",
+                metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"])
+            protocolError(refusal, log: false)
             return
         }
+        admitted = true
         logger.debug("connected", metadata: ["local": "\(isLocal)"])
+        armDeadline(after: admission.helloTimeout)
         context.fireChannelActive()
     }
 
+    /// Whether the connection was admitted (and so is counted until it closes).
+    private var admitted = false
+
     func channelInactive(context: ChannelHandlerContext) {
         isClosed = true
+        deadline?.cancel()
         let handles = channels.values.map(\.handle)
         channels.removeAll()
-        core.connectionClosed(id, channels: handles)
+        if admitted { core.connectionClosed(id, peer: peer, channels: handles) }
         logger.debug(
             "disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
         context.fireChannelInactive()
+    }
+
+    // MARK: - Deadlines
+
+    /// Closes the connection at `delay` from now unless, by then, the deadline has moved:
+    /// before `hello`, the hello deadline; after it, the idle timeout since the last frame.
+    private func armDeadline(after delay: Duration) {
+        guard let context else { return }
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        deadline = context.eventLoop.scheduleTask(in: .init(delay)) { handler.value.deadlinePassed() }
+    }
+
+    private func deadlinePassed() {
+        guard !isClosed else { return }
+        guard helloReceived else {
+            core.breaches.record("hello timeout", level: .notice, "a connection sent no hello in time; closed")
+            protocolError(
+                FrameError(.timedOut, "no hello within \(describe(admission.helloTimeout)) of connecting"), log: false)
+            return
+        }
+        let idle = NIODeadline.now() - lastFrame
+        let timeout = TimeAmount(admission.idleTimeout)
+        // Someone waiting for an answer is not idle.
+        if idle < timeout || inFlight > 0 || launchesInFlight > 0 {
+            let remaining = idle < timeout ? timeout - idle : timeout
+            armDeadline(after: .nanoseconds(remaining.nanoseconds))
+            return
+        }
+        core.breaches.record("idle timeout", level: .notice, "a connection sent nothing for the idle timeout; closed")
+        protocolError(
+            FrameError(.timedOut, "no frame for \(describe(admission.idleTimeout)), the idle timeout"), log: false)
+    }
+
+    // MARK: - Half-close and backpressure
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case ChannelEvent.inputClosed = event {
+            // The client will send nothing more but may still read: answer what is due first.
+            inputClosed = true
+            closeIfDrained()
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// After a half-close, closes the connection once nothing is left to answer.
+    private func closeIfDrained() {
+        guard inputClosed, !isClosed, inFlight == 0, launchesInFlight == 0, opening.isEmpty, let context else {
+            return
+        }
+        isClosed = true
+        context.flush()
+        closeWhenFlushed(context.channel, giveUpAt: .now() + TimeAmount(admission.idleTimeout))
+    }
+
+    /// Closes `channel` once every byte written to it has gone out (a closing channel fails
+    /// what is still buffered). Checks again every few milliseconds, for at most the idle
+    /// timeout: a client that never reads is closed then all the same.
+    private func closeWhenFlushed(_ channel: any Channel, giveUpAt: NIODeadline) {
+        let buffered = (try? channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
+        guard buffered > 0, channel.isActive, NIODeadline.now() < giveUpAt else {
+            channel.close(promise: nil)
+            return
+        }
+        let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
+        channel.eventLoop.scheduleTask(in: .milliseconds(5)) {
+            handler.value.closeWhenFlushed(channel, giveUpAt: giveUpAt)
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if !context.channel.isWritable {
+            core.breaches.record(
+                "backpressure", level: .notice,
+                "a client is not reading its answers; the host stops reading it until it does (\(admission.outputHighWaterBytes) bytes unsent)"
+            )
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -111,7 +215,10 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // After a protocol error, frames that were decoded in the same read are not acted on.
+        guard !isClosed else { return }
         inReadBurst = true
+        lastFrame = .now()
         let frame = unwrapInboundIn(data)
         guard helloReceived else {
             guard case .hello(let hello) = frame else {
@@ -141,8 +248,9 @@ final class ConnectionHandler: ChannelInboundHandler {
         case .ping(let id):
             write(.pong(id: id))
         case .unknown(let type):
-            logger.info("unknown frame type \"\(type)\"")
-            write(.error(ErrorFrame(code: .unknownType, message: "unknown frame type \"\(type)\"")))
+            let message = "unknown frame type \"\(untrusted(type, limit: 64))\""
+            core.breaches.record("unknown frame type", level: .info, message)
+            write(.error(ErrorFrame(code: .unknownType, message: message)))
         }
     }
 
@@ -158,10 +266,17 @@ final class ConnectionHandler: ChannelInboundHandler {
             )
             return
         }
+        if let refusal = core.tokenRefusal(hello.token, isLocal: isLocal) {
+            core.breaches.record("token refused", "hello refused: \(refusal)")
+            protocolError(FrameError(.notAuthorized, refusal), log: false)
+            return
+        }
         helloReceived = true
         clientId = hello.clientId
         clientName = hello.clientName
-        logger[metadataKey: "client"] = "\(hello.clientId)"
+        logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
+        deadline?.cancel()
+        armDeadline(after: admission.idleTimeout)
         write(
             .welcome(
                 WelcomeFrame(hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits)
@@ -175,8 +290,10 @@ final class ConnectionHandler: ChannelInboundHandler {
             return
         }
         let refuse = { (status: AppServiceConnectionStatus, reason: String) in
-            self.logger.info(
-                "open \(open.package)/\(open.service) refused: \(reason)", metadata: ["status": "\(status)"])
+            self.core.breaches.record(
+                "open refused", level: .info,
+                "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
+                metadata: ["status": "\(status)"])
             self.write(.opened(OpenedFrame(channel: open.channel, status: status)))
         }
         if core.isShuttingDown {
@@ -217,14 +334,18 @@ final class ConnectionHandler: ChannelInboundHandler {
             core.addChannel(
                 handle,
                 HostCore.OpenChannel(
-                    connection: link!, clientChannel: open.channel, plugin: plugin, service: open.service)
+                    connection: link!, clientChannel: open.channel, plugin: plugin, service: open.service,
+                    clientId: clientId, isRemote: !isLocal)
             )
-            logger.debug("opened \(open.package)/\(open.service) as channel \(open.channel)")
+            logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
         } else {
-            logger.info(
-                "open \(open.package)/\(open.service) refused by the service", metadata: ["status": "\(status)"])
+            core.breaches.record(
+                "open refused by service", level: .info,
+                "open \(open.package)/\(untrusted(open.service, limit: 80)) refused by the service",
+                metadata: ["status": "\(status)"])
         }
         write(.opened(OpenedFrame(channel: open.channel, status: status)))
+        closeIfDrained()
     }
 
     private func handleRequest(_ request: RequestFrame) {
@@ -240,27 +361,28 @@ final class ConnectionHandler: ChannelInboundHandler {
             return
         }
         guard inFlight < limits.maxInFlight else {
+            core.breaches.record("requests in flight", level: .notice, "a connection reached --max-in-flight")
             reply(.resourceLimitsExceeded, "more than \(limits.maxInFlight) requests in flight on this connection")
             return
         }
-        guard request.message.byteCount <= limits.maxMessageBytes else {
+        let bytes = request.message.byteCount
+        guard inFlightBytes + bytes <= admission.maxInFlightBytes || inFlight == 0 else {
+            core.breaches.record("bytes in flight", level: .notice, "a connection reached --max-in-flight-bytes")
             reply(
-                .messageSizeTooLarge,
-                "the message is \(request.message.byteCount) bytes; the limit is \(limits.maxMessageBytes)"
-            )
+                .resourceLimitsExceeded,
+                "more than \(admission.maxInFlightBytes) bytes of requests in flight on this connection")
             return
         }
-        do {
-            _ = try request.message.decode()
-        } catch {
-            reply(.failure, error.description)
+        if let refusal = core.checkMessage(request.message) {
+            reply(refusal.status, refusal.reason)
             return
         }
         inFlight += 1
+        inFlightBytes += bytes
         let handle = core.addPending(
             HostCore.PendingRequest(
                 connection: link!, clientChannel: request.channel, clientRequest: request.id,
-                channel: channel.handle, plugin: channel.plugin
+                channel: channel.handle, plugin: channel.plugin, messageBytes: bytes
             )
         )
         channel.plugin.request(channel: channel.handle, request: handle, message: request.message.buffer)
@@ -271,6 +393,8 @@ final class ConnectionHandler: ChannelInboundHandler {
         _ request: HostCore.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?
     ) {
         inFlight -= 1
+        inFlightBytes -= request.messageBytes
+        defer { closeIfDrained() }
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
         write(
             .response(
@@ -299,6 +423,25 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     private func handleLaunch(_ launch: LaunchFrame) {
+        let answer = { (outcome: LaunchOutcome) in
+            self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
+        }
+        guard launchesInFlight < admission.maxLaunchesPerConnection else {
+            core.breaches.record("launches per connection", level: .notice, "a connection reached --max-launches-per-connection")
+            answer(
+                LaunchOutcome(
+                    status: .deniedByRemoteSystem,
+                    error: "more than \(admission.maxLaunchesPerConnection) launches in flight on this connection"))
+            return
+        }
+        guard core.takeLaunchSlot() else {
+            core.breaches.record("launches", "the host reached --max-launches")
+            answer(
+                LaunchOutcome(
+                    status: .deniedByRemoteSystem, error: "the host has \(admission.maxLaunches) launches in flight, its limit"))
+            return
+        }
+        launchesInFlight += 1
         let request = LaunchRequestInfo(
             uri: launch.uri, package: launch.package, fallbackUri: launch.fallbackUri,
             preferredPackages: launch.preferredPackages,
@@ -306,12 +449,19 @@ final class ConnectionHandler: ChannelInboundHandler {
         )
         let core = self.core
         let (clientId, isRemote, link) = (self.clientId, !isLocal, self.link!)
-        // A handler may take a while (a program starting): keep it off the event loop.
-        DispatchQueue.global().async {
-            let outcome = core.launch(
-                request, clientId: clientId, clientDescription: "client \(clientId)", isRemote: isRemote)
+        // A handler may take a while (a program starting): it runs on the launch threads.
+        core.launchPool.submit { state in
+            let outcome =
+                state == .active
+                ? core.launch(
+                    request, clientId: clientId, clientDescription: "client \(untrusted(clientId, limit: 64))",
+                    isRemote: isRemote)
+                : LaunchOutcome(status: .remoteSystemUnavailable, error: "the host is shutting down")
+            core.releaseLaunchSlot()
             link.run { connection in
+                connection.launchesInFlight -= 1
                 connection.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
+                connection.closeIfDrained()
             }
         }
     }
@@ -329,9 +479,11 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     /// Answers a protocol error with an `error` frame, then closes the connection (all but
-    /// `unknownType`, which is not sent through here).
-    private func protocolError(_ error: FrameError) {
-        logger.notice("protocol error: \(error)")
+    /// `unknownType`, which is not sent through here). The message is cut and escaped: it may
+    /// carry what the client sent.
+    private func protocolError(_ error: FrameError, log: Bool = true) {
+        let error = FrameError(error.code, untrusted(error.message, limit: 300))
+        if log { core.breaches.record("protocol error", level: .notice, "protocol error: \(error)") }
         guard !isClosed, let context else { return }
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(.error(ErrorFrame(error)))).whenComplete { _ in

@@ -7,7 +7,7 @@
 /// version does not know, and that value must survive being received and passed on.
 
 /// The outcome of opening a channel to an app service (`opened` frame).
-public struct AppServiceConnectionStatus: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+public struct AppServiceConnectionStatus: StatusCode, CustomStringConvertible {
     public var rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
@@ -39,7 +39,7 @@ public struct AppServiceConnectionStatus: RawRepresentable, Sendable, Hashable, 
 }
 
 /// The outcome of one request (`response` frame).
-public struct AppServiceResponseStatus: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+public struct AppServiceResponseStatus: StatusCode, CustomStringConvertible {
     public var rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
@@ -65,7 +65,7 @@ public struct AppServiceResponseStatus: RawRepresentable, Sendable, Hashable, Cu
 }
 
 /// Why a channel was closed (`closed` frame).
-public struct AppServiceClosedStatus: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+public struct AppServiceClosedStatus: StatusCode, CustomStringConvertible {
     public var rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
@@ -80,7 +80,7 @@ public struct AppServiceClosedStatus: RawRepresentable, Sendable, Hashable, Cust
 }
 
 /// The outcome of launching a URI (`launched` frame).
-public struct RemoteLaunchUriStatus: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+public struct RemoteLaunchUriStatus: StatusCode, CustomStringConvertible {
     public var rawValue: Int
     public init(rawValue: Int) { self.rawValue = rawValue }
 
@@ -101,6 +101,33 @@ public struct RemoteLaunchUriStatus: RawRepresentable, Sendable, Hashable, Custo
     ]
 
     public var description: String { statusDescription(rawValue, Self.names) }
+}
+
+/// What the four status enumerations share, and the checked conversions for where a status
+/// crosses into a fixed-width integer: the C ABI's `int32_t` and the wire's unsigned integer.
+/// A status comes from peers the host does not trust (clients, plugins), so none of these
+/// conversions can trap: a value that does not fit becomes the enumeration's `unknown`.
+public protocol StatusCode: RawRepresentable, Sendable, Hashable where RawValue == Int {
+    init(rawValue: Int)
+    /// The enumeration's Unknown member, which stands in for a value that cannot cross.
+    static var unknown: Self { get }
+}
+
+extension StatusCode {
+    /// Whether the value can cross every boundary as it is: from 0 to `Int32.max`.
+    public var isRepresentable: Bool { rawValue >= 0 && rawValue <= Int(Int32.max) }
+
+    /// The status as the C ABI's `int32_t`; `unknown` when it is negative or too large.
+    public var int32Value: Int32 { isRepresentable ? Int32(rawValue) : Int32(Self.unknown.rawValue) }
+
+    /// The status as the wire's unsigned integer; `unknown` when it is negative or too large.
+    public var wireValue: UInt64 { isRepresentable ? UInt64(rawValue) : UInt64(Self.unknown.rawValue) }
+
+    /// A status a plugin returned through the C ABI, or `nil` when it is negative (no status is).
+    public init?(checking value: Int32) {
+        guard value >= 0 else { return nil }
+        self.init(rawValue: Int(value))
+    }
 }
 
 func statusDescription(_ rawValue: Int, _ names: [String]) -> String {

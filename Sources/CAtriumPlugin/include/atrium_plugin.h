@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define ATRIUM_PLUGIN_ABI_MAJOR 1
-#define ATRIUM_PLUGIN_ABI_MINOR 0
+#define ATRIUM_PLUGIN_ABI_MINOR 1
 
 /* The exported entry symbol, as a string, for dlsym. */
 #define ATRIUM_PLUGIN_ENTRY_SYMBOL "atrium_plugin_entry_v1"
@@ -200,9 +200,13 @@ typedef struct atrium_host_api {
      * Requests on it that are still unanswered are answered with status 1. Any thread. */
     int32_t (*close_channel)(const struct atrium_host_api *host, uint64_t channel, int32_t status);
 
-    /* Launches `uri` through the host's scheme registry, as a client's `launch` would, and
-     * returns a RemoteLaunchUriStatus. May block while a handler runs: call it from the
-     * plugin's own callbacks or threads. `data` may be NULL. */
+    /* Launches `uri` through the host's scheme registry and returns a RemoteLaunchUriStatus.
+     * The host cannot tell whom the plugin acts for, so it checks the launch as a remote
+     * client's (the launch policy's remote rules); to launch for the client of a channel, use
+     * `launch_uri_for`. May block while a handler runs (at most the host's response timeout):
+     * call it from the plugin's own callbacks or threads. A serial plugin that launches its
+     * own scheme from inside its own callback gets ATRIUM_LAUNCH_DENIED_BY_LOCAL_SYSTEM (it
+     * would wait on itself). `data` may be NULL. */
     int32_t (*launch_uri)(const struct atrium_host_api *host, const char *uri, const uint8_t *data,
                           size_t data_length);
 
@@ -273,6 +277,16 @@ typedef struct atrium_host_api {
      * `builder_free`. Pass them to `respond` or `send`. */
     int32_t (*builder_bytes)(const struct atrium_host_api *host, atrium_builder *builder,
                              const uint8_t **out, size_t *out_length);
+
+    /* ---- ABI 1.1: check ATRIUM_HAS_FIELD(host, atrium_host_api, field) before use. ---- */
+
+    /* Launches `uri` on behalf of the client of `channel` (an open channel of this plugin):
+     * the host checks it as that client's own `launch` would be checked (its identity,
+     * whether it is remote, the launch policy), so a plugin cannot launch for a client what
+     * the client could not launch itself. Returns a RemoteLaunchUriStatus
+     * (ATRIUM_LAUNCH_UNKNOWN for a channel that is not open). Blocks as `launch_uri` does. */
+    int32_t (*launch_uri_for)(const struct atrium_host_api *host, uint64_t channel, const char *uri,
+                              const uint8_t *data, size_t data_length);
 } atrium_host_api;
 
 /*
