@@ -129,7 +129,8 @@ public final class HostCore: @unchecked Sendable {
                 let folder = manifest.file.deletingLastPathComponent()
                 if !manifest.functions.isEmpty {
                     let (path, handle) = try PluginLibrary.openHandle(
-                        library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true
+                        library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true,
+                        strictModes: configuration.strictModes
                     )
                     let service = FunctionService(functions: try DeclaredFunctions(manifest.functions, handle: handle))
                     var queue: DispatchQueue? = nil
@@ -149,7 +150,8 @@ public final class HostCore: @unchecked Sendable {
                     continue
                 }
                 let (path, descriptor) = try PluginLibrary.open(
-                    library, manifestFolder: folder, searchPath: configuration.pluginSearchPath
+                    library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
+                    strictModes: configuration.strictModes
                 )
                 let plugin = PluginInstance(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
                 try plugin.create()

@@ -17,12 +17,18 @@ public struct ManifestCheck: Sendable {
     /// Whether everything would load.
     public var isClean: Bool { entries.allSatisfy { $0.problem == nil } }
 
-    /// Validates every manifest of `folder` and opens each plugin library to check its
-    /// descriptor against the ABI, without starting the plugin.
+    /// Validates every manifest of `folder` and, with `load`, opens each plugin library to
+    /// check its descriptor against the ABI, without starting the plugin. Opening a library
+    /// runs its initialisers (that is what `dlopen` does), so `load: false` checks only the
+    /// manifests and the files: that each library is found and, with `strictModes`, that no
+    /// other user could have written it.
     ///
-    /// - Throws: ``ManifestError`` when the folder cannot be read.
-    public static func run(folder: URL, pluginSearchPath: [URL]) throws(ManifestError) -> ManifestCheck {
-        let directory = try ManifestDirectory.load(folder)
+    /// - Throws: ``ManifestError`` when the folder cannot be read (or, with `strictModes`, is
+    ///   writable by other users).
+    public static func run(folder: URL, pluginSearchPath: [URL], strictModes: Bool = true, load: Bool = true)
+        throws(ManifestError) -> ManifestCheck
+    {
+        let directory = try ManifestDirectory.load(folder, strictModes: strictModes)
         var entries: [Entry] = directory.problems.map { problem in
             let reason = problem.field.map { "\($0): \(problem.reason)" } ?? problem.reason
             return Entry(file: problem.file, package: nil, summary: "", problem: reason)
@@ -36,12 +42,24 @@ public struct ManifestCheck: Sendable {
                 file: manifest.file.lastPathComponent, package: manifest.package,
                 summary: parts.joined(separator: "; "), problem: nil
             )
-            if let library = manifest.library, !manifest.functions.isEmpty {
+            if let library = manifest.library, !load {
+                do throws(PluginLoadError) {
+                    let (path, byLoader) = try PluginLibrary.find(
+                        library, manifestFolder: manifest.file.deletingLastPathComponent(),
+                        searchPath: pluginSearchPath, loaderSearch: !manifest.functions.isEmpty)
+                    if strictModes, !byLoader, let problem = FileTrust.problem(file: path.path, what: "plugin library") {
+                        throw PluginLoadError(reason: problem)
+                    }
+                    entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path) (not loaded)"
+                } catch {
+                    entry.problem = error.reason
+                }
+            } else if let library = manifest.library, !manifest.functions.isEmpty {
                 do {
                     let (path, handle) = try PluginLibrary.openHandle(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(),
                         searchPath: pluginSearchPath,
-                        loaderSearch: true
+                        loaderSearch: true, strictModes: strictModes
                     )
                     _ = try DeclaredFunctions(manifest.functions, handle: handle)
                     entry.summary += "; functions: " + manifest.functions.map(\.command).joined(separator: ", ")
@@ -52,7 +70,8 @@ public struct ManifestCheck: Sendable {
             } else if let library = manifest.library {
                 do {
                     let (path, _) = try PluginLibrary.open(
-                        library, manifestFolder: manifest.file.deletingLastPathComponent(), searchPath: pluginSearchPath
+                        library, manifestFolder: manifest.file.deletingLastPathComponent(), searchPath: pluginSearchPath,
+                        strictModes: strictModes
                     )
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path)"
                 } catch {

@@ -51,12 +51,36 @@ struct ExportedState: @unchecked Sendable {
 
 let exported = Mutex(ExportedState())
 
+/// Where a plugin's tasks run: a serial queue of its own, never Swift's shared cooperative
+/// pool. A service that blocks a thread (a lock, a `sleep`, synchronous I/O) then holds up
+/// only itself; on the shared pool, which has a thread per core, two such calls would stop
+/// every Swift plugin in the host, and the host's own shutdown with them.
+final class PluginExecutor: TaskExecutor, @unchecked Sendable {
+    let queue: DispatchQueue
+
+    init(label: String) {
+        queue = DispatchQueue(label: label)
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        queue.async { job.runSynchronously(on: executor) }
+    }
+}
+
 /// The plugin side of one loaded instance: the service, the host's table, and the answers
 /// awaited for messages sent to clients.
 final class PluginRuntime: Sendable {
     let table: HostTable
     let service: any AppService
     let awaiting = Mutex(Awaiting())
+    let executor: PluginExecutor
+
+    /// Runs `body` as a task on the plugin's own executor.
+    func run(_ body: @escaping @Sendable () async -> Void) {
+        Task(executorPreference: executor) { await body() }
+    }
 
     struct Awaiting {
         var continuations: [UInt64: CheckedContinuation<ServiceResponse, any Error>] = [:]
@@ -64,9 +88,10 @@ final class PluginRuntime: Sendable {
         var early: [UInt64: ServiceResponse] = [:]
     }
 
-    init(table: HostTable, service: any AppService) {
+    init(table: HostTable, service: any AppService, executor: PluginExecutor) {
         self.table = table
         self.service = service
+        self.executor = executor
     }
 
     func send(_ message: ValueSet, on channel: UInt64) async throws -> ServiceResponse {
@@ -123,13 +148,14 @@ func runtime(_ instance: UnsafeMutableRawPointer?) -> PluginRuntime {
     Unmanaged<PluginRuntime>.fromOpaque(instance!).takeUnretainedValue()
 }
 
-/// Runs `body` as a task and blocks this (host plugin-queue) thread until it returns. Used
-/// for the callbacks whose answer the C ABI wants at once; the host never calls them on a
-/// network thread or a Swift concurrency thread.
-func waitFor<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
+/// Runs `body` as a task on the plugin's executor and blocks this (host plugin-queue) thread
+/// until it returns. Used for the callbacks whose answer the C ABI wants at once; the host
+/// never calls them on a network thread or a Swift concurrency thread, and the task does not
+/// run on Swift's shared pool either.
+func waitFor<T: Sendable>(_ runtime: PluginRuntime, _ body: @escaping @Sendable () async -> T) -> T {
     let semaphore = DispatchSemaphore(value: 0)
     let result = Mutex<T?>(nil)
-    Task {
+    runtime.run {
         let value = await body()
         result.withLock { $0 = value }
         semaphore.signal()
@@ -149,7 +175,9 @@ let pluginCreate:
         let host = ServiceHost(table: table, configJSON: config.map { String(cString: $0) } ?? "{}")
         do {
             let service = try type.init(host: host)
-            instance.pointee = Unmanaged.passRetained(PluginRuntime(table: table, service: service)).toOpaque()
+            let executor = PluginExecutor(label: "atrium.pluginkit.\(String(describing: type))")
+            instance.pointee = Unmanaged.passRetained(PluginRuntime(table: table, service: service, executor: executor))
+                .toOpaque()
             return ATRIUM_OK
         } catch {
             table.log(Int32(ATRIUM_LOG_ERROR), "could not start: \(error)")
@@ -182,7 +210,7 @@ let pluginOpen: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_c
     guard let info else { return Int32(ATRIUM_OPEN_UNKNOWN) }
     let runtime = runtime(instance)
     let channel = channel(runtime, info)
-    let status = waitFor { await runtime.service.open(channel) }
+    let status = waitFor(runtime) { await runtime.service.open(channel) }
     if status == .success {
         openChannels.withLock { $0[channel.id] = channel }
     }
@@ -199,7 +227,7 @@ let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Uns
         runtime.respond(request, .failure("channel \(channelId) is not open"))
         return
     }
-    Task {
+    runtime.run {
         do {
             let message = try decoded.get()
             let response = try await runtime.service.request(
@@ -226,7 +254,7 @@ let pluginClosed: @convention(c) (UnsafeMutableRawPointer?, UInt64, Int32, Int32
     instance, channelId, status, _ in
     let runtime = runtime(instance)
     guard let channel = openChannels.withLock({ $0.removeValue(forKey: channelId) }) else { return }
-    Task { await runtime.service.closed(channel, status: AppServiceClosedStatus(rawValue: Int(status))) }
+    runtime.run { await runtime.service.closed(channel, status: AppServiceClosedStatus(rawValue: Int(status))) }
 }
 
 let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium_launch_info>?) -> Int32 = {
@@ -242,6 +270,6 @@ let pluginLaunch: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<atrium
         clientId: info.pointee.client_id.map { String(cString: $0) } ?? "",
         isRemote: info.pointee.is_remote != 0
     )
-    let status = waitFor { await runtime.service.launch(launch) }
+    let status = waitFor(runtime) { await runtime.service.launch(launch) }
     return status.int32Value
 }

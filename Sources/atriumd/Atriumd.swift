@@ -332,7 +332,8 @@ struct Atriumd: AsyncParsableCommand {
         let report: ManifestCheck
         do {
             report = try ManifestCheck.run(
-                folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath)
+                folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath,
+                strictModes: configuration.strictModes, load: !noLoad)
         } catch {
             throw ValidationError("\(error)")
         }
@@ -344,6 +345,10 @@ struct Atriumd: AsyncParsableCommand {
             }
         }
         for warning in report.warnings { print("! \(warning)") }
+        print(
+            noLoad
+                ? "(plugin libraries were found and checked, not loaded)"
+                : "(plugin libraries were loaded to check their ABI, which runs their initialisers; --no-load skips that)")
         let bad = report.entries.filter { $0.problem != nil }.count
         print("\(report.entries.count) manifests, \(report.entries.count - bad) would load, \(bad) would not")
         if bad > 0 { throw ExitCode(1) }

@@ -10,10 +10,12 @@ public struct ManifestDirectory: Sendable {
     /// Things worth saying that did not stop a manifest from loading (unknown keys).
     public var warnings: [String]
 
-    /// Reads every `*.json` file in `folder`.
+    /// Reads every `*.json` file in `folder`. With `strictModes`, the folder and each manifest
+    /// must be safe from other users (``FileTrust``): an unsafe manifest is refused with the
+    /// reason, an unsafe folder refuses them all.
     ///
-    /// - Throws: ``ManifestError`` only when the folder itself cannot be read.
-    public static func load(_ folder: URL) throws(ManifestError) -> ManifestDirectory {
+    /// - Throws: ``ManifestError`` only when the folder itself cannot be read, or is unsafe.
+    public static func load(_ folder: URL, strictModes: Bool = true) throws(ManifestError) -> ManifestDirectory {
         let names: [String]
         do {
             names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
@@ -22,9 +24,16 @@ public struct ManifestDirectory: Sendable {
                 file: folder.path, field: nil, reason: "cannot read the manifests folder: \(error.localizedDescription)"
             )
         }
+        if strictModes, let problem = FileTrust.problem(folder.path, what: "manifests folder") {
+            throw ManifestError(file: folder.path, field: nil, reason: problem)
+        }
         var result = ManifestDirectory(folder: folder, manifests: [], problems: [], warnings: [])
         for name in names.filter({ $0.hasSuffix(".json") }).sorted() {
             let file = folder.appendingPathComponent(name)
+            if strictModes, let problem = FileTrust.problem(file.path, what: "manifest") {
+                result.problems.append(ManifestError(file: name, field: nil, reason: problem))
+                continue
+            }
             guard let data = FileManager.default.contents(atPath: file.path) else {
                 result.problems.append(ManifestError(file: name, field: nil, reason: "cannot be read"))
                 continue

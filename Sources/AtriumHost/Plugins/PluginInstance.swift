@@ -9,23 +9,24 @@ import Synchronization
 /// A loaded plugin: its descriptor, its instance, the host table it was given, and the
 /// queue its callbacks run on.
 ///
-/// Thread rules: every callback into the plugin goes through ``queue`` (serial unless the
-/// plugin or its manifest says it is safe to call concurrently), never a network thread;
-/// the one exception is `request` of a plugin that promises never to block
-/// (ATRIUM_PLUGIN_NONBLOCKING), which is called where the request arrived.
+/// Thread rules: every callback into the plugin goes through ``queue``, a serial queue of
+/// the plugin's own (so a callback that blocks holds up only this plugin), never a network
+/// thread. Requests of a plugin that may be called concurrently (ATRIUM_PLUGIN_CONCURRENT, or
+/// `concurrent` in its manifest) go through ``requestQueue``, a concurrent one; and `request`
+/// of a plugin that promises never to block (ATRIUM_PLUGIN_NONBLOCKING) is called where the
+/// request arrived.
 /// The stored properties never change after `create`, so the object may be shared freely.
 final class PluginInstance: @unchecked Sendable {
     let manifest: Manifest
     let descriptor: UnsafePointer<atrium_plugin>
     let queue: DispatchQueue
+    let requestQueue: DispatchQueue
     let table: UnsafeMutablePointer<atrium_host_api>
     let logger: Logger
     private(set) var instance: UnsafeMutableRawPointer?
     /// Whether `request` may be called on the network thread (the plugin promised, with
     /// ATRIUM_PLUGIN_CONCURRENT and ATRIUM_PLUGIN_NONBLOCKING, that it never blocks there).
     let requestsInline: Bool
-    /// Whether the plugin may be called on several threads at once.
-    let isConcurrent: Bool
     /// Marks each plugin's queue with its instance, so that a call can tell it is already on it.
     static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
     /// The host, for the table's functions. Set before `create` and never changed.
@@ -52,10 +53,10 @@ final class PluginInstance: @unchecked Sendable {
         let concurrent = manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
         requestsInline =
             flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
-        isConcurrent = concurrent
-        queue =
-            shared
-            ?? DispatchQueue(label: "atrium.plugin.\(manifest.package)", attributes: concurrent ? .concurrent : [])
+        queue = shared ?? DispatchQueue(label: "atrium.plugin.\(manifest.package)")
+        requestQueue =
+            concurrent
+            ? DispatchQueue(label: "atrium.plugin.\(manifest.package).requests", attributes: .concurrent) : queue
         table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
         table.initialize(to: HostAPI.makeTable())
         table.pointee.host_data = nil
@@ -67,7 +68,7 @@ final class PluginInstance: @unchecked Sendable {
         table.pointee.host_data = Unmanaged.passUnretained(self).toOpaque()
         let create = descriptor.pointee.create!
         let config = manifest.configJSON
-        let (status, created) = queue.sync(flags: .barrier) { () -> (Int32, UnsafeMutableRawPointer?) in
+        let (status, created) = queue.sync { () -> (Int32, UnsafeMutableRawPointer?) in
             var created: UnsafeMutableRawPointer?
             let status = config.withCString { create(table, $0, &created) }
             return (status, created)
@@ -137,7 +138,7 @@ final class PluginInstance: @unchecked Sendable {
         if requestsInline {
             deliver(channel: channel, request: request, message: message)
         } else {
-            queue.async { self.deliver(channel: channel, request: request, message: message) }
+            requestQueue.async { self.deliver(channel: channel, request: request, message: message) }
         }
     }
 
@@ -175,7 +176,7 @@ final class PluginInstance: @unchecked Sendable {
     }
 
     /// Asks the plugin to handle a launch, waiting up to `timeout` for its answer (call off the
-    /// event loop). A serial plugin that launches its own scheme from inside one of its own
+    /// event loop). A plugin that launches its own scheme from inside one of its own serial
     /// callbacks would wait on itself: that is refused at once rather than deadlocking (or, as
     /// `sync` onto the current queue does, trapping). A cycle through other plugins ends
     /// at the timeout.
@@ -185,7 +186,7 @@ final class PluginInstance: @unchecked Sendable {
         guard descriptor.has(\.launch), let callback = descriptor.pointee.launch else {
             return LaunchOutcome(status: .protocolUnavailable, error: "package \"\(package)\" does not take launches")
         }
-        if !isConcurrent, DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) {
+        if DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) {
             return LaunchOutcome(
                 status: .deniedByLocalSystem,
                 error:
@@ -231,7 +232,8 @@ final class PluginInstance: @unchecked Sendable {
 
     /// Calls `destroy`, after which the plugin is never called again.
     func destroy() {
-        queue.sync(flags: .barrier) {
+        requestQueue.sync(flags: .barrier) {}
+        queue.sync {
             if descriptor.has(\.destroy), let destroy = descriptor.pointee.destroy {
                 destroy(instance)
             }

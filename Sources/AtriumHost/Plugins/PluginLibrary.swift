@@ -25,29 +25,51 @@ enum PluginLibrary {
 
     /// Opens a library: the first existing candidate, or, when `loaderSearch` is set and the
     /// name has no '/', whatever the dynamic loader's own search finds (`libz.so.1`).
-    static func openHandle(_ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool = false)
+    /// With `strictModes`, a library found by path must be safe from other users
+    /// (``FileTrust``); one the loader finds by name is in the system's library folders.
+    static func openHandle(
+        _ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool = false,
+        strictModes: Bool = true
+    )
         throws(PluginLoadError) -> (path: URL, handle: UnsafeMutableRawPointer)
     {
-        let candidates = candidates(for: library, manifestFolder: manifestFolder, searchPath: searchPath)
-        let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) })
-        guard let path = found ?? (loaderSearch && !library.contains("/") ? URL(fileURLWithPath: library) : nil) else {
-            let tried = candidates.map(\.path).joined(separator: ", ")
-            throw PluginLoadError(reason: "library \(library) not found (looked at \(tried))")
+        let (path, byLoader) = try find(
+            library, manifestFolder: manifestFolder, searchPath: searchPath, loaderSearch: loaderSearch)
+        if strictModes, !byLoader, let problem = FileTrust.problem(file: path.path, what: "plugin library") {
+            throw PluginLoadError(reason: problem)
         }
         // RTLD_LOCAL keeps each plugin's symbols (each Swift plugin carries its own copy of
         // the SDK) to itself. The library is never closed: unloading Swift code is unsafe.
-        guard let handle = dlopen(found == nil ? library : path.path, RTLD_NOW | RTLD_LOCAL) else {
+        let name = byLoader ? library : path.path
+        guard let handle = dlopen(name, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
-            throw PluginLoadError(reason: "cannot load \(found == nil ? library : path.path): \(reason)")
+            throw PluginLoadError(reason: "cannot load \(name): \(reason)")
         }
         return (path, handle)
     }
 
+    /// Where `library` is: the first existing candidate, or, when `loaderSearch` is set and
+    /// the name has no '/', the bare name for the dynamic loader to find (`libz.so.1`).
+    static func find(_ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool) throws(
+        PluginLoadError
+    ) -> (path: URL, byLoader: Bool) {
+        let candidates = candidates(for: library, manifestFolder: manifestFolder, searchPath: searchPath)
+        if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) }) {
+            return (found, false)
+        }
+        guard loaderSearch && !library.contains("/") else {
+            let tried = candidates.map(\.path).joined(separator: ", ")
+            throw PluginLoadError(reason: "library \(library) not found (looked at \(tried))")
+        }
+        return (URL(fileURLWithPath: library), true)
+    }
+
     /// Opens the first existing candidate and returns its checked descriptor.
-    static func open(_ library: String, manifestFolder: URL, searchPath: [URL]) throws(PluginLoadError)
-        -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
+    static func open(_ library: String, manifestFolder: URL, searchPath: [URL], strictModes: Bool = true)
+        throws(PluginLoadError) -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
     {
-        let (path, handle) = try openHandle(library, manifestFolder: manifestFolder, searchPath: searchPath)
+        let (path, handle) = try openHandle(
+            library, manifestFolder: manifestFolder, searchPath: searchPath, strictModes: strictModes)
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
             throw PluginLoadError(
                 reason:

@@ -39,7 +39,7 @@ public final class AtriumServer: Service, Sendable {
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
         self.onReady = onReady
-        manifests = try ManifestDirectory.load(configuration.manifestsFolder)
+        manifests = try ManifestDirectory.load(configuration.manifestsFolder, strictModes: configuration.strictModes)
         for problem in manifests.problems {
             logger.error("manifest skipped: \(problem)")
         }
