@@ -15,11 +15,44 @@ public final class TestClient: Sendable {
         public var description: String
     }
 
-    /// Connects over TCP to `127.0.0.1:port`.
-    public static func connect(port: Int) async throws -> TestClient {
+    /// Connects over TCP to `127.0.0.1:port`, from `localAddress` when given (another
+    /// loopback address, 127.0.0.2, is another peer to the host). With `autoRead` off the
+    /// client reads nothing until told (``readMore()``): a client that does not read.
+    public static func connect(port: Int, from localAddress: String? = nil, autoRead: Bool = true) async throws
+        -> TestClient
+    {
         let inbox = Inbox()
-        let channel = try await bootstrap(inbox).connect(host: "127.0.0.1", port: port).get()
+        var bootstrap = bootstrap(inbox).channelOption(.autoRead, value: autoRead)
+        if let localAddress {
+            bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: localAddress, port: 0))
+        }
+        let channel = try await bootstrap.connect(host: "127.0.0.1", port: port).get()
         return TestClient(channel: channel, inbox: inbox)
+    }
+
+    /// A frame whose body is `body` as it is (to send broken frames with ``sendRaw(_:)``).
+    public static func frame(_ body: [UInt8]) -> [UInt8] {
+        withUnsafeBytes(of: UInt32(body.count).bigEndian) { Array($0) } + body
+    }
+
+    /// Asks for one more read (for a client connected with `autoRead` off).
+    public func readMore() {
+        channel.read()
+    }
+
+    /// Writes `bytes` without waiting for them to go out; returns whether the connection can
+    /// take more now (false once the host stops reading and the buffers fill).
+    public func push(_ bytes: [UInt8]) async throws -> Bool {
+        let channel = self.channel
+        return try await channel.eventLoop.submit {
+            channel.writeAndFlush(channel.allocator.buffer(bytes: bytes), promise: nil)
+            return channel.isWritable
+        }.get()
+    }
+
+    /// Shuts down the client's sending side (a TCP half-close); it can still read.
+    public func closeOutput() async throws {
+        try await channel.close(mode: .output)
     }
 
     /// Connects to the host's local Unix socket.

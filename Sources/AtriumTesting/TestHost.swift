@@ -105,6 +105,29 @@ public final class TestHost: @unchecked Sendable {
         return Int(text[range.upperBound...].prefix { $0.isNumber })
     }
 
+    /// The host's resident memory now, in bytes (VmRSS of /proc/PID/status), or nil when it
+    /// cannot be read.
+    public var residentBytes: Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        else { return nil }
+        let digits = line.split(separator: " ").dropFirst().first.flatMap { Int($0) }
+        return digits.map { $0 * 1024 }
+    }
+
+    /// How many descriptors the host has open now (the entries of /proc/PID/fd).
+    public var openDescriptors: Int? {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.processIdentifier)/fd"))?.count
+    }
+
+    /// Whether the host process is still running.
+    public var isRunning: Bool { process.isRunning }
+
+    /// How many times the host's output contains `text`.
+    public func count(_ text: String) -> Int {
+        log.components(separatedBy: text).count - 1
+    }
+
     /// Everything the host printed so far (standard output and the log on standard error).
     public var log: String { output.text }
 

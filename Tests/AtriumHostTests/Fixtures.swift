@@ -38,7 +38,9 @@ enum Fixtures {
               "services": [
                 { "name": "test", "supportsRemoteSystems": true },
                 { "name": "local.only" },
-                { "name": "refuse.7", "supportsRemoteSystems": true }
+                { "name": "refuse.7", "supportsRemoteSystems": true },
+                { "name": "refuse.-1", "supportsRemoteSystems": true },
+                { "name": "refuse.4294967296", "supportsRemoteSystems": true }
               ],
               "schemes": ["atrium-test"],
               "config": { "greeting": "hi" }

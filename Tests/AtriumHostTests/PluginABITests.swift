@@ -46,7 +46,10 @@ struct PluginABITests {
 
     static let cServiceManifest = """
         { "manifestVersion": 1, "package": "atrium.tests.c", "library": "libAtriumTestCService.so",
-          "services": [{ "name": "c", "supportsRemoteSystems": true }] }
+          "services": [{ "name": "c", "supportsRemoteSystems": true },
+                       { "name": "status.-3", "supportsRemoteSystems": true },
+                       { "name": "status.2147483647", "supportsRemoteSystems": true }],
+          "schemes": ["atrium-ctest"] }
         """
 
     @Test func aCPluginReadsAndBuildsEveryKind() async throws {
@@ -80,15 +83,22 @@ struct PluginLoadingTests {
     /// Builds a one-file plugin whose descriptor says `major.minor` and whose create returns
     /// `createResult`.
     func buildPlugin(named name: String, major: Int, minor: Int, createResult: Int) throws -> URL {
+        try buildPlugin(
+            named: name,
+            source: """
+                #include "atrium_plugin.h"
+                static int32_t create(const atrium_host_api *h, const char *c, void **i) { (void)h; (void)c; *i = 0; return \(createResult); }
+                static const atrium_plugin p = { sizeof(atrium_plugin), \(major), \(minor), "\(name)", "0", 0, create, 0, 0, 0, 0, 0, 0 };
+                const atrium_plugin *atrium_plugin_entry_v1(void) { return &p; }
+                """)
+    }
+
+    /// Builds `lib<name>.so` from one C file, `source`, in a fresh folder.
+    func buildPlugin(named name: String, source text: String) throws -> URL {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-abi-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let source = folder.appendingPathComponent("\(name).c")
-        try """
-        #include "atrium_plugin.h"
-        static int32_t create(const atrium_host_api *h, const char *c, void **i) { (void)h; (void)c; *i = 0; return \(createResult); }
-        static const atrium_plugin p = { sizeof(atrium_plugin), \(major), \(minor), "\(name)", "0", 0, create, 0, 0, 0, 0, 0, 0 };
-        const atrium_plugin *atrium_plugin_entry_v1(void) { return &p; }
-        """.write(to: source, atomically: true, encoding: .utf8)
+        try text.write(to: source, atomically: true, encoding: .utf8)
         let library = folder.appendingPathComponent("lib\(name).so")
         let (status, output) = try PluginABITests().compile(
             "cc", ["-std=c11", "-shared", "-fPIC", "-ISources/CAtriumPlugin/include", "-o", library.path, source.path]

@@ -41,7 +41,10 @@ extension HostCore {
         if outcome.status == .success {
             logger.log(level: level, "\(line)", metadata: metadata)
         } else {
-            breaches.record("launch refused", level: level, line, metadata: metadata)
+            // Refusals are counted per scheme and status: a flood of one kind is one line per
+            // interval, and it does not hide a refusal of another kind.
+            let kind = "launch \(Self.scheme(of: request.uri) ?? "(invalid)") \(outcome.status)"
+            breaches.record(kind, level: level, line, metadata: metadata)
         }
         return outcome
     }

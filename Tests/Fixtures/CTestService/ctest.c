@@ -6,7 +6,15 @@
  * Request keys it reads: Int, Double, Bool, Date, Text, Bytes, Uuid, Map.
  * Answer: IntPlusOne, DoubleTimesTwo, NotBool, DateNextDay, Text, TextLength, Bytes, Uuid,
  * Map, Count, FirstKey, KindOfText, Missing, WrongKind, BadUtf8, BadMap.
+ *
+ * It also misbehaves on request, as a careless C plugin might: it is serial (no flags), and
+ *   - a request {"LaunchOwn": uri} launches uri from inside the request callback with
+ *     launch_uri ({"LaunchFor": uri}: with launch_uri_for, for the channel's client) and
+ *     answers {"LaunchStatus": n};
+ *   - opening a service "status.<n>" answers open with n, negative ones included;
+ *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included.
  */
+#include <stdlib.h>
 #include <string.h>
 #include "atrium_plugin.h"
 
@@ -19,9 +27,21 @@ static int32_t ctest_create(const atrium_host_api *host, const char *config_json
     return ATRIUM_OK;
 }
 
+static int32_t ctest_open(void *instance, const atrium_channel_info *info) {
+    (void)instance;
+    if (strncmp(info->service, "status.", 7) == 0) return (int32_t)atol(info->service + 7);
+    return ATRIUM_OPEN_SUCCESS;
+}
+
+static int32_t ctest_launch(void *instance, const atrium_launch_info *info) {
+    (void)instance;
+    const char *prefix = "atrium-ctest:status/";
+    if (strncmp(info->uri, prefix, strlen(prefix)) == 0) return (int32_t)atol(info->uri + strlen(prefix));
+    return ATRIUM_LAUNCH_SUCCESS;
+}
+
 static void ctest_request(void *instance, uint64_t channel, uint64_t request, const uint8_t *message,
                           size_t length) {
-    (void)channel;
     const atrium_host_api *host = (const atrium_host_api *)instance;
     atrium_message *in = host->message_parse(host, message, length);
     if (in == NULL) {
@@ -29,6 +49,22 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         return;
     }
     atrium_builder *out = host->builder_new(host);
+
+    const char *own = NULL;
+    size_t own_length = 0;
+    int for_client = host->message_get_string(host, in, "LaunchFor", &own, &own_length) == ATRIUM_OK;
+    if (for_client || host->message_get_string(host, in, "LaunchOwn", &own, &own_length) == ATRIUM_OK) {
+        int32_t status = for_client ? host->launch_uri_for(host, channel, own, NULL, 0)
+                                    : host->launch_uri(host, own, NULL, 0);
+        host->builder_put_int(host, out, "LaunchStatus", status);
+        const uint8_t *answer = NULL;
+        size_t answer_length = 0;
+        host->builder_bytes(host, out, &answer, &answer_length);
+        host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
+        host->builder_free(host, out);
+        host->message_free(host, in);
+        return;
+    }
 
     int64_t i = 0;
     if (host->message_get_int(host, in, "Int", &i) == ATRIUM_OK) host->builder_put_int(host, out, "IntPlusOne", i + 1);
@@ -79,7 +115,9 @@ static const atrium_plugin ctest_plugin = {
     .version = "1.0.0",
     .flags = 0,
     .create = ctest_create,
+    .open = ctest_open,
     .request = ctest_request,
+    .launch = ctest_launch,
 };
 
 __attribute__((visibility("default"))) const atrium_plugin *atrium_plugin_entry_v1(void) { return &ctest_plugin; }

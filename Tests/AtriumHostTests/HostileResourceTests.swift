@@ -1,0 +1,361 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import NIOCore
+import Testing
+
+/// Clients that try to make the host hold memory, descriptors, threads or time: each test
+/// asserts the answer the attacker gets, that the host's memory and descriptors stay bounded,
+/// and that another client is served meanwhile. Loops are bounded in count and in time.
+@Suite(.serialized)
+struct HostileResourceTests {
+    /// A ping on a fresh connection is answered within `within` (a liveness bound, generous:
+    /// a stalled event loop misses it by seconds).
+    func pingAnswered(_ host: TestHost, within: Duration = .seconds(3)) async throws -> Bool {
+        let client = try await connectedClient(host, clientId: "bystander")
+        defer { Task { await client.close() } }
+        try await client.send(.ping(id: 5))
+        return try await client.next(timeout: within) == .pong(id: 5)
+    }
+
+    /// A frame body: a map of `count` distinct one-entry keys.
+    func manyKeys(_ count: Int, type: String = "ping") -> [UInt8] {
+        var body: [UInt8] = [0xba] + withUnsafeBytes(of: UInt32(count + 2).bigEndian) { Array($0) }
+        body += [0x64] + Array("type".utf8) + [0x64] + Array(type.utf8)
+        body += [0x62] + Array("id".utf8) + [0x01]
+        for index in 0..<count {
+            let key = Array("k\(String(index, radix: 36))".utf8)
+            body += [0x60 | UInt8(key.count)] + key + [0x00]
+        }
+        return body
+    }
+
+    @Test func framesOfManyKeysAreRefusedWithoutStallingOthers() async throws {
+        let host = try await startHost()
+        // Before hello: 100,000 keys (about 790 KB) are over the hello limit, refused on sight.
+        let early = try await TestClient.connect(port: host.port)
+        try await early.sendRaw(TestClient.frame(manyKeys(100_000)))
+        guard case .error(let tooBig) = try await early.next() else {
+            Issue.record("no error frame")
+            return
+        }
+        #expect(tooBig.code == .frameTooLarge && tooBig.message.contains("for hello"))
+        #expect(try await early.next() == nil)
+        // After hello, within the frame limit: refused at the key limit, in linear time.
+        let late = try await connectedClient(host)
+        try await late.sendRaw(TestClient.frame(manyKeys(100_000)))
+        #expect(try await pingAnswered(host))
+        guard case .error(let tooMany) = try await late.next() else {
+            Issue.record("no error frame")
+            return
+        }
+        #expect(tooMany == ErrorFrame(code: .malformedFrame, message: "frame has more than 1024 keys, the hard limit"))
+        #expect(try await late.next() == nil)
+        // 500 keys (under the limit, all unknown) are ignored: the ping is answered.
+        let fine = try await connectedClient(host)
+        try await fine.sendRaw(TestClient.frame(manyKeys(500)))
+        #expect(try await fine.next() == .pong(id: 1))
+        await fine.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aClientThatNeverReadsHoldsBoundedMemory() async throws {
+        let host = try await startHost()
+        let before = try #require(host.residentBytes)
+        let greedy = try await TestClient.connect(port: host.port, autoRead: false)
+        var hello = ByteBuffer()
+        hello.writeFrame(ClientFrame.hello(HelloFrame(clientId: "greedy")))
+        var open = ByteBuffer()
+        open.writeFrame(ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
+        _ = try await greedy.push(Array(hello.readableBytesView) + Array(open.readableBytesView))
+        // 1 MiB echo requests, pipelined, never read: at most 400 (400 MiB) or 20 seconds.
+        var request = ByteBuffer()
+        let payload: ValueSet = ["Blob": .bytes(Array(repeating: 7, count: 1_000_000))]
+        var sent = 0
+        let deadline = ContinuousClock.now + .seconds(20)
+        while sent < 400 && ContinuousClock.now < deadline {
+            request.clear()
+            request.writeFrame(ClientFrame.request(RequestFrame(channel: 1, id: UInt64(sent), message: EncodedValueSet(payload))))
+            sent += 1
+            if try await !greedy.push(Array(request.readableBytesView)) {
+                // The host stopped reading and the client's own buffer fills.
+                try await Task.sleep(for: .milliseconds(100))
+                if !greedy.channel.isWritable { break }
+            }
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let during = try #require(host.residentBytes)
+        // Without backpressure the host buffers every answer: hundreds of MiB.
+        #expect(during - before < 96 << 20, "RSS grew by \((during - before) >> 20) MiB")
+        #expect(try await pingAnswered(host))
+        await greedy.close()
+        #expect(await host.waitForLog("the host stops reading it until it does"))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func connectionsAreAdmittedWithinTheirLimitsAndRefusalsLoggedOnce() async throws {
+        let host = try await startHost(arguments: ["--max-connections", "12", "--max-connections-per-peer", "8"])
+        var clients: [TestClient] = []
+        for _ in 0..<8 { clients.append(try await connectedClient(host)) }
+        // The ninth from 127.0.0.1 is refused with a reason, and so are 20 more.
+        for _ in 0..<21 {
+            let refused = try await TestClient.connect(port: host.port)
+            guard case .error(let error) = try await refused.next() else {
+                Issue.record("no error frame")
+                return
+            }
+            #expect(error.code == .tooManyConnections)
+            #expect(error.message == "127.0.0.1 has 8 connections open, the limit per address (--max-connections-per-peer)")
+            #expect(try await refused.next() == nil)
+        }
+        // Another address is another peer, up to the total.
+        for _ in 0..<4 {
+            let other = try await TestClient.connect(port: host.port, from: "127.0.0.2")
+            try await other.hello()
+            clients.append(other)
+        }
+        let full = try await TestClient.connect(port: host.port, from: "127.0.0.3")
+        guard case .error(let error) = try await full.next() else {
+            Issue.record("no error frame")
+            return
+        }
+        #expect(error.message == "the host has 12 connections open, its limit (--max-connections)")
+        // 22 refusals, one log line (the count goes out with the next line of its kind).
+        #expect(host.count("connection refused:") == 1)
+        // Closing frees the slots.
+        for client in clients { await client.close() }
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try await pingAnswered(host))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func silentConnectionsAreClosedAtTheirDeadlines() async throws {
+        let host = try await startHost(arguments: ["--hello-timeout", "0.5", "--idle-timeout", "1"])
+        let mute = try await TestClient.connect(port: host.port)
+        #expect(
+            try await mute.next(timeout: .seconds(5))
+                == .error(ErrorFrame(code: .timedOut, message: "no hello within 0.5 seconds of connecting")))
+        #expect(try await mute.next() == nil)
+        let idle = try await connectedClient(host)
+        // A half-sent frame is not activity.
+        try await idle.sendRaw([0, 0, 0x10, 0])
+        #expect(
+            try await idle.next(timeout: .seconds(5))
+                == .error(ErrorFrame(code: .timedOut, message: "no frame for 1 second, the idle timeout")))
+        #expect(try await idle.next() == nil)
+        // A client waiting for an answer is not idle: a request that takes 1.5 s is answered.
+        let patient = try await connectedClient(host)
+        #expect(try await patient.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let late = try await patient.request(channel: 1, id: 1, ["Action": "late", "DelayMs": 1500])
+        #expect(late.status == .success)
+        await patient.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func hugeFramesBeforeHelloAreRefusedBeforeAnyIsBuffered() async throws {
+        let host = try await startHost()
+        let before = try #require(host.residentBytes)
+        var attackers: [TestClient] = []
+        for _ in 0..<50 {
+            let attacker = try await TestClient.connect(port: host.port)
+            // The length of a 4 MiB frame, then 64 KiB of it.
+            try await attacker.sendRaw([0, 0x3f, 0xff, 0xff] + Array(repeating: 0xa0, count: 65536))
+            attackers.append(attacker)
+        }
+        for attacker in attackers {
+            guard case .error(let error) = try await attacker.next() else {
+                Issue.record("no error frame")
+                return
+            }
+            #expect(error.message == "a first frame of 4194303 bytes is over the limit of 16384 bytes for hello")
+        }
+        #expect(try #require(host.residentBytes) - before < 32 << 20)
+        #expect(try await pingAnswered(host))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func execLaunchesLeakNoDescriptors() async throws {
+        // Two launch threads, so that the warm-up below reaches both (each thread keeps a
+        // run loop of Foundation's for the programs it starts: three descriptors, once).
+        let host = try await startHost(
+            arguments: ["--max-launches", "2"],
+            manifests: [
+                "true.json": """
+                { "manifestVersion": 1, "package": "atrium.tests.true", "schemes": ["atrium-true"],
+                  "launch": { "exec": ["/bin/echo", "{uri}"], "wait": true } }
+                """
+            ] + Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        func launch(_ id: UInt64) async throws {
+            try await client.send(.launch(LaunchFrame(id: id, uri: "atrium-true:\(id)")))
+            #expect(try await client.next() == .launched(LaunchedFrame(id: id, status: .success)))
+        }
+        for id in 0..<20 { try await launch(UInt64(id)) }
+        try await Task.sleep(for: .milliseconds(300))
+        let before = try #require(host.openDescriptors)
+        for id in 20..<220 { try await launch(UInt64(id)) }
+        try await Task.sleep(for: .milliseconds(500))
+        let after = try #require(host.openDescriptors)
+        // One leaked pipe per launch would be 200 more.
+        #expect(after - before < 10, "\(before) descriptors before, \(after) after 200 launches")
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func launchesAreBoundedPerConnectionAndInAll() async throws {
+        let host = try await startHost(
+            arguments: ["--max-launches", "6", "--max-launches-per-connection", "4"],
+            manifests: [
+                "slow.json": """
+                { "manifestVersion": 1, "package": "atrium.tests.slow", "schemes": ["atrium-slow"],
+                  "launch": { "exec": ["sleep", "2"], "wait": true, "timeoutSeconds": 30 } }
+                """
+            ] + Fixtures.all)
+        let flooder = try await connectedClient(host)
+        func launches(_ ids: [Int]) -> [UInt8] {
+            var buffer = ByteBuffer()
+            for id in ids { buffer.writeFrame(ClientFrame.launch(LaunchFrame(id: UInt64(id), uri: "atrium-slow:\(id)"))) }
+            return Array(buffer.readableBytesView)
+        }
+        try await flooder.sendRaw(launches(Array(0..<40)))
+        // 36 are refused at once; 4 run.
+        var refused = 0
+        for _ in 0..<36 {
+            guard case .launched(let launched) = try await flooder.next(timeout: .seconds(1)) else { break }
+            #expect(launched.status == .deniedByRemoteSystem)
+            #expect(launched.error == "more than 4 launches in flight on this connection")
+            refused += 1
+        }
+        #expect(refused == 36)
+        // Another client launches meanwhile (2 slots left of 6), and its third is refused.
+        let other = try await connectedClient(host)
+        try await other.send(.launch(LaunchFrame(id: 1, uri: "atrium-test://other")))
+        #expect(try await other.next(timeout: .seconds(2)) == .launched(LaunchedFrame(id: 1, status: .success)))
+        try await other.sendRaw(launches([11, 12, 20]))
+        guard case .launched(let third) = try await other.next(timeout: .seconds(1)) else {
+            Issue.record("the launch over the host's limit was not answered at once")
+            return
+        }
+        #expect(third == LaunchedFrame(id: 20, status: .deniedByRemoteSystem, error: "the host has 6 launches in flight, its limit"))
+        // SIGTERM is not held up by the launches in flight.
+        let start = ContinuousClock.now
+        #expect(await host.stop(timeout: .seconds(15)) == 0)
+        #expect(ContinuousClock.now - start < .seconds(12))
+    }
+
+    @Test func aBlockingSwiftPluginHoldsUpOnlyItself() async throws {
+        let host = try await startHost()
+        let blocker = try await connectedClient(host)
+        #expect(try await blocker.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        // Four requests that each block a thread for 4 s: more than the machine has cores.
+        for id in 0..<4 {
+            try await blocker.send(
+                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "block", "DelayMs": 4000]))))
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        // Roman ping, another Swift plugin, answers meanwhile.
+        let pinger = try await connectedClient(host)
+        #expect(try await pinger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        try await pinger.send(
+            .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Type": "ping", "TargetId": "x"]))))
+        let pong = try await pinger.response(timeout: .seconds(2))
+        #expect(try pong.decoded["Type"] == "pong")
+        // And SIGTERM is obeyed: the blocked requests are answered as the host goes away.
+        #expect(await host.stop(timeout: .seconds(30)) == 0)
+    }
+
+    @Test func clientAnswersToServiceMessagesAreCheckedBeforeThePluginSeesThem() async throws {
+        let host = try await startHost(arguments: ["--max-frame-bytes", "8388608"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        var deep: [UInt8] = []
+        for _ in 0..<400 { deep += [0xa1, 0x61, 0x6b] }
+        deep += [0x01]
+        let answers: [(String, [UInt8], Int)] = [
+            ("null", [0xa1, 0x61, 0x6e, 0xf6], 1),
+            ("integer key", [0xa1, 0x01, 0x02], 1),
+            ("400 levels", deep, 1),
+            ("3 MiB", [0xa1, 0x61, 0x62, 0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
+                + Array(repeating: 0, count: 3 << 20), 5),
+        ]
+        for (index, (what, message, status)) in answers.enumerated() {
+            try await client.send(
+                .request(RequestFrame(channel: 1, id: UInt64(index), message: EncodedValueSet(["Action": "send"]))))
+            guard case .request(let asked) = try await client.next() else {
+                Issue.record("the service's message did not arrive")
+                return
+            }
+            let head: ValueSet = [
+                "type": "response", "channel": .int(Int64(asked.channel)), "id": .int(Int64(asked.id)), "status": 0,
+            ]
+            var body = head.cborBytes()
+            body[0] = 0xa5
+            body += [0x67] + Array("message".utf8) + message
+            try await client.sendRaw(TestClient.frame(body))
+            let answer = try await client.response()
+            let decoded = try answer.decoded
+            #expect(decoded["ClientStatus"] == .int(Int64(status)), "\(what)")
+            #expect(decoded["ClientSaid"] == .map([:]), "\(what): the plugin saw none of it")
+        }
+        #expect(await host.waitForLog("a client's answer to a service's message was refused"))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func messagesOverTheValuesBudgetAreRefusedCheaply() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        // 200,000 ints in 1 MB: over the 65,536-value budget.
+        var body: [UInt8] = [0xa1, 0x61, 0x61, 0x9a] + withUnsafeBytes(of: UInt32(200_000).bigEndian) { Array($0) }
+        body += Array(repeating: 0x01, count: 200_000)
+        var frame: ValueSet = ["type": "request", "channel": 1, "id": 1]
+        var bytes = frame.cborBytes()
+        bytes[0] = 0xa4
+        bytes += [0x67] + Array("message".utf8) + body
+        try await client.sendRaw(TestClient.frame(bytes))
+        let refused = try await client.response()
+        #expect(refused.status == .messageSizeTooLarge)
+        #expect(refused.error == "message.a[65534]: the message holds more than 65536 values, the limit")
+        // Within the budget, the same shape passes.
+        frame = ["Ints": .array(ValueArray(ints: Array(repeating: 1, count: 60_000)))]
+        let fine = try await client.request(channel: 1, id: 2, frame)
+        #expect(fine.status == .success)
+        #expect(try fine.decoded == frame)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func framesAfterAProtocolErrorAreNotActedOn() async throws {
+        let host = try await startHost()
+        let client = try await TestClient.connect(port: host.port)
+        var buffer = ByteBuffer()
+        buffer.writeFrame(ClientFrame.ping(id: 1))
+        buffer.writeFrame(ClientFrame.hello(HelloFrame(clientId: "sneaky")))
+        buffer.writeFrame(ClientFrame.launch(LaunchFrame(id: 2, uri: "atrium-test://after-the-error")))
+        try await client.sendRaw(Array(buffer.readableBytesView))
+        #expect(
+            try await client.next()
+                == .error(ErrorFrame(code: .helloRequired, message: "the first frame must be hello, not ping")))
+        #expect(try await client.next() == nil, "no welcome, no launched: nothing after the error")
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!host.log.contains("after-the-error"))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aClientThatHalfClosesStillGetsItsAnswers() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await client.send(
+            .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "late", "DelayMs": 300]))))
+        try await client.send(.launch(LaunchFrame(id: 2, uri: "atrium-test://half")))
+        try await client.closeOutput()
+        var frames: [HostFrame] = []
+        while let frame = try await client.next(timeout: .seconds(5)) { frames.append(frame) }
+        #expect(frames.contains { if case .response(let r) = $0 { r.id == 1 && r.status == .success } else { false } })
+        #expect(frames.contains(.launched(LaunchedFrame(id: 2, status: .success))))
+        #expect(await host.stop() == 0)
+    }
+}
