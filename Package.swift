@@ -154,3 +154,17 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// libFuzzer targets, only in a fuzzing build: `ATRIUM_FUZZ=1 swift build -Xswiftc -sanitize=fuzzer`
+// (Scripts/fuzz.sh). libFuzzer supplies their `main`, so an ordinary build could not link them.
+if Context.environment["ATRIUM_FUZZ"] != nil {
+    for (name, dependencies) in [
+        ("FrameFuzz", ["AtriumProtocol", "AtriumValues", nioCore]),
+        ("ValueSetFuzz", ["AtriumValues"]),
+        ("ManifestFuzz", ["AtriumHost"]),
+        ("URIFuzz", ["AtriumHost"]),
+    ] as [(String, [Target.Dependency])] {
+        package.targets.append(
+            .executableTarget(name: name, dependencies: dependencies, path: "Fuzz/\(name)", swiftSettings: strict))
+    }
+}

@@ -111,7 +111,8 @@ def main():
 
     host, host_port = start([os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"),
                              "--listen", "127.0.0.1:0", "--socket", "off", "--log-level", "error",
-                             "--max-in-flight", "1024"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+                             "--max-in-flight", "1024", "--max-connections", "4000",
+                             "--max-connections-per-peer", "4000"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     baseline, baseline_port = start([os.path.join(RELEASE, "atrium-baseline"), "0"],
                                     r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     try:

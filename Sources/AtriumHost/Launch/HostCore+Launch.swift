@@ -1,4 +1,4 @@
-import AtriumValues
+package import AtriumValues
 import Foundation
 import Logging
 
@@ -12,16 +12,16 @@ struct LaunchRequestInfo: Sendable {
 }
 
 /// The answer to a launch: a status and, when it is not success, why.
-struct LaunchOutcome: Sendable {
-    var status: RemoteLaunchUriStatus
-    var error: String?
+package struct LaunchOutcome: Sendable {
+    package var status: RemoteLaunchUriStatus
+    package var error: String?
 }
 
 extension HostCore {
     /// The scheme of `uri` (RFC 3986: what comes before the first ':'), lowercased, when it has
     /// a valid one.
     static func scheme(of uri: String) -> String? {
-        guard let colon = uri.firstIndex(of: ":") else { return nil }
+        guard let colon = uri.utf8.firstIndex(of: UInt8(ascii: ":")) else { return nil }
         let scheme = String(uri[..<colon])
         return Manifest.isScheme(scheme) ? scheme.lowercased() : nil
     }
@@ -111,26 +111,43 @@ extension HostCore {
         return launchOne(fallback, request, clientId: clientId, isRemote: isRemote)
     }
 
+    /// The scheme of `uri` (lowercased) when the URI may be launched at all, or the refusal:
+    /// longer than `maxLength` characters (7), no valid scheme (3), or characters a URI must
+    /// not hold (3). Whatever the text, the cost is linear in its length and nothing traps.
+    package static func checkURI(_ uri: String, maxLength: Int) -> Result<String, LaunchOutcomeError> {
+        // Counting characters is linear but not cheap: bytes bound it first.
+        let length = uri.utf8.count > maxLength * 4 ? uri.utf8.count : uri.count
+        guard length <= maxLength else {
+            return .failure(
+                LaunchOutcomeError(
+                    LaunchOutcome(
+                        status: .deniedByRemoteSystem,
+                        error: "the URI is \(length) characters long; the limit is \(maxLength)")))
+        }
+        guard let scheme = scheme(of: uri) else {
+            return .failure(
+                LaunchOutcomeError(
+                    LaunchOutcome(
+                        status: .protocolUnavailable,
+                        error:
+                            "\"\(untrusted(uri))\" is not a URI with a valid scheme (RFC 3986: a letter, then letters, digits, +, - or ., then ':')"
+                    )))
+        }
+        if let refusal = uriCharacterRefusal(uri) {
+            return .failure(LaunchOutcomeError(LaunchOutcome(status: .protocolUnavailable, error: refusal)))
+        }
+        return .success(scheme)
+    }
+
     /// Checks one URI against the syntax, the length limit and the policy, then resolves and runs
     /// its handler.
     private func launchOne(_ uri: String, _ request: LaunchRequestInfo, clientId: String, isRemote: Bool)
         -> LaunchOutcome
     {
-        guard uri.count <= policy.maxURILength else {
-            return LaunchOutcome(
-                status: .deniedByRemoteSystem,
-                error: "the URI is \(uri.count) characters long; the limit is \(policy.maxURILength)"
-            )
-        }
-        guard let scheme = Self.scheme(of: uri) else {
-            return LaunchOutcome(
-                status: .protocolUnavailable,
-                error:
-                    "\"\(untrusted(uri))\" is not a URI with a valid scheme (RFC 3986: a letter, then letters, digits, +, - or ., then ':')"
-            )
-        }
-        if let refusal = uriCharacterRefusal(uri) {
-            return LaunchOutcome(status: .protocolUnavailable, error: refusal)
+        let scheme: String
+        switch Self.checkURI(uri, maxLength: policy.maxURILength) {
+        case .success(let valid): scheme = valid
+        case .failure(let refused): return refused.outcome
         }
         let handlers = packages.filter { $0.manifest.schemes.contains(scheme) }
         let toDesktop = handlers.isEmpty && request.package == nil && policy.systemHandlers
@@ -206,8 +223,8 @@ extension HostCore {
     }
 }
 
-/// A launch refused while choosing its handler, carrying the answer.
-struct LaunchOutcomeError: Error {
-    var outcome: LaunchOutcome
+/// A launch refused, carrying the answer.
+package struct LaunchOutcomeError: Error {
+    package var outcome: LaunchOutcome
     init(_ outcome: LaunchOutcome) { self.outcome = outcome }
 }

@@ -6,7 +6,7 @@
 /// Control characters (C0, DEL, C1), line and paragraph separators, bidi controls and other
 /// invisible format characters are written as `\u{XXXX}`; what is past `limit` characters is
 /// cut, and the cut says how many bytes it left out.
-func untrusted(_ text: String, limit: Int = 200) -> String {
+package func untrusted(_ text: String, limit: Int = 200) -> String {
     var result = ""
     var written = 0
     var consumed = 0

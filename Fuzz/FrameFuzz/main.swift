@@ -1,0 +1,45 @@
+// libFuzzer target: the host's frame decoder, on any bytes a client may send. Every frame it
+// decodes is encoded again and must decode to the same frame; every message in it is checked
+// as the host checks it. Built and run by Scripts/fuzz.sh.
+import Foundation
+import AtriumProtocol
+import AtriumValues
+import NIOCore
+
+@_cdecl("LLVMFuzzerTestOneInput")
+func fuzzFrames(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    var buffer = ByteBuffer(bytes: UnsafeBufferPointer(start: data, count: size))
+    let decoder = FrameDecoder<ClientFrame>(maxFrameBytes: 1 << 20)
+    while let frame = try? decoder.decodeFrame(from: &buffer) {
+        var encoded = ByteBuffer()
+        encoded.writeFrame(frame)
+        guard let again = try? decoder.decodeFrame(from: &encoded) else {
+            fatalError("a decoded frame did not decode after encoding: \(frame)")
+        }
+        precondition(again.type == frame.type, "the frame type changed in a round trip")
+        switch frame {
+        case .request(let request):
+            _ = try? request.message.validate(maxValues: 65536)
+        case .response(let response):
+            _ = try? response.message.validate(maxValues: 65536)
+        case .launch(let launch):
+            _ = try? launch.data?.validate(maxValues: 65536)
+        default:
+            break
+        }
+    }
+    return 0
+}
+
+// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
+// ordinary executable to the package manager.
+@_silgen_name("LLVMFuzzerRunDriver")
+func runFuzzerDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
+) -> CInt
+
+var argc = CommandLine.argc
+var argv = CommandLine.unsafeArgv
+exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzFrames(data, size) })

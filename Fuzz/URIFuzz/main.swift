@@ -1,0 +1,28 @@
+// libFuzzer target: the checks every launched URI goes through (length, scheme, characters)
+// and the escaping of untrusted text for the log. Built and run by Scripts/fuzz.sh.
+import Foundation
+import AtriumHost
+
+@_cdecl("LLVMFuzzerTestOneInput")
+func fuzzURIs(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
+    let uri = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
+    if case .success(let scheme) = HostCore.checkURI(uri, maxLength: 2048) {
+        precondition(!scheme.isEmpty && scheme == scheme.lowercased(), "a scheme came back empty or not lowercased")
+    }
+    let escaped = untrusted(uri, limit: 100)
+    precondition(!escaped.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7f }, "a control character got through")
+    return 0
+}
+
+// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
+// ordinary executable to the package manager.
+@_silgen_name("LLVMFuzzerRunDriver")
+func runFuzzerDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
+) -> CInt
+
+var argc = CommandLine.argc
+var argv = CommandLine.unsafeArgv
+exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzURIs(data, size) })
