@@ -165,6 +165,8 @@ if Context.environment["ATRIUM_FUZZ"] != nil {
         ("URIFuzz", ["AtriumHost"]),
     ] as [(String, [Target.Dependency])] {
         package.targets.append(
-            .executableTarget(name: name, dependencies: dependencies, path: "Fuzz/\(name)", swiftSettings: strict))
+            .executableTarget(
+                name: name, dependencies: dependencies + ["FuzzDriver"], path: "Fuzz/\(name)", swiftSettings: strict))
     }
+    package.targets.append(.target(name: "FuzzDriver", path: "Fuzz/FuzzDriver", swiftSettings: strict))
 }

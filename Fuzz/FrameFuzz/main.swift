@@ -1,9 +1,9 @@
 // libFuzzer target: the host's frame decoder, on any bytes a client may send. Every frame it
 // decodes is encoded again and must decode to the same frame; every message in it is checked
 // as the host checks it. Built and run by Scripts/fuzz.sh.
-import Foundation
 import AtriumProtocol
 import AtriumValues
+import FuzzDriver
 import NIOCore
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -31,15 +31,4 @@ func fuzzFrames(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     return 0
 }
 
-// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
-// ordinary executable to the package manager.
-@_silgen_name("LLVMFuzzerRunDriver")
-func runFuzzerDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
-) -> CInt
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzFrames(data, size) })
+runFuzzer { data, size in fuzzFrames(data, size) }

@@ -2,6 +2,7 @@
 // Built and run by Scripts/fuzz.sh.
 import AtriumHost
 import Foundation
+import FuzzDriver
 
 @_cdecl("LLVMFuzzerTestOneInput")
 func fuzzManifests(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -10,15 +11,4 @@ func fuzzManifests(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     return 0
 }
 
-// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
-// ordinary executable to the package manager.
-@_silgen_name("LLVMFuzzerRunDriver")
-func runFuzzerDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
-) -> CInt
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzManifests(data, size) })
+runFuzzer { data, size in fuzzManifests(data, size) }

@@ -1,7 +1,7 @@
 // libFuzzer target: the checks every launched URI goes through (length, scheme, characters)
 // and the escaping of untrusted text for the log. Built and run by Scripts/fuzz.sh.
-import Foundation
 import AtriumHost
+import FuzzDriver
 
 @_cdecl("LLVMFuzzerTestOneInput")
 func fuzzURIs(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -14,15 +14,4 @@ func fuzzURIs(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     return 0
 }
 
-// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
-// ordinary executable to the package manager.
-@_silgen_name("LLVMFuzzerRunDriver")
-func runFuzzerDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
-) -> CInt
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzURIs(data, size) })
+runFuzzer { data, size in fuzzURIs(data, size) }

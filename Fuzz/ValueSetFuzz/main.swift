@@ -2,8 +2,8 @@
 // agree on every input (the host passes on what the validator accepts, and plugins decode it),
 // and what decodes must encode and decode again to the same value. Built and run by
 // Scripts/fuzz.sh.
-import Foundation
 import AtriumValues
+import FuzzDriver
 
 @_cdecl("LLVMFuzzerTestOneInput")
 func fuzzValueSets(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
@@ -26,15 +26,4 @@ func fuzzValueSets(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     return 0
 }
 
-// libFuzzer's driver runs the target; its own `main` is not used, so that this stays an
-// ordinary executable to the package manager.
-@_silgen_name("LLVMFuzzerRunDriver")
-func runFuzzerDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-    _ target: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
-) -> CInt
-
-var argc = CommandLine.argc
-var argv = CommandLine.unsafeArgv
-exit(runFuzzerDriver(&argc, &argv) { data, size in fuzzValueSets(data, size) })
+runFuzzer { data, size in fuzzValueSets(data, size) }

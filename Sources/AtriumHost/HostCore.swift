@@ -77,8 +77,10 @@ public final class HostCore: @unchecked Sendable {
         var pending: [UInt64: PendingRequest] = [:]
         var outgoing: [UInt64: OutgoingRequest] = [:]
         var connections: [UInt64: ConnectionLink] = [:]
-        /// Open TCP connections per peer IP address.
+        /// Open TCP connections per peer address (an IPv6 address's /64).
         var peers: [String: Int] = [:]
+        /// How many of `connections` came through the local socket.
+        var localConnections = 0
         var shuttingDown = false
     }
 
@@ -258,6 +260,11 @@ public final class HostCore: @unchecked Sendable {
         return handle
     }
 
+    /// Whether request `handle` still waits for its answer.
+    func isPending(_ handle: UInt64) -> Bool {
+        state.withLock { $0.pending[handle] != nil }
+    }
+
     func takePending(_ handle: UInt64) -> PendingRequest? {
         state.withLock { $0.pending.removeValue(forKey: handle) }
     }
@@ -265,7 +272,8 @@ public final class HostCore: @unchecked Sendable {
     private func timeOut(_ handle: UInt64) {
         guard let request = takePending(handle) else { return }
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
-        logger.warning("\(reason)", metadata: ["package": "\(request.plugin.package)", "request": "\(handle)"])
+        breaches.record(
+            "response timeout \(request.plugin.package)", reason, metadata: ["package": "\(request.plugin.package)"])
         request.connection.run { connection in
             connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
         }
@@ -422,7 +430,7 @@ public final class HostCore: @unchecked Sendable {
         guard owned, let (channel, pending, outgoing) = removeChannel(handle) else { return ATRIUM_E_UNKNOWN_CHANNEL }
         settle(pending: pending, outgoing: outgoing, reason: "the service closed the channel", outgoingStatus: .failure)
         channel.connection.run { connection in
-            connection.channelClosedByService(clientChannel: channel.clientChannel, status: status)
+            connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: status)
         }
         plugin.closed(channel: handle, status: status, by: ATRIUM_CLOSED_BY_SERVICE)
         return ATRIUM_OK
@@ -480,13 +488,24 @@ public final class HostCore: @unchecked Sendable {
     }
 
     /// Admits a new connection, or says why not: the host is shutting down, or it already
-    /// has `maxConnections` connections, or `peer` (a TCP client's IP address; nil for the
-    /// local socket) already has `maxConnectionsPerPeer`.
-    func connectionOpened(_ link: ConnectionLink, peer: String?) -> FrameError? {
+    /// has `maxConnections` TCP connections (local ones are counted apart, up to
+    /// ``AdmissionLimits/maxLocalConnections``), or `peer` (a TCP client's address) already
+    /// has `maxConnectionsPerPeer`.
+    func connectionOpened(_ link: ConnectionLink, peer: String?, isLocal: Bool) -> FrameError? {
         let limits = admission
         return state.withLock { state -> FrameError? in
             guard !state.shuttingDown else { return FrameError(.shuttingDown, "the host is shutting down") }
-            guard state.connections.count < limits.maxConnections else {
+            if isLocal {
+                guard state.localConnections < AdmissionLimits.maxLocalConnections else {
+                    return FrameError(
+                        .tooManyConnections,
+                        "the host has \(AdmissionLimits.maxLocalConnections) local connections open, its limit")
+                }
+                state.localConnections += 1
+                state.connections[link.id] = link
+                return nil
+            }
+            guard state.connections.count - state.localConnections < limits.maxConnections else {
                 return FrameError(
                     .tooManyConnections,
                     "the host has \(limits.maxConnections) connections open, its limit (--max-connections)")
@@ -508,9 +527,10 @@ public final class HostCore: @unchecked Sendable {
 
     /// A connection is gone: close its channels (plugins are told, as canceled), forget its
     /// requests (late answers are refused), and fail the plugins' messages to it.
-    func connectionClosed(_ id: UInt64, peer: String?, channels: [UInt64]) {
+    func connectionClosed(_ id: UInt64, peer: String?, isLocal: Bool, channels: [UInt64]) {
         state.withLock { state in
             guard state.connections.removeValue(forKey: id) != nil else { return }
+            if isLocal { state.localConnections -= 1 }
             if let peer, let count = state.peers[peer] {
                 state.peers[peer] = count > 1 ? count - 1 : nil
             }
@@ -564,7 +584,7 @@ public final class HostCore: @unchecked Sendable {
                 pending: pending, outgoing: outgoing, reason: "the host is shutting down",
                 outgoingStatus: .remoteSystemUnavailable)
             channel.connection.run { connection in
-                connection.channelClosedByService(clientChannel: channel.clientChannel, status: .canceled)
+                connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: .canceled)
             }
             channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_HOST)
         }
@@ -576,7 +596,11 @@ public final class HostCore: @unchecked Sendable {
         }
         for close in closes { try? await close.get() }
         for package in packages {
-            package.plugin?.destroy()
+            guard let plugin = package.plugin else { continue }
+            if !plugin.destroy(within: .seconds(5)) {
+                logger.warning(
+                    "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it")
+            }
         }
         // Launches still queued are answered as the host going away; running ones finish on
         // their own threads without holding up the exit.

@@ -201,6 +201,11 @@ struct FrameFields {
 
     func optionalTextArray(_ key: String) throws(FrameError) -> [String]? {
         try optionalArray(key, "an array of text") { (reader, position) throws(FrameError) in
+            guard position < ProtocolLimits.maxFrameArrayItems else {
+                throw FrameError(
+                    .malformedFrame,
+                    "\(name): key \"\(key)\" has more than \(ProtocolLimits.maxFrameArrayItems) items, the hard limit")
+            }
             let start = reader.offset
             guard let head = try? reader.readHead(), head.major == 3, let text = try? reader.readText(head) else {
                 var probe = CBORReader(raw, offset: start)
@@ -221,6 +226,12 @@ struct FrameFields {
         guard let range = range(key), let (head, _) = head(key) else { return nil }
         guard head.major == 5 else { throw mistyped(key, "a map (a ValueSet)", head) }
         let slice = body.getSlice(at: body.readerIndex + range.lowerBound, length: range.count)!
+        // A slice keeps the whole read buffer alive. When the frame is much larger than its
+        // message (padded with unknown keys, say), copy the message, so that what a request in
+        // flight holds is what its message counts for.
+        if body.readableBytes > 2 * range.count + 4096 {
+            return EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: slice.readableBytesView))
+        }
         return EncodedValueSet(uncheckedBytes: slice)
     }
 

@@ -35,4 +35,8 @@ public struct ProtocolLimits: Sendable, Hashable {
     /// How many keys one map of a frame may have (a hard limit). Frames have a handful; unknown
     /// keys are ignored, but a frame of thousands is refused before it costs time.
     public static let maxFrameKeys = 1024
+
+    /// How many items an array of a frame's own (a launch's `preferredPackages`, say; not a
+    /// message's) may have (a hard limit).
+    public static let maxFrameArrayItems = 1024
 }

@@ -35,22 +35,26 @@ public final class TestHost: @unchecked Sendable {
     public static func start(
         manifests: [String: String],
         arguments: [String] = [],
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        descriptorLimit: Int? = nil
     ) async throws -> TestHost {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         for (name, json) in manifests {
             try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
-        return try await start(manifestsFolder: folder, arguments: arguments, environment: environment)
+        return try await start(
+            manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit)
     }
 
     /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits
-    /// until it says it is ready.
+    /// until it says it is ready. With `descriptorLimit`, the host runs under that
+    /// RLIMIT_NOFILE, soft and hard (set by `sh -c 'ulimit -n N'` before it starts).
     public static func start(
         manifestsFolder: URL,
         arguments: [String] = [],
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        descriptorLimit: Int? = nil
     ) async throws -> TestHost {
         let executable = buildFolder.appendingPathComponent("atriumd")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
@@ -61,9 +65,16 @@ public final class TestHost: @unchecked Sendable {
             "atrium-\(UUID().uuidString.prefix(8)).sock"
         ).path
         let process = Process()
-        process.executableURL = executable
-        process.arguments =
+        let hostArguments =
             ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
+        if let descriptorLimit {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments =
+                ["-c", "ulimit -n \(descriptorLimit) && exec \"$0\" \"$@\"", executable.path] + hostArguments
+        } else {
+            process.executableURL = executable
+            process.arguments = hostArguments
+        }
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         let collector = OutputCollector()
         let pipe = Pipe()

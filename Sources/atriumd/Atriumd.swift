@@ -132,6 +132,9 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: "The most launches in flight per connection (the excess get status 7).")
     var maxLaunchesPerConnection: Int = AdmissionLimits.default.maxLaunchesPerConnection
 
+    @Option(help: "The most requests that may wait for one plugin to take them (the excess get status 2).")
+    var maxQueuedPerService: Int = AdmissionLimits.default.maxQueuedPerService
+
     @Option(help: "The most values (at every level) one message may hold (more gets status 5).")
     var maxMessageValues: Int = AdmissionLimits.default.maxMessageValues
 
@@ -173,9 +176,16 @@ struct Atriumd: AsyncParsableCommand {
             ("--max-hello-bytes", maxHelloBytes), ("--max-unsent-bytes", maxUnsentBytes),
             ("--max-in-flight-bytes", maxInFlightBytes), ("--max-launches", maxLaunches),
             ("--max-launches-per-connection", maxLaunchesPerConnection), ("--max-message-values", maxMessageValues),
+            ("--max-queued-per-service", maxQueuedPerService),
         ]
         for (flag, value) in positive where value <= 0 {
             throw ValidationError("\(flag) takes a positive number; got \(value)")
+        }
+        for (flag, seconds) in [
+            ("--hello-timeout", helloTimeout), ("--idle-timeout", idleTimeout), ("--response-timeout", responseTimeout),
+            ("--drain-timeout", drainTimeout),
+        ] where !(seconds.isFinite && seconds <= 86400 * 7) {
+            throw ValidationError("\(flag) takes a number of seconds up to a week; got \(seconds)")
         }
         guard helloTimeout > 0, idleTimeout > 0 else {
             throw ValidationError("--hello-timeout and --idle-timeout take a positive number of seconds")
@@ -278,6 +288,7 @@ struct Atriumd: AsyncParsableCommand {
                 maxInFlightBytes: maxInFlightBytes,
                 maxLaunches: maxLaunches,
                 maxLaunchesPerConnection: maxLaunchesPerConnection,
+                maxQueuedPerService: maxQueuedPerService,
                 maxMessageValues: maxMessageValues
             ),
             tokens: try readTokens(),

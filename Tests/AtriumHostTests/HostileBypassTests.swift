@@ -164,6 +164,11 @@ struct HostileBypassTests {
         #expect(!host.log.contains("\ncritical atriumd: forged") && !host.log.contains("\n2026-01-01T00:00:00+0000 critical"))
         #expect(!host.log.unicodeScalars.contains("\u{1b}"))
         #expect(host.log.contains("x\\u{A}2026-01-01"))
+        // A plugin that logs what a client sent it (Roman ping logs each URI it launches).
+        #expect(try await forger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        _ = try await forger.request(channel: 1, id: 1, ["Type": "LaunchUri", "Uri": "x:y\nFORGED-LINE"])
+        #expect(await host.waitForLog("launched x:y\\u{A}FORGED-LINE"))
+        #expect(!host.log.contains("\nFORGED-LINE"))
         // A 1 MiB unknown type: the error frame and the log line are cut.
         let verbose = try await connectedClient(host)
         let type = String(repeating: "A", count: 1 << 20)

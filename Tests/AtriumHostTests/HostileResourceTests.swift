@@ -130,6 +130,130 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func aClientThatStopsReadingIsClosedAtItsDeadlineAllTheSame() async throws {
+        let host = try await startHost(arguments: ["--idle-timeout", "1"], manifests: Fixtures.referenceManifests)
+        try await Task.sleep(for: .milliseconds(300))
+        let baseline = try #require(host.openDescriptors)
+        let stuck = try await TestClient.connect(port: host.port, autoRead: false)
+        var start = ByteBuffer()
+        start.writeFrame(ClientFrame.hello(HelloFrame(clientId: "stuck")))
+        start.writeFrame(ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
+        _ = try await stuck.push(Array(start.readableBytesView))
+        // 64 KiB echoes until the host's answers back up to the client (at most 300, or 20 s):
+        // the error frame the idle timeout then sends can never be written.
+        var request = ByteBuffer()
+        let blob: ValueSet = ["Blob": .bytes(Array(repeating: 1, count: 65536))]
+        let deadline = ContinuousClock.now + .seconds(20)
+        for id in 0..<300 where ContinuousClock.now < deadline {
+            request.clear()
+            request.writeFrame(ClientFrame.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
+            if try await !stuck.push(Array(request.readableBytesView)) {
+                try await Task.sleep(for: .milliseconds(100))
+                if !stuck.channel.isWritable { break }
+            }
+        }
+        #expect(await host.waitForLog("the host stops reading it until it does", timeout: .seconds(10)))
+        // The idle timeout (1 s), the grace for the error frame (2 s), and a margin.
+        #expect(await host.waitForLog("a connection sent nothing for the idle timeout; closed", timeout: .seconds(5)))
+        try await Task.sleep(for: .seconds(3))
+        let after = try #require(host.openDescriptors)
+        #expect(after <= baseline, "the connection's descriptor was closed: \(baseline) before, \(after) after")
+        #expect(try await pingAnswered(host))
+        await stuck.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func paddedRequestsHoldOnlyWhatTheirMessagesCountFor() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let before = try #require(host.residentBytes)
+        // 60 requests of a tiny message, each in a 3 MiB frame padded with an unknown key,
+        // held in flight for 3 s by the service: 180 MiB if each kept its frame.
+        let padding = [0x78, 0x07] + Array("padding".utf8) + [0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
+            + Array(repeating: 0, count: 3 << 20)
+        for id in 0..<60 {
+            let head: ValueSet = ["type": "request", "channel": 1, "id": .int(Int64(id))]
+            var body = head.cborBytes()
+            body[0] = 0xa5
+            body += [0x67] + Array("message".utf8) + (["Action": "late", "DelayMs": 3000] as ValueSet).cborBytes()
+            body += padding
+            try await client.sendRaw(TestClient.frame(body))
+        }
+        try await Task.sleep(for: .milliseconds(1500))
+        let during = try #require(host.residentBytes)
+        #expect(during - before < 64 << 20, "RSS grew by \((during - before) >> 20) MiB")
+        for _ in 0..<60 { #expect(try await client.response(timeout: .seconds(10)).status == .success) }
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aBlockedCPluginQueuesBoundedWorkAndDoesNotHoldUpShutdown() async throws {
+        let host = try await startHost(
+            arguments: ["--max-queued-per-service", "5", "--drain-timeout", "1"],
+            manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.c") == .success)
+        // The first blocks the plugin's only thread for 30 s; 5 wait; the other 14 are refused.
+        for id in 0..<20 {
+            try await client.send(
+                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["SleepMs": 30_000]))))
+        }
+        var refused = 0
+        for _ in 0..<14 {
+            let answer = try await client.response(timeout: .seconds(3))
+            #expect(answer.status == .resourceLimitsExceeded)
+            #expect(answer.error == "the service has 5 requests waiting; try again later")
+            refused += 1
+        }
+        #expect(refused == 14)
+        // Other packages carry on; SIGTERM exits although the plugin never returns.
+        #expect(try await pingAnswered(host))
+        let start = ContinuousClock.now
+        #expect(await host.stop(timeout: .seconds(20)) == 0)
+        #expect(ContinuousClock.now - start < .seconds(15))
+        #expect(host.log.contains("is still busy in a callback after 5 seconds"))
+    }
+
+    @Test func programsStartedForLaunchesAreBounded() async throws {
+        let host = try await startHost(
+            arguments: ["--max-launches", "2"],
+            manifests: [
+                "player.json": """
+                { "manifestVersion": 1, "package": "atrium.tests.player", "schemes": ["atrium-player"],
+                  "launch": { "exec": ["sleep", "3"] } }
+                """
+            ] + Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        for id in 1...2 {
+            try await client.send(.launch(LaunchFrame(id: UInt64(id), uri: "atrium-player:x")))
+            #expect(try await client.next() == .launched(LaunchedFrame(id: UInt64(id), status: .success)))
+        }
+        try await client.send(.launch(LaunchFrame(id: 3, uri: "atrium-player:x")))
+        #expect(
+            try await client.next()
+                == .launched(
+                    LaunchedFrame(
+                        id: 3, status: .deniedByRemoteSystem,
+                        error: "2 programs started for launches are still running, the limit (--max-launches)")))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func longArraysInFramesAreRefused() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        try await client.send(
+            .launch(LaunchFrame(id: 1, uri: "atrium-test:x", preferredPackages: Array(repeating: "", count: 2000))))
+        #expect(
+            try await client.next()
+                == .error(
+                    ErrorFrame(
+                        code: .malformedFrame,
+                        message: #"launch: key "preferredPackages" has more than 1024 items, the hard limit"#)))
+        #expect(await host.stop() == 0)
+    }
+
     @Test func silentConnectionsAreClosedAtTheirDeadlines() async throws {
         let host = try await startHost(arguments: ["--hello-timeout", "0.5", "--idle-timeout", "1"])
         let mute = try await TestClient.connect(port: host.port)
@@ -150,6 +274,37 @@ struct HostileResourceTests {
         let late = try await patient.request(channel: 1, id: 1, ["Action": "late", "DelayMs": 1500])
         #expect(late.status == .success)
         await patient.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func silentConnectionsCannotLockOthersOutUnderADescriptorLimit() async throws {
+        // 320 descriptors hold 128 TCP connections after the host's reserve; the host says so.
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests, arguments: ["--hello-timeout", "2"], descriptorLimit: 320)
+        #expect(host.log.contains("holds only 128 connections, not the 1000 of --max-connections"))
+        // One address holds its 32 silent connections; the 33rd is refused with a reason.
+        var silent: [TestClient] = []
+        for _ in 0..<32 { silent.append(try await TestClient.connect(port: host.port)) }
+        let extra = try await TestClient.connect(port: host.port)
+        guard case .error(let refused) = try await extra.next() else {
+            Issue.record("the 33rd connection from one address was not refused")
+            return
+        }
+        #expect(refused.code == .tooManyConnections)
+        // Another address is served meanwhile.
+        let other = try await TestClient.connect(port: host.port, from: "127.0.0.2")
+        try await other.hello()
+        try await other.send(.ping(id: 3))
+        #expect(try await other.next() == .pong(id: 3))
+        // And the silent ones are closed at the hello deadline.
+        for client in silent {
+            guard case .error(let error) = try await client.next(timeout: .seconds(6)) else {
+                Issue.record("a silent connection was not closed with an error frame")
+                continue
+            }
+            #expect(error.code == .timedOut)
+        }
+        await other.close()
         #expect(await host.stop() == 0)
     }
 

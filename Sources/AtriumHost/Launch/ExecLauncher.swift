@@ -62,7 +62,16 @@ public struct ExecLauncher: Sendable, Hashable {
 
     /// Starts the program for `uri` (and, with `wait`, waits for it). Blocks: call it off the
     /// event loop. The program's output goes to the log; it is reaped when it ends.
-    func run(uri: String, logger: Logger) -> LaunchOutcome {
+    ///
+    /// At most `maxRunning` programs started for launches run at once: a launch past that is
+    /// refused (status 7), since a program that does not wait for its handler would otherwise
+    /// let clients start processes without end.
+    func run(uri: String, logger: Logger, maxRunning: Int) -> LaunchOutcome {
+        guard RunningPrograms.shared.count < maxRunning else {
+            return LaunchOutcome(
+                status: .deniedByRemoteSystem,
+                error: "\(maxRunning) programs started for launches are still running, the limit (--max-launches)")
+        }
         guard let executable = executable() else {
             return LaunchOutcome(
                 status: .appUnavailable, error: "the program \(command[0]) was not found or is not executable")
@@ -91,9 +100,13 @@ public struct ExecLauncher: Sendable, Hashable {
             RunningPrograms.shared.remove(ended)
             finished.signal()
         }
+        // Counted before it starts: a program that ends at once must not be counted after
+        // its end was (its termination handler removes it).
+        RunningPrograms.shared.add(process)
         do {
             try process.run()
         } catch {
+            RunningPrograms.shared.remove(process)
             close(ends[0])
             try? writeEnd.close()
             return LaunchOutcome(
@@ -101,7 +114,6 @@ public struct ExecLauncher: Sendable, Hashable {
         }
         try? writeEnd.close()  // the program has its own copy
         OutputLog.attach(ends[0], name: name, logger: logger)
-        RunningPrograms.shared.add(process)
         logger.info("started \(executable.path) (pid \(process.processIdentifier)) for \(untrusted(uri))")
         guard wait else { return LaunchOutcome(status: .success, error: nil) }
 
@@ -138,6 +150,9 @@ final class RunningPrograms: Sendable {
     func remove(_ process: Process) {
         _ = running.withLock { $0.removeValue(forKey: ObjectIdentifier(process)) }
     }
+
+    /// How many are running.
+    var count: Int { running.withLock { $0.count } }
 }
 
 /// Logs what a launched program writes, line by line, at most ``maxLines`` lines of at most

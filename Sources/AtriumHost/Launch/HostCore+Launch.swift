@@ -41,9 +41,12 @@ extension HostCore {
         if outcome.status == .success {
             logger.log(level: level, "\(line)", metadata: metadata)
         } else {
-            // Refusals are counted per scheme and status: a flood of one kind is one line per
-            // interval, and it does not hide a refusal of another kind.
-            let kind = "launch \(Self.scheme(of: request.uri) ?? "(invalid)") \(outcome.status)"
+            // Refusals are counted per declared scheme and status (a bounded set): a flood of one
+            // kind is one line per interval, and it does not hide a refusal of another kind.
+            let scheme = Self.scheme(of: request.uri).flatMap { scheme in
+                packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
+            }
+            let kind = "launch \(scheme ?? "(undeclared scheme)") \(outcome.status)"
             breaches.record(kind, level: level, line, metadata: metadata)
         }
         return outcome
@@ -116,7 +119,7 @@ extension HostCore {
     /// not hold (3). Whatever the text, the cost is linear in its length and nothing traps.
     package static func checkURI(_ uri: String, maxLength: Int) -> Result<String, LaunchOutcomeError> {
         // Counting characters is linear but not cheap: bytes bound it first.
-        let length = uri.utf8.count > maxLength * 4 ? uri.utf8.count : uri.count
+        let length = uri.utf8.count / 4 > maxLength ? uri.utf8.count : uri.count
         guard length <= maxLength else {
             return .failure(
                 LaunchOutcomeError(
@@ -159,7 +162,7 @@ extension HostCore {
             return LaunchOutcome(status: .deniedByRemoteSystem, error: refusal)
         }
         if toDesktop {
-            return SystemHandlers.launch(uri: uri, scheme: scheme, logger: logger)
+            return SystemHandlers.launch(uri: uri, scheme: scheme, logger: logger, maxRunning: admission.maxLaunches)
         }
         let chosen: LoadedPackage
         switch choose(among: handlers, scheme: scheme, request: request) {
@@ -169,7 +172,7 @@ extension HostCore {
         if let exec = chosen.manifest.launch {
             var logger = self.logger
             logger[metadataKey: "package"] = "\(chosen.manifest.package)"
-            return exec.run(uri: uri, logger: logger)
+            return exec.run(uri: uri, logger: logger, maxRunning: admission.maxLaunches)
         }
         guard let plugin = chosen.plugin else {
             return LaunchOutcome(

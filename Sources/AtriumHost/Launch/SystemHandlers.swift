@@ -100,7 +100,7 @@ enum SystemHandlers {
     }
 
     /// Runs the default handler of `scheme` for `uri`, without waiting for it.
-    static func launch(uri: String, scheme: String, logger: Logger) -> LaunchOutcome {
+    static func launch(uri: String, scheme: String, logger: Logger, maxRunning: Int) -> LaunchOutcome {
         guard let entry = defaultEntry(for: scheme) else {
             return LaunchOutcome(
                 status: .protocolUnavailable, error: "no package and no desktop handler handles the scheme \(scheme)")
@@ -110,6 +110,6 @@ enum SystemHandlers {
                 status: .appUnavailable, error: "the desktop handler \(entry) for \(scheme) has no usable Exec line")
         }
         logger.info("launch \(uri): the desktop's default handler for \(scheme) is \(entry)")
-        return ExecLauncher(command: command).run(uri: uri, logger: logger)
+        return ExecLauncher(command: command).run(uri: uri, logger: logger, maxRunning: maxRunning)
     }
 }

@@ -30,9 +30,23 @@ enum FileTrust {
         return nil
     }
 
-    /// The problem with a file or with the folder it is in, whichever comes first.
+    /// The problem with a file or with the folder it is in (as named, and, when the name is a
+    /// link, the folder the link leads to), whichever comes first.
     static func problem(file path: String, what: String) -> String? {
-        problem((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent, what: "folder of the \(what)")
-            ?? problem(path, what: what)
+        var folders = [folder(of: path)]
+        if let resolved = realpath(path, nil) {
+            let target = String(cString: resolved)
+            free(resolved)
+            if folder(of: target) != folders[0] { folders.append(folder(of: target)) }
+        }
+        for folder in folders {
+            if let problem = problem(folder, what: "folder of the \(what)") { return problem }
+        }
+        return problem(path, what: what)
+    }
+
+    private static func folder(of path: String) -> String {
+        let folder = (path as NSString).deletingLastPathComponent
+        return folder.isEmpty ? "." : folder
     }
 }

@@ -116,7 +116,8 @@ enum HostAPI {
         guard let plugin = PluginInstance.from(api), let message else { return }
         let levels: [Logger.Level] = [.trace, .debug, .info, .notice, .warning, .error]
         let logLevel = levels.indices.contains(Int(level)) ? levels[Int(level)] : .error
-        plugin.logger.log(level: logLevel, "\(String(cString: message))")
+        // A plugin may log what a client sent it: escaped and cut like any untrusted text.
+        plugin.logger.log(level: logLevel, "\(untrusted(String(cString: message), limit: 4096))")
     }
 
     // MARK: Reading messages

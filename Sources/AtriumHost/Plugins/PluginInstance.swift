@@ -134,13 +134,35 @@ final class PluginInstance: @unchecked Sendable {
     }
 
     /// Hands a request to the plugin. The message bytes are read in place, not copied.
+    ///
+    /// A plugin that has stopped taking its work off its queue (blocked, or slow) gets at most
+    /// `maxQueued` requests waiting there; the rest are answered with status 2 at once. A
+    /// request that was answered while it waited (by the timeout, or because its channel
+    /// closed) is dropped rather than delivered.
     func request(channel: UInt64, request: UInt64, message: ByteBuffer) {
         if requestsInline {
             deliver(channel: channel, request: request, message: message)
-        } else {
-            requestQueue.async { self.deliver(channel: channel, request: request, message: message) }
+            return
+        }
+        let limit = core.admission.maxQueuedPerService
+        guard queued.wrappingAdd(1, ordering: .relaxed).oldValue < limit else {
+            queued.wrappingSubtract(1, ordering: .relaxed)
+            core.breaches.record(
+                "service queue full", "package \(package) has \(limit) requests waiting, its limit (--max-queued-per-service)")
+            core.answer(
+                request, from: self, status: .resourceLimitsExceeded, message: nil,
+                error: "the service has \(limit) requests waiting; try again later")
+            return
+        }
+        requestQueue.async {
+            self.queued.wrappingSubtract(1, ordering: .relaxed)
+            guard self.core.isPending(request) else { return }
+            self.deliver(channel: channel, request: request, message: message)
         }
     }
+
+    /// Requests on ``requestQueue`` not yet handed to the plugin.
+    private let queued = Atomic<Int>(0)
 
     private func deliver(channel: UInt64, request: UInt64, message: ByteBuffer) {
         guard descriptor.has(\.request), let callback = descriptor.pointee.request else {
@@ -230,13 +252,25 @@ final class PluginInstance: @unchecked Sendable {
             status: checked, error: checked == .success ? nil : "package \"\(package)\" answered \(checked)")
     }
 
-    /// Calls `destroy`, after which the plugin is never called again.
-    func destroy() {
-        requestQueue.sync(flags: .barrier) {}
-        queue.sync {
-            if descriptor.has(\.destroy), let destroy = descriptor.pointee.destroy {
-                destroy(instance)
+    /// Calls `destroy` once the plugin's queues are idle, after which the plugin is never
+    /// called again. Waits at most `timeout`: a plugin stuck in a callback does not hold up
+    /// the host's exit (it returns false, and `destroy` is left for the queues to reach).
+    @discardableResult
+    func destroy(within timeout: Duration) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        requestQueue.async(flags: .barrier) {
+            self.queue.async {
+                self.callDestroy()
+                done.signal()
             }
+        }
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        return done.wait(timeout: .now() + seconds) == .success
+    }
+
+    private func callDestroy() {
+        if descriptor.has(\.destroy), let destroy = descriptor.pointee.destroy {
+            destroy(instance)
         }
     }
 }

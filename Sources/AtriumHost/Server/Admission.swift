@@ -3,9 +3,12 @@
 /// with a status or an error frame that says which limit, and logged once per
 /// ``breachLogInterval`` with a count (``BreachLog``). docs/SECURITY.md lists them all.
 public struct AdmissionLimits: Sendable, Hashable {
-    /// The most client connections at once, TCP and the local socket together. Lowered at
-    /// start when the process's descriptor limit could not hold that many.
+    /// The most TCP connections at once. Lowered at start when the process's descriptor
+    /// limit could not hold that many.
     public var maxConnections: Int
+    /// The most connections on the local socket at once, counted apart from TCP, so that a
+    /// flood from the network cannot lock out the host's own user.
+    public static let maxLocalConnections = 64
     /// The most TCP connections from one IP address at once (the local socket is exempt).
     public var maxConnectionsPerPeer: Int
     /// How long a new connection has to send `hello`.
@@ -27,6 +30,9 @@ public struct AdmissionLimits: Sendable, Hashable {
     /// status 7 (DeniedByRemoteSystem) and a reason.
     public var maxLaunches: Int
     public var maxLaunchesPerConnection: Int
+    /// The most requests that may wait for one plugin to take them (a plugin that is blocked
+    /// or slow); the excess are answered with status 2 at once.
+    public var maxQueuedPerService: Int
     /// The most values (scalars, arrays and maps, at every level) one message may hold, so
     /// that the cost of checking a message is bounded whatever its shape.
     public var maxMessageValues: Int
@@ -44,6 +50,7 @@ public struct AdmissionLimits: Sendable, Hashable {
         maxInFlightBytes: Int = 16 << 20,
         maxLaunches: Int = 32,
         maxLaunchesPerConnection: Int = 4,
+        maxQueuedPerService: Int = 1024,
         maxMessageValues: Int = 65536,
         breachLogInterval: Duration = .seconds(10)
     ) {
@@ -57,6 +64,7 @@ public struct AdmissionLimits: Sendable, Hashable {
         self.maxInFlightBytes = maxInFlightBytes
         self.maxLaunches = maxLaunches
         self.maxLaunchesPerConnection = maxLaunchesPerConnection
+        self.maxQueuedPerService = maxQueuedPerService
         self.maxMessageValues = maxMessageValues
         self.breachLogInterval = breachLogInterval
     }
@@ -71,9 +79,10 @@ public struct AdmissionLimits: Sendable, Hashable {
 #endif
 
 extension HostConfiguration {
-    /// Descriptors kept free for what is not a client connection: listeners, plugin and
-    /// manifest files, launched programs' pipes, the log.
-    static let descriptorReserve = 128
+    /// Descriptors kept free for what is not a TCP connection: listeners, local clients
+    /// (``AdmissionLimits/maxLocalConnections``), plugin and manifest files, launched
+    /// programs' pipes, the log.
+    static var descriptorReserve: Int { 128 + AdmissionLimits.maxLocalConnections }
 
     /// Makes `maxConnections` fit the process's descriptor limit, so that connections are
     /// refused with a reason before `accept` starts failing for everyone: raises the soft

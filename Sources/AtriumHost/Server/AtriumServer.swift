@@ -65,9 +65,18 @@ public final class AtriumServer: Service, Sendable {
             }
             if let path = configuration.socketPath {
                 try SocketFolder.prepare(for: path)
-                let channel = try await bootstrap(isLocal: true)
-                    .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
-                // Only the host's own user may connect (local clients need no pairing).
+                // Only the host's own user may connect (local clients need no pairing): the
+                // socket is made 0600 from the start, not changed to it after the bind.
+                let previous = umask(0o077)
+                let channel: any Channel
+                do {
+                    channel = try await bootstrap(isLocal: true)
+                        .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
+                    umask(previous)
+                } catch {
+                    umask(previous)
+                    throw error
+                }
                 chmod(path, 0o600)
                 listeners.append(channel)
                 addresses.unixSocket = path
@@ -83,9 +92,16 @@ public final class AtriumServer: Service, Sendable {
             ]
         )
         onReady(addresses)
+        // Counts of refusals that were not logged one by one go out once per interval.
+        let breaches = core.breaches
+        let flushes = group.next().scheduleRepeatedTask(
+            initialDelay: TimeAmount(configuration.admission.breachLogInterval),
+            delay: TimeAmount(configuration.admission.breachLogInterval)
+        ) { _ in breaches.flush() }
 
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
+        flushes.cancel()
 
         for listener in listeners { try? await listener.close() }
         await core.shutDown()

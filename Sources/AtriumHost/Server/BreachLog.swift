@@ -4,11 +4,15 @@ import Synchronization
 
 /// Logs refusals without letting a client flood the log: the first breach of each kind in
 /// an interval is logged at once; the rest are counted, and the count goes out with the
-/// next line of that kind after the interval. Thread-safe.
+/// next line of that kind after the interval, or with ``flush()`` (which the server calls
+/// once per interval) if none comes. Thread-safe.
 final class BreachLog: Sendable {
     private let logger: Logger
     private let interval: TimeAmount
     private let windows = Mutex<[String: Window]>([:])
+
+    /// The most kinds counted apart in one interval.
+    static let maxKinds = 256
 
     struct Window {
         var opened: NIODeadline
@@ -30,6 +34,9 @@ final class BreachLog: Sendable {
     ) -> Bool {
         let now = NIODeadline.now()
         let suppressed = windows.withLock { windows -> Int? in
+            // Kinds may carry peer-chosen text (a scheme): past a bound they share one window,
+            // so that the table cannot grow without limit.
+            let kind = windows[kind] != nil || windows.count < Self.maxKinds ? kind : "(other kinds)"
             if let window = windows[kind], now - window.opened < interval {
                 windows[kind]!.suppressed += 1
                 return nil
@@ -39,10 +46,33 @@ final class BreachLog: Sendable {
             return before
         }
         guard let suppressed else { return false }
+        emit(kind, level: level, message(), metadata: metadata, suppressed: suppressed)
+        return true
+    }
+
+    /// Logs, for each kind whose interval has passed with breaches left uncounted, how many
+    /// there were: so that the end of a flood is counted too.
+    func flush() {
+        let now = NIODeadline.now()
+        let due = windows.withLock { windows -> [(String, Int)] in
+            var due: [(String, Int)] = []
+            for (kind, window) in windows where now - window.opened >= interval {
+                if window.suppressed > 0 { due.append((kind, window.suppressed)) }
+                windows[kind] = nil
+            }
+            return due
+        }
+        for (kind, count) in due.sorted(by: { $0.0 < $1.0 }) {
+            logger.notice("\(count) more of \"\(kind)\" in the last interval", metadata: ["breach": "\(kind)"])
+        }
+    }
+
+    private func emit(
+        _ kind: String, level: Logger.Level, _ message: String, metadata: Logger.Metadata, suppressed: Int
+    ) {
         var metadata = metadata
         metadata["breach"] = "\(kind)"
         if suppressed > 0 { metadata["more since last logged"] = "\(suppressed)" }
-        logger.log(level: level, "\(message())", metadata: metadata)
-        return true
+        logger.log(level: level, "\(message)", metadata: metadata)
     }
 }

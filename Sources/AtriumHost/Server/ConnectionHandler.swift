@@ -83,13 +83,26 @@ final class ConnectionHandler: ChannelInboundHandler {
         link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop))
         if let remote = context.remoteAddress {
             logger[metadataKey: "peer"] = "\(remote)"
-            if !isLocal { peer = remote.ipAddress }
+            if !isLocal { peer = Self.peerKey(remote) }
         }
+    }
+
+    /// What the per-address limit counts a TCP client as: its IPv4 address, or the /64 of its
+    /// IPv6 address (one network hands out a whole /64, so single addresses cost nothing).
+    static func peerKey(_ address: SocketAddress) -> String? {
+        guard case .v6(let v6) = address else { return address.ipAddress }
+        let bytes = withUnsafeBytes(of: v6.address.sin6_addr) { Array($0) }
+        // An IPv4 address mapped into IPv6 is that IPv4 address.
+        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff {
+            return bytes[12...].map(String.init).joined(separator: ".")
+        }
+        return stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+            .joined(separator: ":") + "::/64"
     }
 
     func channelActive(context: ChannelHandlerContext) {
         guard let link else { return }
-        if let refusal = core.connectionOpened(link, peer: peer) {
+        if let refusal = core.connectionOpened(link, peer: peer, isLocal: isLocal) {
             // Not counted as open: forget the peer so that closing does not count it down.
             peer = nil
             core.breaches.record(
@@ -112,7 +125,7 @@ final class ConnectionHandler: ChannelInboundHandler {
         deadline?.cancel()
         let handles = channels.values.map(\.handle)
         channels.removeAll()
-        if admitted { core.connectionClosed(id, peer: peer, channels: handles) }
+        if admitted { core.connectionClosed(id, peer: peer, isLocal: isLocal, channels: handles) }
         logger.debug(
             "disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
         context.fireChannelInactive()
@@ -174,15 +187,18 @@ final class ConnectionHandler: ChannelInboundHandler {
     /// Closes `channel` once every byte written to it has gone out (a closing channel fails
     /// what is still buffered). Checks again every few milliseconds, for at most the idle
     /// timeout: a client that never reads is closed then all the same.
-    private func closeWhenFlushed(_ channel: any Channel, giveUpAt: NIODeadline) {
+    private func closeWhenFlushed(_ channel: any Channel, giveUpAt: NIODeadline, wait: TimeAmount = .milliseconds(5)) {
         let buffered = (try? channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? 0
         guard buffered > 0, channel.isActive, NIODeadline.now() < giveUpAt else {
             channel.close(promise: nil)
             return
         }
+        // Checks again soon, then less and less often (a client that reads slowly or not at
+        // all costs a timer a second, not two hundred).
         let handler = NIOLoopBound(self, eventLoop: channel.eventLoop)
-        channel.eventLoop.scheduleTask(in: .milliseconds(5)) {
-            handler.value.closeWhenFlushed(channel, giveUpAt: giveUpAt)
+        let next = min(wait * 2, .seconds(1))
+        channel.eventLoop.scheduleTask(in: wait) {
+            handler.value.closeWhenFlushed(channel, giveUpAt: giveUpAt, wait: next)
         }
     }
 
@@ -417,8 +433,13 @@ final class ConnectionHandler: ChannelInboundHandler {
     }
 
     /// The service (or the host, shutting down) closed a channel: tell the client.
-    func channelClosedByService(clientChannel: UInt64, status: AppServiceClosedStatus) {
-        channels.removeValue(forKey: clientChannel)
+    func channelClosedByService(clientChannel: UInt64, handle: UInt64, status: AppServiceClosedStatus) {
+        // Only if the number still names that channel: the client may have closed it and
+        // opened another under the same number meanwhile, which stays open.
+        if let current = channels[clientChannel] {
+            guard current.handle == handle else { return }
+            channels.removeValue(forKey: clientChannel)
+        }
         write(.closed(ClosedFrame(channel: clientChannel, status: status)))
     }
 
@@ -439,6 +460,16 @@ final class ConnectionHandler: ChannelInboundHandler {
             answer(
                 LaunchOutcome(
                     status: .deniedByRemoteSystem, error: "the host has \(admission.maxLaunches) launches in flight, its limit"))
+            return
+        }
+        if let data = launch.data, data.byteCount > core.configuration.launchDataLimit {
+            core.releaseLaunchSlot()
+            answer(
+                LaunchOutcome(
+                    status: .valueSetTooLarge,
+                    error:
+                        "the launch data is \(data.byteCount) bytes, over the limit of \(core.configuration.launchDataLimit)"
+                ))
             return
         }
         launchesInFlight += 1
@@ -489,8 +520,14 @@ final class ConnectionHandler: ChannelInboundHandler {
         context.writeAndFlush(wrapOutboundOut(.error(ErrorFrame(error)))).whenComplete { _ in
             channel.close(promise: nil)
         }
+        // A client that does not read would keep the write, and so the connection, pending
+        // for ever: it gets a moment to read the error, then the connection closes anyway.
+        channel.eventLoop.scheduleTask(in: Self.errorGrace) { channel.close(promise: nil) }
         isClosed = true
     }
+
+    /// How long a client has to read an `error` frame before its connection is closed.
+    static let errorGrace = TimeAmount.seconds(2)
 
     func close(promise: EventLoopPromise<Void>?) {
         guard let context else {

@@ -4,7 +4,7 @@
 /// bounds the work whatever the message's shape. The host runs this on every message it
 /// passes on; it accepts exactly what ``ValueSet/init(cbor:limits:root:)-(UnsafeRawBufferPointer,_,_)``
 /// accepts, and its errors read the same.
-struct ValueChecker {
+struct ValueChecker: ValueWalker {
     var reader: CBORReader
     let maxDepth: Int
     let maxValues: Int
@@ -70,13 +70,6 @@ struct ValueChecker {
         }
     }
 
-    func checkInt64(_ argument: UInt64, negative: Bool) throws(ValueSetError) {
-        guard argument <= UInt64(Int64.max) else {
-            let text = negative ? "-\(argument)-1" : "\(argument)"
-            throw reader.error(.notAValueSet, "integer \(text) is outside the Int64 range")
-        }
-    }
-
     /// Skips a byte string whose head has been read and returns its length.
     mutating func byteCount(_ head: CBORReader.Head) throws(ValueSetError) -> Int {
         if !head.isIndefinite { return try reader.readSpan(head.argument).count }
@@ -96,28 +89,6 @@ struct ValueChecker {
     func checkUTF8(_ span: UnsafeRawBufferPointer) throws(ValueSetError) {
         guard isValidUTF8(span) else {
             throw ValueSetError(.notAValueSet, "text string is not valid UTF-8", offset: reader.offset - span.count)
-        }
-    }
-
-    func checkDepth(_ depth: Int) throws(ValueSetError) {
-        guard depth <= maxDepth else {
-            throw reader.error(.nestingTooDeep, "maps and arrays nest deeper than \(maxDepth) levels")
-        }
-    }
-
-    /// Calls `body` once per item (or map entry) of a container whose head has been read.
-    mutating func forEachItem(
-        _ head: CBORReader.Head, _ body: (inout ValueChecker, Int) throws(ValueSetError) -> Void
-    ) throws(ValueSetError) {
-        if head.isIndefinite {
-            var position = 0
-            while !reader.consumeBreak() {
-                try body(&self, position)
-                position += 1
-            }
-        } else {
-            try reader.need(head.argument)
-            for position in 0..<Int(head.argument) { try body(&self, position) }
         }
     }
 

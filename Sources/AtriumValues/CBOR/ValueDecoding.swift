@@ -22,9 +22,51 @@ public struct DecodingLimits: Sendable, Hashable {
     public static let `default` = DecodingLimits()
 }
 
+/// What the decoder (``ValueReader``) and the validator (``ValueChecker``) share: a cursor
+/// over the bytes, the depth limit, and the rules that do not depend on building values.
+protocol ValueWalker {
+    var reader: CBORReader { get set }
+    var maxDepth: Int { get }
+}
+
+extension ValueWalker {
+    func checkDepth(_ depth: Int) throws(ValueSetError) {
+        guard depth <= maxDepth else {
+            throw reader.error(.nestingTooDeep, "maps and arrays nest deeper than \(maxDepth) levels")
+        }
+    }
+
+    func checkInt64(_ argument: UInt64, negative: Bool) throws(ValueSetError) {
+        guard argument <= UInt64(Int64.max) else {
+            let text = negative ? "-\(argument)-1" : "\(argument)"
+            throw reader.error(.notAValueSet, "integer \(text) is outside the Int64 range")
+        }
+    }
+
+    /// Walks the items of an array or the entries of a map whose head has been read: `body`
+    /// is called once per item (or entry) with its position; it reads the item itself.
+    mutating func forEachItem(
+        _ head: CBORReader.Head,
+        _ body: (inout Self, Int) throws(ValueSetError) -> Void
+    ) throws(ValueSetError) {
+        if head.isIndefinite {
+            var position = 0
+            while !reader.consumeBreak() {
+                try body(&self, position)
+                position += 1
+            }
+        } else {
+            try reader.need(head.argument)  // each item takes a byte at least: refuse impossible counts early
+            for position in 0..<Int(head.argument) {
+                try body(&self, position)
+            }
+        }
+    }
+}
+
 /// Decodes ``Value``s from CBOR, checking every rule of CONTRACT section 3 as it goes.
 /// Errors carry the path of the offending value, added level by level as they unwind.
-struct ValueReader {
+struct ValueReader: ValueWalker {
     var reader: CBORReader
     let maxDepth: Int
 
@@ -77,10 +119,7 @@ struct ValueReader {
     }
 
     func int64(_ argument: UInt64, negative: Bool) throws(ValueSetError) -> Int64 {
-        guard argument <= UInt64(Int64.max) else {
-            let text = negative ? "-\(argument)-1" : "\(argument)"
-            throw reader.error(.notAValueSet, "integer \(text) is outside the Int64 range")
-        }
+        try checkInt64(argument, negative: negative)
         return negative ? ~Int64(argument) : Int64(argument)
     }
 
@@ -95,31 +134,6 @@ struct ValueReader {
         return bytes
     }
 
-    func checkDepth(_ depth: Int) throws(ValueSetError) {
-        guard depth <= maxDepth else {
-            throw reader.error(.nestingTooDeep, "maps and arrays nest deeper than \(maxDepth) levels")
-        }
-    }
-
-    /// Reads the items of an array or the entries of a map whose head has been read: `body`
-    /// is called once per item (or entry) with its position; it reads the item itself.
-    mutating func forEachItem(
-        _ head: CBORReader.Head,
-        _ body: (inout ValueReader, Int) throws(ValueSetError) -> Void
-    ) throws(ValueSetError) {
-        if head.isIndefinite {
-            var position = 0
-            while !reader.consumeBreak() {
-                try body(&self, position)
-                position += 1
-            }
-        } else {
-            try reader.need(head.argument)  // each item takes a byte at least: refuse impossible counts early
-            for position in 0..<Int(head.argument) {
-                try body(&self, position)
-            }
-        }
-    }
 
     mutating func readArray(_ head: CBORReader.Head, depth: Int) throws(ValueSetError) -> ValueArray {
         try checkDepth(depth)

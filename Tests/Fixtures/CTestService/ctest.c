@@ -12,10 +12,13 @@
  *     launch_uri ({"LaunchFor": uri}: with launch_uri_for, for the channel's client) and
  *     answers {"LaunchStatus": n};
  *   - opening a service "status.<n>" answers open with n, negative ones included;
- *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included.
+ *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included;
+ *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers.
  */
+#define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "atrium_plugin.h"
 
 static const atrium_host_api *host_api;
@@ -49,6 +52,15 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         return;
     }
     atrium_builder *out = host->builder_new(host);
+
+    int64_t sleep_ms = 0;
+    if (host->message_get_int(host, in, "SleepMs", &sleep_ms) == ATRIUM_OK) {
+        usleep((useconds_t)(sleep_ms * 1000));
+        host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, NULL, 0, NULL);
+        host->builder_free(host, out);
+        host->message_free(host, in);
+        return;
+    }
 
     const char *own = NULL;
     size_t own_length = 0;
