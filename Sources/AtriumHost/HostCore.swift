@@ -52,6 +52,8 @@ public final class HostCore: @unchecked Sendable {
         /// The client that opened it, for what a plugin does on its behalf (launches).
         var clientId: String
         var isRemote: Bool
+        /// The plugin's messages on it that the client has not answered yet.
+        var unanswered = 0
     }
 
     struct PendingRequest {
@@ -350,19 +352,33 @@ public final class HostCore: @unchecked Sendable {
         guard (try? ValueSet(cbor: bytes)) != nil else { return ATRIUM_E_NOT_A_VALUESET }
         let id = makeId()
         let message = ByteBuffer(bytes: bytes)
-        let channel = state.withLock { state -> OpenChannel? in
-            guard let channel = state.channels[handle], channel.plugin === plugin, !state.shuttingDown else {
-                return nil
+        let maxUnanswered = configuration.limits.maxInFlight
+        let taken = state.withLock { state -> Result<OpenChannel, SendRefusal> in
+            guard !state.shuttingDown else { return .failure(.shuttingDown) }
+            guard let channel = state.channels[handle], channel.plugin === plugin else {
+                return .failure(.unknownChannel)
             }
+            // A client that does not answer cannot make the host hold the plugin's messages
+            // without end: past maxInFlight unanswered ones on the channel, `send` says busy.
+            guard channel.unanswered < maxUnanswered else { return .failure(.busy) }
+            state.channels[handle]!.unanswered += 1
             state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, plugin: plugin)
-            return channel
+            return .success(channel)
         }
-        guard let channel else {
-            return state.withLock { $0.shuttingDown } ? ATRIUM_E_SHUTTING_DOWN : ATRIUM_E_UNKNOWN_CHANNEL
+        let channel: OpenChannel
+        switch taken {
+        case .success(let open): channel = open
+        case .failure(.shuttingDown): return ATRIUM_E_SHUTTING_DOWN
+        case .failure(.unknownChannel): return ATRIUM_E_UNKNOWN_CHANNEL
+        case .failure(.busy):
+            breaches.record(
+                "client not answering", "a client has \(maxUnanswered) of a service's messages unanswered",
+                metadata: ["package": "\(plugin.package)"])
+            return ATRIUM_E_BUSY
         }
         out?.pointee = id
         let timeout = channel.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
-            guard let outgoing = self.state.withLock({ $0.outgoing.removeValue(forKey: id) }) else { return }
+            guard let outgoing = self.takeOutgoing(id, from: nil) else { return }
             outgoing.plugin.response(channel: handle, request: id, status: .resourceLimitsExceeded, message: nil)
         }
         state.withLock { state in
@@ -377,16 +393,26 @@ public final class HostCore: @unchecked Sendable {
         return ATRIUM_OK
     }
 
+    enum SendRefusal: Error {
+        case shuttingDown, unknownChannel, busy
+    }
+
+    /// Removes a plugin's message waiting for its answer (only if it went to `connection`,
+    /// when given), and counts it off its channel.
+    private func takeOutgoing(_ id: UInt64, from connection: UInt64?) -> OutgoingRequest? {
+        state.withLock { state -> OutgoingRequest? in
+            guard let outgoing = state.outgoing[id], connection == nil || outgoing.connection.id == connection else {
+                return nil
+            }
+            state.outgoing.removeValue(forKey: id)
+            state.channels[outgoing.channel]?.unanswered -= 1
+            return outgoing
+        }
+    }
+
     /// A client's answer to a plugin's message.
     func clientResponded(_ response: ResponseFrame, on connection: UInt64) -> Bool {
-        guard
-            let outgoing = state.withLock({ state -> OutgoingRequest? in
-                guard let outgoing = state.outgoing[response.id], outgoing.connection.id == connection else {
-                    return nil
-                }
-                return state.outgoing.removeValue(forKey: response.id)
-            })
-        else { return false }
+        guard let outgoing = takeOutgoing(response.id, from: connection) else { return false }
         outgoing.timeout?.cancel()
         var status = response.status
         var message: ByteBuffer? = response.message.buffer

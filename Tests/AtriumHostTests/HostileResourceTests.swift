@@ -240,6 +240,30 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func aClientThatDoesNotAnswerAServiceHoldsBoundedMessages() async throws {
+        let host = try await startHost(arguments: ["--max-in-flight", "3"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        try await client.send(.request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "flood", "Count": 10]))))
+        // Three messages arrive (the limit); the other seven were refused to the service as busy.
+        var asked: [RequestFrame] = []
+        for _ in 0..<3 {
+            guard case .request(let request) = try await client.next() else {
+                Issue.record("expected the service's message")
+                return
+            }
+            asked.append(request)
+        }
+        for request in asked {
+            try await client.send(.response(ResponseFrame(channel: request.channel, id: request.id, status: .success)))
+        }
+        let answer = try await client.response()
+        #expect(try answer.decoded == ["Sent": 3, "Busy": 7])
+        #expect(await host.waitForLog("a client has 3 of a service's messages unanswered"))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func longArraysInFramesAreRefused() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)

@@ -64,6 +64,7 @@ extern "C" {
 #define ATRIUM_E_WRONG_KIND (-6)        /* the key holds another kind of value */
 #define ATRIUM_E_TOO_LARGE (-7)         /* over the host's message size limit */
 #define ATRIUM_E_SHUTTING_DOWN (-8)     /* the host is stopping */
+#define ATRIUM_E_BUSY (-9)              /* ABI 1.1: too many messages unanswered on the channel; later */
 
 /* ---- Status numbering (the Windows enumerations; docs/PROTOCOL.md section 4). ---- */
 /* AppServiceConnectionStatus, returned by `open`. */
@@ -192,7 +193,9 @@ typedef struct atrium_host_api {
 
     /* Sends a message to the client of `channel`. The client's answer arrives through the
      * plugin's `response` callback with the id written to `*out_request` (which may be NULL
-     * when the plugin does not need it). Any thread. */
+     * when the plugin does not need it). Any thread. ATRIUM_E_BUSY when the client has as
+     * many of the plugin's messages on the channel unanswered as it may have requests in
+     * flight (`maxInFlight`): wait for answers before sending more. */
     int32_t (*send)(const struct atrium_host_api *host, uint64_t channel, const uint8_t *message,
                     size_t length, uint64_t *out_request);
 

@@ -9,6 +9,8 @@
 //   "send"     send {"Hello": "client"} to the client, then answer with the client's reply
 //   "close"    answer, then close the channel with status "Status"
 //   "block"    block the thread for "DelayMs" milliseconds, then answer
+//   "flood"    send "Count" messages to the client at once; answer {"Sent": n, "Busy": m} with
+//              how many the client answered and how many the host refused as busy
 //
 // Opening the service "refuse.<n>" is refused with status n. Closed channels are logged. The manifest's config
 // {"greeting": text} comes back in every "echo" answer as "Greeting".
@@ -91,6 +93,17 @@ final class TestService: AppService {
                 status: reply.status,
                 message: ["ClientSaid": .map(reply.message), "ClientStatus": .int(Int64(reply.status.rawValue))]
             )
+        case "flood":
+            let channel = request.channel
+            let count = Int(message["Count"]?.int ?? 0)
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<count {
+                    group.addTask { (try? await channel.send(["Flood": .int(Int64(index))])) != nil }
+                }
+                return await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            let sent = outcomes.filter { $0 }.count
+            return .success(["Sent": .int(Int64(sent)), "Busy": .int(Int64(count - sent))])
         case "close":
             let channel = request.channel
             let status = AppServiceClosedStatus(rawValue: Int(message["Status"]?.int ?? 0))
