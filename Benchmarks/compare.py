@@ -2,7 +2,7 @@
 """Measures atriumd against the raw SwiftNIO baseline in one run, and prints the tables of
 BENCHMARKS.md.
 
-    Benchmarks/compare.py [--pinned] [--duration SECONDS]
+    Benchmarks/compare.py [--pinned] [--duration SECONDS] [--previous PATH/TO/atriumd]
 
 Builds the release products, starts atriumd (with the reference services) and atrium-baseline
 on free ports, and runs `atrium bench` against each, alternating in three rounds (each figure
@@ -11,6 +11,8 @@ one request at a time, 8 and 64 connections, and 1 connection pipelined 64 deep.
 measures atriumd's memory (RSS) idle and holding 1,000 idle connections, and its time from
 start to ready with 100 generated manifests. With --pinned, the host, the baseline and the
 load generator all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine.
+With --previous, it measures this atriumd against another build of it instead (an earlier
+commit's, built in a git worktree), in the same alternating rounds: the cost of a change.
 """
 import argparse
 import json
@@ -30,13 +32,29 @@ CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), (
                   ("1 connection, pipelined 64", 1, 64)]
 
 
-ROUNDS = 3
+ROUNDS = 4
 
 
 def median_result(results):
     """Each figure's median over the rounds."""
     return {key: statistics.median(result[key] for result in results)
             for key in results[0] if isinstance(results[0][key], (int, float))}
+
+
+def alternating(measure, first, second):
+    """ROUNDS pairs of (measure(first), measure(second)), which one goes first alternating
+    from round to round: the one measured first in a pair was measured slower in A/A runs
+    (the same binary on both sides), by up to 10% with 8 connections."""
+    pairs = []
+    for index in range(ROUNDS):
+        if index % 2 == 0:
+            a = measure(first)
+            b = measure(second)
+        else:
+            b = measure(second)
+            a = measure(first)
+        pairs.append((a, b))
+    return pairs
 
 
 def start(command, ready_pattern, pin):
@@ -98,10 +116,32 @@ def startup_with_manifests(count, pin, runs=5):
         shutil.rmtree(folder)
 
 
+def run_against_previous(arguments, port, previous_port, pin):
+    """The table of this build against an earlier one, in alternating rounds."""
+    mode = "pinned to core 0" if arguments.pinned else "unpinned"
+    print(f"## This atriumd against {arguments.previous}, Echo, {mode}, {arguments.duration:g} s each\n")
+    print("| configuration | this req/s | previous req/s | throughput ratio | this p50 µs | previous p50 µs "
+          "| p50 ratio | this p99 µs | previous p99 µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, connections, pipeline in CONFIGURATIONS:
+        rounds = alternating(lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin),
+                             port, previous_port)
+        ours, theirs = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
+        print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
+              f"| {ours['requestsPerSecond'] / theirs['requestsPerSecond']:.3f} "
+              f"| {ours['p50Microseconds']:.1f} | {theirs['p50Microseconds']:.1f} "
+              f"| {ours['p50Microseconds'] / theirs['p50Microseconds']:.3f} "
+              f"| {ours['p99Microseconds']:.1f} | {theirs['p99Microseconds']:.1f} |")
+        sys.stdout.flush()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
     parser.add_argument("--duration", type=float, default=5, help="seconds per measurement (default 5)")
+    parser.add_argument("--previous", metavar="ATRIUMD",
+                        help="another build of atriumd (an earlier commit's) to measure in the same rounds, "
+                             "for the cost of a change: new ÷ previous")
     arguments = parser.parse_args()
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
 
@@ -115,7 +155,16 @@ def main():
                              "--max-connections-per-peer", "4000"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     baseline, baseline_port = start([os.path.join(RELEASE, "atrium-baseline"), "0"],
                                     r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+    previous, previous_port = None, None
+    if arguments.previous:
+        # An earlier build knows only the flags it had: the manifests, the listener, the log.
+        previous, previous_port = start([arguments.previous, "--manifests", os.path.join(ROOT, "manifests"),
+                                         "--listen", "127.0.0.1:0", "--socket", "off", "--log-level", "error",
+                                         "--max-in-flight", "1024"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     try:
+        if previous:
+            run_against_previous(arguments, host_port, previous_port, pin)
+            return
         mode = "pinned to core 0" if arguments.pinned else "unpinned"
         print(f"## Round trips against Echo, {mode}, {arguments.duration:g} s each\n")
         print("| configuration | atriumd req/s | baseline req/s | throughput ratio | atriumd p50 µs | baseline p50 µs "
@@ -124,9 +173,9 @@ def main():
         for name, connections, pipeline in CONFIGURATIONS:
             # Alternate short rounds and keep each side's median, so that a burst of noise
             # from the shared machine lands on both rather than on one.
-            rounds = [(bench(host_port, connections, pipeline, arguments.duration / ROUNDS, pin),
-                       bench(baseline_port, connections, pipeline, arguments.duration / ROUNDS, pin))
-                      for _ in range(ROUNDS)]
+            rounds = alternating(
+                lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin),
+                host_port, baseline_port)
             ours, theirs = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
             print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
                   f"| {ours['requestsPerSecond'] / theirs['requestsPerSecond']:.2f} "
@@ -148,10 +197,9 @@ def main():
         print(f"- with 1,000 idle connections: {loaded / 1024:.1f} MiB, "
               f"{(loaded - idle) / 1000:.1f} KiB per connection")
     finally:
-        host.terminate()
-        baseline.terminate()
-        host.wait()
-        baseline.wait()
+        for process in [host, baseline] + ([previous] if previous else []):
+            process.terminate()
+            process.wait()
 
     median, best = startup_with_manifests(100, pin)
     print(f"\n## Start-up ({mode})\n")

@@ -42,7 +42,10 @@ public final class HostCore: @unchecked Sendable {
     /// Launches in flight, from clients and plugins together (at most `admission.maxLaunches`).
     let launchesInFlight = Atomic<Int>(0)
 
-    var admission: AdmissionLimits { configuration.admission }
+    /// The limits, kept apart from the rest of the configuration: the request path reads them
+    /// for every frame, and they hold nothing that needs retaining.
+    let admission: AdmissionLimits
+    let limits: ProtocolLimits
 
     struct OpenChannel {
         var connection: ConnectionLink
@@ -89,6 +92,8 @@ public final class HostCore: @unchecked Sendable {
     public init(configuration: HostConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        admission = configuration.admission
+        limits = configuration.limits
         breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval)
         launchPool = NIOThreadPool(numberOfThreads: min(max(configuration.admission.maxLaunches, 1), 16))
         launchPool.start()
@@ -246,20 +251,26 @@ public final class HostCore: @unchecked Sendable {
 
     // MARK: - Requests from clients
 
-    /// Records a request handed to a plugin, with its timeout; returns the plugin's id for it.
+    /// Records a request about to be handed to a plugin; returns the plugin's id for it. Its
+    /// timeout is armed by ``armTimeout(_:on:)`` once the plugin has it.
     func addPending(_ request: PendingRequest) -> UInt64 {
         let handle = makeId()
         state.withLock { $0.pending[handle] = request }
-        let timeout = request.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
-            self.timeOut(handle)
-        }
+        return handle
+    }
+
+    /// Arms the response timeout of a request the plugin now has, unless it has answered
+    /// already: a plugin called inline (Echo) answers before this, and then no timer is made
+    /// and cancelled for every request (each would cost the event loop's timer queue a search).
+    func armTimeout(_ handle: UInt64, on eventLoop: any EventLoop) {
+        guard isPending(handle) else { return }
+        let timeout = eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) { self.timeOut(handle) }
         let stillPending = state.withLock { state -> Bool in
             guard state.pending[handle] != nil else { return false }
             state.pending[handle]!.timeout = timeout
             return true
         }
         if !stillPending { timeout.cancel() }
-        return handle
     }
 
     /// Whether request `handle` still waits for its answer.
@@ -294,10 +305,10 @@ public final class HostCore: @unchecked Sendable {
         var message: ByteBuffer? = nil
         var result = ATRIUM_OK
         if bytes.count > 0 {
-            if bytes.count > configuration.limits.maxMessageBytes {
+            if bytes.count > limits.maxMessageBytes {
                 status = .messageSizeTooLarge
                 error =
-                    "the service's answer is \(bytes.count) bytes, over the limit of \(configuration.limits.maxMessageBytes)"
+                    "the service's answer is \(bytes.count) bytes, over the limit of \(limits.maxMessageBytes)"
                 result = ATRIUM_E_TOO_LARGE
             } else {
                 do {
@@ -348,11 +359,11 @@ public final class HostCore: @unchecked Sendable {
         _ bytes: UnsafeRawBufferPointer, on handle: UInt64, from plugin: PluginInstance,
         requestId out: UnsafeMutablePointer<UInt64>?
     ) -> Int32 {
-        guard bytes.count <= configuration.limits.maxMessageBytes else { return ATRIUM_E_TOO_LARGE }
+        guard bytes.count <= limits.maxMessageBytes else { return ATRIUM_E_TOO_LARGE }
         guard (try? ValueSet(cbor: bytes)) != nil else { return ATRIUM_E_NOT_A_VALUESET }
         let id = makeId()
         let message = ByteBuffer(bytes: bytes)
-        let maxUnanswered = configuration.limits.maxInFlight
+        let maxUnanswered = limits.maxInFlight
         let taken = state.withLock { state -> Result<OpenChannel, SendRefusal> in
             guard !state.shuttingDown else { return .failure(.shuttingDown) }
             guard let channel = state.channels[handle], channel.plugin === plugin else {
@@ -435,7 +446,6 @@ public final class HostCore: @unchecked Sendable {
     /// Why a message from a client may not reach a plugin (with the status that says so), or
     /// nil when it may: over `maxMessageBytes`, not a ValueSet, or over the values budget.
     func checkMessage(_ message: EncodedValueSet) -> (status: AppServiceResponseStatus, reason: String)? {
-        let limits = configuration.limits
         guard message.byteCount <= limits.maxMessageBytes else {
             return (
                 .messageSizeTooLarge,

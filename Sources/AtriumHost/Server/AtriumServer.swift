@@ -126,10 +126,6 @@ public final class AtriumServer: Service, Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
-                        // Stops reading a connection whose unsent output is over the high-water
-                        // mark, until the client reads: a client that never reads holds at most
-                        // that much (and what it already has in flight).
-                        BackPressureHandler(),
                         ByteToMessageHandler(
                             FrameDecoder<ClientFrame>(
                                 maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),

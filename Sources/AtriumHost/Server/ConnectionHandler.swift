@@ -27,8 +27,9 @@ struct ConnectionLink: Sendable {
 ///
 /// Everything here runs on the connection's event loop; plugins are only ever called
 /// through their own queues (``PluginInstance``), and reach back through ``ConnectionLink``.
-final class ConnectionHandler: ChannelInboundHandler {
+final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ClientFrame
+    typealias OutboundIn = HostFrame
     typealias OutboundOut = HostFrame
 
     let core: HostCore
@@ -70,13 +71,15 @@ final class ConnectionHandler: ChannelInboundHandler {
         self.core = core
         self.isLocal = isLocal
         self.id = core.makeId()
+        limits = core.limits
+        admission = core.admission
         var logger = logger
         logger[metadataKey: "connection"] = "\(id)"
         self.logger = logger
     }
 
-    var limits: ProtocolLimits { core.configuration.limits }
-    var admission: AdmissionLimits { core.admission }
+    let limits: ProtocolLimits
+    let admission: AdmissionLimits
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
@@ -202,8 +205,28 @@ final class ConnectionHandler: ChannelInboundHandler {
         }
     }
 
+    /// Backpressure: while the connection's unsent output is over the high-water mark, the
+    /// host does not read from it (a client that does not read its answers cannot make the
+    /// host buffer more of them); reading resumes once it is under the low-water mark. Done
+    /// here rather than in a handler of its own, which would add a hop to every read and write.
+    private var readHeld = false
+
+    func read(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            context.read()
+        } else {
+            readHeld = true
+        }
+    }
+
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if !context.channel.isWritable {
+        if context.channel.isWritable {
+            if readHeld {
+                readHeld = false
+                context.read()
+            }
+        } else {
+            context.flush()
             core.breaches.record(
                 "backpressure", level: .notice,
                 "a client is not reading its answers; the host stops reading it until it does (\(admission.outputHighWaterBytes) bytes unsent)"
@@ -402,6 +425,7 @@ final class ConnectionHandler: ChannelInboundHandler {
             )
         )
         channel.plugin.request(channel: channel.handle, request: handle, message: request.message.buffer)
+        core.armTimeout(handle, on: link!.eventLoop)
     }
 
     /// Sends the answer to a client request (from the plugin, a timeout, or the host).
