@@ -99,7 +99,7 @@ def main():
             peak = max(peak, now)
             time.sleep(0.2)
         holder.wait(timeout=120)
-        time.sleep(2)
+        time.sleep(5)  # the host gives memory back a few seconds after a burst
         after = sample(host.pid)
         line(f"{arguments.connections} idle connections", before, peak, after)
         per_connection = (peak[0] - before[0]) * 1024 / arguments.connections
@@ -119,7 +119,7 @@ def main():
             done += outcome["completed"]
             failed += outcome["failed"]
             peak = max(peak, sample(host.pid))
-        time.sleep(2)
+        time.sleep(5)
         after = sample(host.pid)
         line(f"{done} requests over 64 connections ({failed} failed)", before, peak, after)
 
