@@ -167,10 +167,13 @@ for row in rows {
 // of 200,000 small ints is the shape that costs a decoder most per byte; the host refuses it
 // at its values budget (65,536 by default), so the budgeted check is timed too.
 print("\nChecking a message without decoding it (the host's request path), ns per message")
-print("message                 | bytes   | decode      | validate    | decode / validate | validate, 65,536-value budget")
+print(
+    "message                 | bytes   | decode      | validate    | decode / validate | validate, 65,536-value budget")
 var ints: ValueSet = ["Ints": .array(ValueArray(ints: Array(repeating: 1, count: 200_000)))]
 ints["Pad"] = .bytes(Array(repeating: 0, count: (1 << 20) - ints.cborBytes().count - 16))
-for (name, message, iterations) in [("ping", pingMessage, 1_000_000), ("4 KiB nested", catalogue(), 20_000), ("1 MiB, 200,000 ints", ints, 20)] {
+for (name, message, iterations) in [
+    ("ping", pingMessage, 1_000_000), ("4 KiB nested", catalogue(), 20_000), ("1 MiB, 200,000 ints", ints, 20),
+] {
     let encoded = message.cborBytes()
     let decode = try measure(iterations: iterations) { try ValueSet(cbor: encoded).count }
     let validate = try encoded.withUnsafeBytes { raw in

@@ -10,7 +10,8 @@ func fuzzURIs(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         precondition(!scheme.isEmpty && scheme == scheme.lowercased(), "a scheme came back empty or not lowercased")
     }
     let escaped = untrusted(uri, limit: 100)
-    precondition(!escaped.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7f }, "a control character got through")
+    precondition(
+        !escaped.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7f }, "a control character got through")
     return 0
 }
 

@@ -436,7 +436,8 @@ public final class HostCore: @unchecked Sendable {
             message = nil
         } else if !status.isRepresentable {
             breaches.record(
-                "invalid status", "a client answered with status \(status.rawValue), out of range; passed on as Unknown")
+                "invalid status", "a client answered with status \(status.rawValue), out of range; passed on as Unknown"
+            )
             status = .unknown
         }
         outgoing.plugin.response(channel: outgoing.channel, request: response.id, status: status, message: message)
@@ -504,7 +505,8 @@ public final class HostCore: @unchecked Sendable {
     func tokenRefusal(_ token: String?, isLocal: Bool) -> String? {
         guard let tokens = configuration.tokens else {
             guard token == nil else {
-                return "this host has no tokens configured (--token-file), so it cannot check the one sent; connect without a token"
+                return
+                    "this host has no tokens configured (--token-file), so it cannot check the one sent; connect without a token"
             }
             return nil
         }
@@ -620,7 +622,8 @@ public final class HostCore: @unchecked Sendable {
                 pending: pending, outgoing: outgoing, reason: "the host is shutting down",
                 outgoingStatus: .remoteSystemUnavailable)
             channel.connection.run { connection in
-                connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: .canceled)
+                connection.channelClosedByService(
+                    clientChannel: channel.clientChannel, handle: handle, status: .canceled)
             }
             channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_HOST)
         }
@@ -635,7 +638,8 @@ public final class HostCore: @unchecked Sendable {
             guard let plugin = package.plugin else { continue }
             if !plugin.destroy(within: .seconds(5)) {
                 logger.warning(
-                    "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it")
+                    "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it"
+                )
             }
         }
         // Launches still queued are answered as the host going away; running ones finish on

@@ -47,7 +47,8 @@ public struct ManifestCheck: Sendable {
                     let (path, byLoader) = try PluginLibrary.find(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(),
                         searchPath: pluginSearchPath, loaderSearch: !manifest.functions.isEmpty)
-                    if strictModes, !byLoader, let problem = FileTrust.problem(file: path.path, what: "plugin library") {
+                    if strictModes, !byLoader, let problem = FileTrust.problem(file: path.path, what: "plugin library")
+                    {
                         throw PluginLoadError(reason: problem)
                     }
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path) (not loaded)"
@@ -70,7 +71,8 @@ public struct ManifestCheck: Sendable {
             } else if let library = manifest.library {
                 do {
                     let (path, _) = try PluginLibrary.open(
-                        library, manifestFolder: manifest.file.deletingLastPathComponent(), searchPath: pluginSearchPath,
+                        library, manifestFolder: manifest.file.deletingLastPathComponent(),
+                        searchPath: pluginSearchPath,
                         strictModes: strictModes
                     )
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path)"

@@ -117,10 +117,14 @@ struct Atriumd: AsyncParsableCommand {
             valueName: "seconds"))
     var idleTimeout: Double = 300
 
-    @Option(help: "The largest first frame (hello), in bytes: what a client that has not said hello can make the host buffer.")
+    @Option(
+        help:
+            "The largest first frame (hello), in bytes: what a client that has not said hello can make the host buffer."
+    )
     var maxHelloBytes: Int = AdmissionLimits.default.maxHelloBytes
 
-    @Option(help: "Unsent bytes per connection past which the host stops reading it until the client reads (backpressure).")
+    @Option(
+        help: "Unsent bytes per connection past which the host stops reading it until the client reads (backpressure).")
     var maxUnsentBytes: Int = AdmissionLimits.default.outputHighWaterBytes
 
     @Option(help: "The most bytes of request messages one connection may have in flight (the excess get status 2).")
@@ -359,7 +363,8 @@ struct Atriumd: AsyncParsableCommand {
         print(
             noLoad
                 ? "(plugin libraries were found and checked, not loaded)"
-                : "(plugin libraries were loaded to check their ABI, which runs their initialisers; --no-load skips that)")
+                : "(plugin libraries were loaded to check their ABI, which runs their initialisers; --no-load skips that)"
+        )
         let bad = report.entries.filter { $0.problem != nil }.count
         print("\(report.entries.count) manifests, \(report.entries.count - bad) would load, \(bad) would not")
         if bad > 0 { throw ExitCode(1) }

@@ -26,20 +26,26 @@ struct HostileBypassTests {
         manifests["files.json"] = Self.localOnlySchemes
         let host = try await startHost(arguments: ["--deny-scheme", "atrium-test"], manifests: manifests)
         let client = try await connectedClient(host, clientId: "remote-phone")
-        #expect(try await client.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage)
+                == .success)
         for (id, uri) in ["file:///etc/passwd", "javascript:alert(1)", "atrium-test://denied"].enumerated() {
-            let answer = try await client.request(channel: 1, id: UInt64(id), ["Type": "LaunchUri", "Uri": .string(uri)])
+            let answer = try await client.request(
+                channel: 1, id: UInt64(id), ["Type": "LaunchUri", "Uri": .string(uri)])
             #expect(try answer.decoded["Type"] == "Ok")
             #expect(
                 await host.waitForLog(
-                    "launch \(uri) from plugin \(Fixtures.romanPackage) for client remote-phone: DeniedByRemoteSystem (7)"))
+                    "launch \(uri) from plugin \(Fixtures.romanPackage) for client remote-phone: DeniedByRemoteSystem (7)"
+                ))
         }
         // The files service never got them (it logs "files launched <uri>" when it does).
         #expect(!host.log.contains("files launched"))
         // A local client (the host's own user) may: Roman launches for it as a local launch.
         let local = try await TestClient.connect(unixSocket: host.socketPath)
         try await local.hello(clientId: "desk")
-        #expect(try await local.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        #expect(
+            try await local.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success
+        )
         _ = try await local.request(channel: 1, id: 1, ["Type": "LaunchUri", "Uri": "file:///tmp/x"])
         #expect(await host.waitForLog("files launched file:///tmp/x for desk remote false"))
         #expect(await host.stop() == 0)
@@ -79,7 +85,8 @@ struct HostileBypassTests {
 
     func welcomeOrError(_ host: TestHost, token: String?, local: Bool = false) async throws -> HostFrame? {
         let client =
-            local ? try await TestClient.connect(unixSocket: host.socketPath) : try await TestClient.connect(port: host.port)
+            local
+            ? try await TestClient.connect(unixSocket: host.socketPath) : try await TestClient.connect(port: host.port)
         try await client.send(.hello(HelloFrame(clientId: "t", token: token)))
         let frame = try await client.next()
         await client.close()
@@ -109,7 +116,10 @@ struct HostileBypassTests {
         }
         #expect(
             try await welcomeOrError(host, token: nil)
-                == .error(ErrorFrame(code: .notAuthorized, message: "this host requires a token in hello (ask its operator for one)")))
+                == .error(
+                    ErrorFrame(
+                        code: .notAuthorized, message: "this host requires a token in hello (ask its operator for one)")
+                ))
         #expect(
             try await welcomeOrError(host, token: token + "0")
                 == .error(ErrorFrame(code: .notAuthorized, message: "the token is not valid on this host")))
@@ -150,22 +160,29 @@ struct HostileBypassTests {
         }
         #expect(ids[0] == ids[1] && UUID(uuidString: ids[0]) != nil)
         if let real = try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8) {
-            #expect(!ids[0].replacingOccurrences(of: "-", with: "").contains(real.trimmingCharacters(in: .whitespacesAndNewlines)))
+            #expect(
+                !ids[0].replacingOccurrences(of: "-", with: "").contains(
+                    real.trimmingCharacters(in: .whitespacesAndNewlines)))
         }
     }
 
     @Test func untrustedTextCannotForgeOrFloodTheLog() async throws {
         let host = try await startHost()
         // A client id that would start a forged log line and colour the terminal.
-        let forger = try await connectedClient(host, clientId: "x\n2026-01-01T00:00:00+0000 critical atriumd: forged\u{1b}[31m")
+        let forger = try await connectedClient(
+            host, clientId: "x\n2026-01-01T00:00:00+0000 critical atriumd: forged\u{1b}[31m")
         try await forger.send(.launch(LaunchFrame(id: 1, uri: "atrium-test://hello\u{1b}[2J")))
         _ = try await forger.next()
         #expect(await host.waitForLog("launch atrium-test"))
-        #expect(!host.log.contains("\ncritical atriumd: forged") && !host.log.contains("\n2026-01-01T00:00:00+0000 critical"))
+        #expect(
+            !host.log.contains("\ncritical atriumd: forged")
+                && !host.log.contains("\n2026-01-01T00:00:00+0000 critical"))
         #expect(!host.log.unicodeScalars.contains("\u{1b}"))
         #expect(host.log.contains("x\\u{A}2026-01-01"))
         // A plugin that logs what a client sent it (Roman ping logs each URI it launches).
-        #expect(try await forger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        #expect(
+            try await forger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage)
+                == .success)
         _ = try await forger.request(channel: 1, id: 1, ["Type": "LaunchUri", "Uri": "x:y\nFORGED-LINE"])
         #expect(await host.waitForLog("launched x:y\\u{A}FORGED-LINE"))
         #expect(!host.log.contains("\nFORGED-LINE"))
@@ -183,7 +200,8 @@ struct HostileBypassTests {
         var frames: [UInt8] = []
         for channel in 0..<2000 {
             var buffer = ByteBuffer()
-            buffer.writeFrame(ClientFrame.open(OpenFrame(channel: UInt64(channel), service: "s", package: "no.such.package")))
+            buffer.writeFrame(
+                ClientFrame.open(OpenFrame(channel: UInt64(channel), service: "s", package: "no.such.package")))
             frames += buffer.readableBytesView
         }
         try await verbose.sendRaw(frames)
@@ -278,7 +296,10 @@ struct HostileBypassTests {
         chmod(library.deletingLastPathComponent().path, 0o777)
         let unsafeLibrary = try runProgram(atriumd, ["--check", "--manifests", folder.path])
         #expect(unsafeLibrary.status == 1)
-        #expect(unsafeLibrary.output.contains("the folder of the plugin library \(library.deletingLastPathComponent().path) is writable by other users"))
+        #expect(
+            unsafeLibrary.output.contains(
+                "the folder of the plugin library \(library.deletingLastPathComponent().path) is writable by other users"
+            ))
         #expect(!FileManager.default.fileExists(atPath: marker.path), "the unsafe library was not loaded")
         chmod(library.deletingLastPathComponent().path, 0o755)
 
@@ -287,7 +308,9 @@ struct HostileBypassTests {
             to: folder.appendingPathComponent("echo.json"), atomically: true, encoding: .utf8)
         chmod(folder.appendingPathComponent("ctor.json").path, 0o666)
         let unsafeManifest = try runProgram(atriumd, ["--check", "--no-load", "--manifests", folder.path])
-        #expect(unsafeManifest.output.contains("ctor.json: the manifest \(folder.path)/ctor.json is writable by other users (mode 666)"))
+        #expect(
+            unsafeManifest.output.contains(
+                "ctor.json: the manifest \(folder.path)/ctor.json is writable by other users (mode 666)"))
         #expect(unsafeManifest.output.contains("✓ echo.json"))
         // --no-strict-modes takes them as they are.
         let lax = try runProgram(atriumd, ["--check", "--no-load", "--no-strict-modes", "--manifests", folder.path])

@@ -67,7 +67,9 @@ struct HostileCrashTests {
         // Launches: a Swift service answering -1 and 2^40, a C service answering -9.
         for (id, status) in [(1, -1), (2, 1 << 40)] {
             try await client.send(
-                .launch(LaunchFrame(id: UInt64(id), uri: "atrium-test:x", data: EncodedValueSet(["Status": .int(Int64(status))]))))
+                .launch(
+                    LaunchFrame(
+                        id: UInt64(id), uri: "atrium-test:x", data: EncodedValueSet(["Status": .int(Int64(status))]))))
             guard case .launched(let launched) = try await client.next() else {
                 Issue.record("no launched frame")
                 return
@@ -87,7 +89,8 @@ struct HostileCrashTests {
 
     @Test(arguments: [5, 1_000_000])
     func textsWithNULsComeBackWholeThroughTheCTable(length: Int) async throws {
-        let host = try await startHost(manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
+        let host = try await startHost(
+            manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.c") == .success)
         var text = "ab\u{0}cd"
@@ -105,12 +108,14 @@ struct HostileCrashTests {
     }
 
     @Test func aSerialPluginLaunchingItsOwnSchemeFromItsCallbackIsRefusedNotTrapped() async throws {
-        let host = try await startHost(manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
+        let host = try await startHost(
+            manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.c") == .success)
         for key in ["LaunchOwn", "LaunchFor"] {
             let answer = try await client.request(channel: 1, id: 1, [key: "atrium-ctest:hello"])
-            #expect(try answer.decoded["LaunchStatus"] == .int(Int64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue)))
+            #expect(
+                try answer.decoded["LaunchStatus"] == .int(Int64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue)))
         }
         #expect(await host.waitForLog("launched its own scheme from inside one of its callbacks"))
         // The same launch from a client reaches the plugin as usual.

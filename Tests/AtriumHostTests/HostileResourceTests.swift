@@ -67,7 +67,8 @@ struct HostileResourceTests {
         var hello = ByteBuffer()
         hello.writeFrame(ClientFrame.hello(HelloFrame(clientId: "greedy")))
         var open = ByteBuffer()
-        open.writeFrame(ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
+        open.writeFrame(
+            ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
         _ = try await greedy.push(Array(hello.readableBytesView) + Array(open.readableBytesView))
         // 1 MiB echo requests, pipelined, never read: at most 400 (400 MiB) or 20 seconds.
         var request = ByteBuffer()
@@ -76,7 +77,8 @@ struct HostileResourceTests {
         let deadline = ContinuousClock.now + .seconds(20)
         while sent < 400 && ContinuousClock.now < deadline {
             request.clear()
-            request.writeFrame(ClientFrame.request(RequestFrame(channel: 1, id: UInt64(sent), message: EncodedValueSet(payload))))
+            request.writeFrame(
+                ClientFrame.request(RequestFrame(channel: 1, id: UInt64(sent), message: EncodedValueSet(payload))))
             sent += 1
             if try await !greedy.push(Array(request.readableBytesView)) {
                 // The host stopped reading and the client's own buffer fills.
@@ -106,7 +108,8 @@ struct HostileResourceTests {
                 return
             }
             #expect(error.code == .tooManyConnections)
-            #expect(error.message == "127.0.0.1 has 8 connections open, the limit per address (--max-connections-per-peer)")
+            #expect(
+                error.message == "127.0.0.1 has 8 connections open, the limit per address (--max-connections-per-peer)")
             #expect(try await refused.next() == nil)
         }
         // Another address is another peer, up to the total.
@@ -137,7 +140,8 @@ struct HostileResourceTests {
         let stuck = try await TestClient.connect(port: host.port, autoRead: false)
         var start = ByteBuffer()
         start.writeFrame(ClientFrame.hello(HelloFrame(clientId: "stuck")))
-        start.writeFrame(ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
+        start.writeFrame(
+            ClientFrame.open(OpenFrame(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)))
         _ = try await stuck.push(Array(start.readableBytesView))
         // 64 KiB echoes until the host's answers back up to the client (at most 300, or 20 s):
         // the error frame the idle timeout then sends can never be written.
@@ -146,7 +150,8 @@ struct HostileResourceTests {
         let deadline = ContinuousClock.now + .seconds(20)
         for id in 0..<300 where ContinuousClock.now < deadline {
             request.clear()
-            request.writeFrame(ClientFrame.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
+            request.writeFrame(
+                ClientFrame.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
             if try await !stuck.push(Array(request.readableBytesView)) {
                 try await Task.sleep(for: .milliseconds(100))
                 if !stuck.channel.isWritable { break }
@@ -170,7 +175,8 @@ struct HostileResourceTests {
         let before = try #require(host.residentBytes)
         // 60 requests of a tiny message, each in a 3 MiB frame padded with an unknown key,
         // held in flight for 3 s by the service: 180 MiB if each kept its frame.
-        let padding = [0x78, 0x07] + Array("padding".utf8) + [0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
+        let padding =
+            [0x78, 0x07] + Array("padding".utf8) + [0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
             + Array(repeating: 0, count: 3 << 20)
         for id in 0..<60 {
             let head: ValueSet = ["type": "request", "channel": 1, "id": .int(Int64(id))]
@@ -244,7 +250,8 @@ struct HostileResourceTests {
         let host = try await startHost(arguments: ["--max-in-flight", "3"])
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
-        try await client.send(.request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "flood", "Count": 10]))))
+        try await client.send(
+            .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "flood", "Count": 10]))))
         // Three messages arrive (the limit); the other seven were refused to the service as busy.
         var asked: [RequestFrame] = []
         for _ in 0..<3 {
@@ -394,7 +401,9 @@ struct HostileResourceTests {
         let flooder = try await connectedClient(host)
         func launches(_ ids: [Int]) -> [UInt8] {
             var buffer = ByteBuffer()
-            for id in ids { buffer.writeFrame(ClientFrame.launch(LaunchFrame(id: UInt64(id), uri: "atrium-slow:\(id)"))) }
+            for id in ids {
+                buffer.writeFrame(ClientFrame.launch(LaunchFrame(id: UInt64(id), uri: "atrium-slow:\(id)")))
+            }
             return Array(buffer.readableBytesView)
         }
         try await flooder.sendRaw(launches(Array(0..<40)))
@@ -416,7 +425,10 @@ struct HostileResourceTests {
             Issue.record("the launch over the host's limit was not answered at once")
             return
         }
-        #expect(third == LaunchedFrame(id: 20, status: .deniedByRemoteSystem, error: "the host has 6 launches in flight, its limit"))
+        #expect(
+            third
+                == LaunchedFrame(
+                    id: 20, status: .deniedByRemoteSystem, error: "the host has 6 launches in flight, its limit"))
         // SIGTERM is not held up by the launches in flight.
         let start = ContinuousClock.now
         #expect(await host.stop(timeout: .seconds(15)) == 0)
@@ -430,12 +442,16 @@ struct HostileResourceTests {
         // Four requests that each block a thread for 4 s: more than the machine has cores.
         for id in 0..<4 {
             try await blocker.send(
-                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "block", "DelayMs": 4000]))))
+                .request(
+                    RequestFrame(
+                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "block", "DelayMs": 4000]))))
         }
         try await Task.sleep(for: .milliseconds(200))
         // Roman ping, another Swift plugin, answers meanwhile.
         let pinger = try await connectedClient(host)
-        #expect(try await pinger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage) == .success)
+        #expect(
+            try await pinger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage)
+                == .success)
         try await pinger.send(
             .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Type": "ping", "TargetId": "x"]))))
         let pong = try await pinger.response(timeout: .seconds(2))
@@ -455,8 +471,11 @@ struct HostileResourceTests {
             ("null", [0xa1, 0x61, 0x6e, 0xf6], 1),
             ("integer key", [0xa1, 0x01, 0x02], 1),
             ("400 levels", deep, 1),
-            ("3 MiB", [0xa1, 0x61, 0x62, 0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
-                + Array(repeating: 0, count: 3 << 20), 5),
+            (
+                "3 MiB",
+                [0xa1, 0x61, 0x62, 0x5a] + withUnsafeBytes(of: UInt32(3 << 20).bigEndian) { Array($0) }
+                    + Array(repeating: 0, count: 3 << 20), 5
+            ),
         ]
         for (index, (what, message, status)) in answers.enumerated() {
             try await client.send(
@@ -485,7 +504,8 @@ struct HostileResourceTests {
     @Test func messagesOverTheValuesBudgetAreRefusedCheaply() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)
-        #expect(try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         // 200,000 ints in 1 MB: over the 65,536-value budget.
         var body: [UInt8] = [0xa1, 0x61, 0x61, 0x9a] + withUnsafeBytes(of: UInt32(200_000).bigEndian) { Array($0) }
         body += Array(repeating: 0x01, count: 200_000)

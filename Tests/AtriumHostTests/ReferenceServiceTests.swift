@@ -27,7 +27,8 @@ struct ReferenceServiceTests {
         #expect(byPackage[Fixtures.romanPackage]?.displayName == "Roman Test App")
         #expect(byPackage[Fixtures.echoPackage]?.services == [Fixtures.echoService])
         #expect(
-            byPackage[Fixtures.testPackage]?.services == ["test", "refuse.7", "refuse.-1", "refuse.4294967296"], "local-only services are not listed")
+            byPackage[Fixtures.testPackage]?.services == ["test", "refuse.7", "refuse.-1", "refuse.4294967296"],
+            "local-only services are not listed")
         #expect(byPackage["atrium.tests.missing"] != nil, "a package whose plugin failed stays listed")
         await client.close()
         #expect(await host.stop() == 0)

@@ -1,14 +1,14 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
     import Darwin
 #endif
-import NIOCore
-import NIOPosix
-import Synchronization
 
 /// A program that handles a package's URI schemes (`"launch": {"exec": [...]}` in its
 /// manifest), started directly, never through a shell: the URI is one argument, whatever

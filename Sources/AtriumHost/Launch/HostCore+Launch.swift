@@ -78,7 +78,8 @@ extension HostCore {
         guard takeLaunchSlot() else {
             breaches.record("launches", "the host reached --max-launches")
             return LaunchOutcome(
-                status: .deniedByRemoteSystem, error: "the host has \(admission.maxLaunches) launches in flight, its limit")
+                status: .deniedByRemoteSystem,
+                error: "the host has \(admission.maxLaunches) launches in flight, its limit")
         }
         defer { releaseLaunchSlot() }
         return launch(request, clientId: clientId, clientDescription: description, isRemote: isRemote)
@@ -107,7 +108,8 @@ extension HostCore {
         guard let scheme = Self.scheme(of: fallback), scheme == "http" || scheme == "https" else {
             return LaunchOutcome(
                 status: .protocolUnavailable,
-                error: "\(outcome.error ?? "no handler"); the fallback \(untrusted(fallback)) is not an http or https URI"
+                error:
+                    "\(outcome.error ?? "no handler"); the fallback \(untrusted(fallback)) is not an http or https URI"
             )
         }
         logger.info("launch \(untrusted(request.uri)): trying the fallback \(untrusted(fallback))")
@@ -182,7 +184,8 @@ extension HostCore {
             )
         }
         return plugin.launch(
-            uri: uri, data: request.data, clientId: clientId, isRemote: isRemote, timeout: configuration.responseTimeout)
+            uri: uri, data: request.data, clientId: clientId, isRemote: isRemote, timeout: configuration.responseTimeout
+        )
     }
 
     /// The resolution order of docs/LAUNCHING.md: the targeted package; else the first

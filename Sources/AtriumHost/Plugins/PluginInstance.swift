@@ -148,7 +148,8 @@ final class PluginInstance: @unchecked Sendable {
         guard queued.wrappingAdd(1, ordering: .relaxed).oldValue < limit else {
             queued.wrappingSubtract(1, ordering: .relaxed)
             core.breaches.record(
-                "service queue full", "package \(package) has \(limit) requests waiting, its limit (--max-queued-per-service)")
+                "service queue full",
+                "package \(package) has \(limit) requests waiting, its limit (--max-queued-per-service)")
             core.answer(
                 request, from: self, status: .resourceLimitsExceeded, message: nil,
                 error: "the service has \(limit) requests waiting; try again later")
@@ -246,7 +247,8 @@ final class PluginInstance: @unchecked Sendable {
         guard let checked = RemoteLaunchUriStatus(checking: status) else {
             logger.warning("the plugin answered a launch with \(status), which is not a RemoteLaunchUriStatus")
             return LaunchOutcome(
-                status: .unknown, error: "package \"\(package)\" answered the launch with an invalid status (\(status))")
+                status: .unknown, error: "package \"\(package)\" answered the launch with an invalid status (\(status))"
+            )
         }
         return LaunchOutcome(
             status: checked, error: checked == .success ? nil : "package \"\(package)\" answered \(checked)")

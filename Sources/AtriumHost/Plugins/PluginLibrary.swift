@@ -50,9 +50,9 @@ enum PluginLibrary {
 
     /// Where `library` is: the first existing candidate, or, when `loaderSearch` is set and
     /// the name has no '/', the bare name for the dynamic loader to find (`libz.so.1`).
-    static func find(_ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool) throws(
-        PluginLoadError
-    ) -> (path: URL, byLoader: Bool) {
+    static func find(_ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool)
+        throws(PluginLoadError) -> (path: URL, byLoader: Bool)
+    {
         let candidates = candidates(for: library, manifestFolder: manifestFolder, searchPath: searchPath)
         if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0.path) }) {
             return (found, false)

@@ -21,7 +21,7 @@ final class BreachLog: Sendable {
 
     init(logger: Logger, interval: Duration) {
         self.logger = logger
-        
+
         self.interval = TimeAmount(interval)
     }
 

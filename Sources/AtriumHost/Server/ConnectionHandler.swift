@@ -472,7 +472,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
         }
         guard launchesInFlight < admission.maxLaunchesPerConnection else {
-            core.breaches.record("launches per connection", level: .notice, "a connection reached --max-launches-per-connection")
+            core.breaches.record(
+                "launches per connection", level: .notice, "a connection reached --max-launches-per-connection")
             answer(
                 LaunchOutcome(
                     status: .deniedByRemoteSystem,
@@ -483,7 +484,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.breaches.record("launches", "the host reached --max-launches")
             answer(
                 LaunchOutcome(
-                    status: .deniedByRemoteSystem, error: "the host has \(admission.maxLaunches) launches in flight, its limit"))
+                    status: .deniedByRemoteSystem,
+                    error: "the host has \(admission.maxLaunches) launches in flight, its limit"))
             return
         }
         if let data = launch.data, data.byteCount > core.configuration.launchDataLimit {

@@ -24,7 +24,8 @@ enum SocketFolder {
         var info = stat()
         if lstat(folder, &info) != 0 {
             guard errno == ENOENT else {
-                throw SocketFolderError(description: "cannot inspect the socket folder \(folder): \(String(cString: strerror(errno)))")
+                throw SocketFolderError(
+                    description: "cannot inspect the socket folder \(folder): \(String(cString: strerror(errno)))")
             }
             // Only the last component is made here, with a mode nobody else can use.
             let parent = (folder as NSString).deletingLastPathComponent
@@ -33,7 +34,8 @@ enum SocketFolder {
                     description: "the socket folder's parent \(parent) does not exist; create it or choose --socket")
             }
             guard mkdir(folder, 0o700) == 0 || errno == EEXIST else {
-                throw SocketFolderError(description: "cannot create the socket folder \(folder): \(String(cString: strerror(errno)))")
+                throw SocketFolderError(
+                    description: "cannot create the socket folder \(folder): \(String(cString: strerror(errno)))")
             }
             guard lstat(folder, &info) == 0 else {
                 throw SocketFolderError(description: "cannot inspect the socket folder \(folder)")
@@ -41,7 +43,8 @@ enum SocketFolder {
         }
         guard info.st_mode & S_IFMT == S_IFDIR else {
             throw SocketFolderError(
-                description: "the socket folder \(folder) is not a directory (a link or a file); remove it or choose --socket")
+                description:
+                    "the socket folder \(folder) is not a directory (a link or a file); remove it or choose --socket")
         }
         guard info.st_uid == owner || info.st_uid == 0 else {
             throw SocketFolderError(
@@ -66,7 +69,8 @@ enum SocketFolder {
                 )
             }
             guard existing.st_mode & S_IFMT == S_IFSOCK else {
-                throw SocketFolderError(description: "\(socketPath) exists and is not a socket; the host will not replace it")
+                throw SocketFolderError(
+                    description: "\(socketPath) exists and is not a socket; the host will not replace it")
             }
         }
     }

@@ -284,10 +284,12 @@ extension ValueSet {
         do throws(ValueSetError) {
             try checker.checkValueSet()
             guard checker.reader.isAtEnd else {
-                throw checker.reader.error(.notWellFormed, "\(checker.reader.remaining) bytes after the end of the value")
+                throw checker.reader.error(
+                    .notWellFormed, "\(checker.reader.remaining) bytes after the end of the value")
             }
             if checker.reader.limitIsBudget {
-                throw checker.reader.error(.tooLarge, "the value is longer than the limit of \(checker.reader.limit) bytes")
+                throw checker.reader.error(
+                    .tooLarge, "the value is longer than the limit of \(checker.reader.limit) bytes")
             }
         } catch {
             var named = error

@@ -134,7 +134,6 @@ struct ValueReader: ValueWalker {
         return bytes
     }
 
-
     mutating func readArray(_ head: CBORReader.Head, depth: Int) throws(ValueSetError) -> ValueArray {
         try checkDepth(depth)
         var values: [Value] = []
