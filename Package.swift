@@ -53,6 +53,8 @@ let package = Package(
         .target(name: "AtriumProtocol", dependencies: ["AtriumValues", nioCore], swiftSettings: strict),
         // The C header plugin authors compile against.
         .target(name: "CAtriumPlugin"),
+        // System calls Swift's Glibc module lacks (malloc_trim).
+        .target(name: "CAtriumSystem"),
         // libffi, for calling the C functions that manifests declare (apt: libffi-dev).
         .target(name: "CAtriumFFI", linkerSettings: [.linkedLibrary("ffi")]),
         // The Swift SDK for writing plugins.
@@ -61,8 +63,8 @@ let package = Package(
         .target(
             name: "AtriumHost",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "CAtriumPlugin", "CAtriumFFI", nioCore, nioPosix, logging, lifecycle,
-                .product(name: "Crypto", package: "swift-crypto"),
+                "AtriumValues", "AtriumProtocol", "CAtriumPlugin", "CAtriumFFI", "CAtriumSystem", nioCore, nioPosix,
+                logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),

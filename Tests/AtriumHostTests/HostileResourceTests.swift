@@ -285,6 +285,24 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func closedConnectionsDoNotStayInMemory() async throws {
+        let host = try await startHost()
+        for round in 0..<300 {
+            let client = try await TestClient.connect(port: host.port)
+            if round % 3 != 0 {
+                try await client.hello()
+                #expect(
+                    try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)
+                        == .success)
+                _ = try await client.request(channel: 1, id: 1, ["n": .int(Int64(round))])
+            }
+            await client.close()
+        }
+        #expect(await host.stop() == 0)
+        // Counted by the host itself as it shuts down: every handler it ever made is gone.
+        #expect(host.log.contains("connections left in memory: 0"), "\(host.log.suffix(400))")
+    }
+
     @Test func silentConnectionsAreClosedAtTheirDeadlines() async throws {
         let host = try await startHost(arguments: ["--hello-timeout", "0.5", "--idle-timeout", "1"])
         let mute = try await TestClient.connect(port: host.port)

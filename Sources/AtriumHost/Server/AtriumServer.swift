@@ -99,9 +99,15 @@ public final class AtriumServer: Service, Sendable {
             delay: TimeAmount(configuration.admission.breachLogInterval)
         ) { _ in breaches.flush() }
 
+        let core = self.core
+        let trims = group.next().scheduleRepeatedTask(initialDelay: .seconds(2), delay: .seconds(2)) { _ in
+            core.trimMemoryAfterBursts()
+        }
+
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
         flushes.cancel()
+        trims.cancel()
 
         for listener in listeners { try? await listener.close() }
         await core.shutDown()

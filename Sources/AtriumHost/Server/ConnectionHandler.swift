@@ -4,6 +4,7 @@ import CAtriumPlugin
 import Dispatch
 import Logging
 import NIOCore
+import Synchronization
 
 /// A way to reach a connection from any thread: work is run on its event loop.
 struct ConnectionLink: Sendable {
@@ -67,7 +68,16 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var inReadBurst = false
     private var flushPending = false
 
+    /// How many handlers exist, open connections or not: what shutdown reports, so that a
+    /// connection kept in memory after it closed shows.
+    static let live = Atomic<Int>(0)
+
+    deinit {
+        Self.live.wrappingSubtract(1, ordering: .relaxed)
+    }
+
     init(core: HostCore, isLocal: Bool, logger: Logger) {
+        Self.live.wrappingAdd(1, ordering: .relaxed)
         self.core = core
         self.isLocal = isLocal
         self.id = core.makeId()
@@ -88,6 +98,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
             logger[metadataKey: "peer"] = "\(remote)"
             if !isLocal { peer = Self.peerKey(remote) }
         }
+    }
+
+    /// The handler holds its own link (which holds the handler) and its context (which holds
+    /// the channel, its pipeline and buffers): both are let go here, or every connection would
+    /// stay in memory for good after it closed. Whoever still has a copy of the link (a
+    /// request or launch in flight) keeps the handler only until it is done with it.
+    func handlerRemoved(context: ChannelHandlerContext) {
+        isClosed = true
+        deadline?.cancel()
+        deadline = nil
+        link = nil
+        self.context = nil
     }
 
     /// What the per-address limit counts a TCP client as: its IPv4 address, or the /64 of its
@@ -349,7 +371,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .success(let plugin):
             let handle = core.makeId()
             opening.insert(open.channel)
-            let link = self.link!
+            guard let link = self.link else { return }
             plugin.open(
                 channel: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal
             ) {
@@ -364,7 +386,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The plugin answered an `open`.
     private func opened(_ open: OpenFrame, handle: UInt64, plugin: PluginInstance, status: AppServiceConnectionStatus) {
         opening.remove(open.channel)
-        guard !isClosed else {
+        guard !isClosed, let link else {
             if status == .success { plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_NETWORK) }
             return
         }
@@ -373,7 +395,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.addChannel(
                 handle,
                 HostCore.OpenChannel(
-                    connection: link!, clientChannel: open.channel, plugin: plugin, service: open.service,
+                    connection: link, clientChannel: open.channel, plugin: plugin, service: open.service,
                     clientId: clientId, isRemote: !isLocal)
             )
             logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
@@ -416,16 +438,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
             reply(refusal.status, refusal.reason)
             return
         }
+        guard let link else { return }
         inFlight += 1
         inFlightBytes += bytes
         let handle = core.addPending(
             HostCore.PendingRequest(
-                connection: link!, clientChannel: request.channel, clientRequest: request.id,
+                connection: link, clientChannel: request.channel, clientRequest: request.id,
                 channel: channel.handle, plugin: channel.plugin, messageBytes: bytes
             )
         )
         channel.plugin.request(channel: channel.handle, request: handle, message: request.message.buffer)
-        core.armTimeout(handle, on: link!.eventLoop)
+        core.armTimeout(handle, on: link.eventLoop)
     }
 
     /// Sends the answer to a client request (from the plugin, a timeout, or the host).
@@ -505,7 +528,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             data: launch.data.map { Array($0.buffer.readableBytesView) }
         )
         let core = self.core
-        let (clientId, isRemote, link) = (self.clientId, !isLocal, self.link!)
+        guard let link = self.link else { return }
+        let (clientId, isRemote) = (self.clientId, !isLocal)
         // A handler may take a while (a program starting): it runs on the launch threads.
         core.launchPool.submit { state in
             let outcome =
