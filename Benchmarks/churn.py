@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Repeats each of the cycles a host goes through all day (a client connecting and leaving,
+a channel opened and closed, a request, a launch) many times against a release atriumd, and
+prints how much the host's resident memory (RSS) and open descriptors grew per cycle after a
+warm-up. A host that keeps something per cycle shows it here as bytes per cycle that do not
+go away; a few bytes either way are the allocator's noise.
+
+    Benchmarks/churn.py [--cycles 20000] [--pinned]
+
+One client at a time, nothing else running; the client is Python (cbor2), written from
+docs/PROTOCOL.md. The figures go to BENCHMARKS.md.
+"""
+import argparse
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import cbor2
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE = os.path.join(ROOT, ".build", "release")
+ECHO = ("atrium.examples.echo", "atrium.echo")
+ROMAN = ("5085ShawnHenry.RomanTestApp_jsjw7knzsgcce", "com.microsoft.test.cdppingpongservice")
+
+
+class Client:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, frame):
+        body = cbor2.dumps(frame)
+        self.sock.sendall(struct.pack(">I", len(body)) + body)
+
+    def receive(self):
+        (length,) = struct.unpack(">I", self.exactly(4))
+        return cbor2.loads(self.exactly(length))
+
+    def exactly(self, count):
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            if not chunk:
+                raise EOFError("the host closed the connection")
+            data += chunk
+        return data
+
+    def hello(self):
+        self.send({"type": "hello", "version": 1, "clientId": "churn"})
+        assert self.receive()["type"] == "welcome"
+
+    def close(self):
+        self.sock.close()
+
+
+def connect_close(port, state):
+    Client(port).close()
+
+
+def connect_hello_close(port, state):
+    client = Client(port)
+    client.hello()
+    client.close()
+
+
+def open_close(service):
+    def cycle(port, state):
+        client = state.setdefault("client", None)
+        if client is None:
+            client = state["client"] = Client(port)
+            client.hello()
+        channel = state["channel"] = state.get("channel", 0) + 1
+        client.send({"type": "open", "channel": channel, "package": service[0], "service": service[1]})
+        assert client.receive()["status"] == 0
+        client.send({"type": "close", "channel": channel})
+    return cycle
+
+
+def request(service, message):
+    def cycle(port, state):
+        client = state.get("client")
+        if client is None:
+            client = state["client"] = Client(port)
+            client.hello()
+            client.send({"type": "open", "channel": 1, "package": service[0], "service": service[1]})
+            assert client.receive()["status"] == 0
+        state["id"] = state.get("id", 0) + 1
+        client.send({"type": "request", "channel": 1, "id": state["id"], "message": message})
+        answer = client.receive()
+        assert answer["type"] == "response" and answer["status"] == 0, answer
+    return cycle
+
+
+def launch(port, state):
+    client = state.get("client")
+    if client is None:
+        client = state["client"] = Client(port)
+        client.hello()
+    state["id"] = state.get("id", 0) + 1
+    client.send({"type": "launch", "id": state["id"], "uri": "roman-test://churn"})
+    answer = client.receive()
+    assert answer["type"] == "launched" and answer["status"] == 1, answer
+
+
+CYCLES = [
+    ("connect, close (no hello)", connect_close),
+    ("connect, hello, welcome, close", connect_hello_close),
+    ("open + close of a channel (Echo)", open_close(ECHO)),
+    ("open + close of a channel (Roman ping)", open_close(ROMAN)),
+    ("request → response (Echo)", request(ECHO, {"Type": "ping", "TargetId": "churn"})),
+    ("request → response (Roman ping)", request(ROMAN, {"Type": "ping", "TargetId": "churn"})),
+    ("launch of a plugin scheme (roman-test:)", launch),
+]
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def descriptors(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
+    parser.add_argument("--pinned", action="store_true", help="run the host and the client on core 0")
+    arguments = parser.parse_args()
+    if arguments.pinned:
+        os.sched_setaffinity(0, {0})
+    pin = ["taskset", "-c", "0"] if arguments.pinned else []
+    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+    host = subprocess.Popen(
+        pin + [os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"), "--listen",
+               "127.0.0.1:0", "--socket", "off", "--log-level", "error"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    port = None
+    deadline = time.time() + 30
+    while port is None and time.time() < deadline:
+        match = re.search(r"listening on tcp 127\.0\.0\.1:(\d+)", host.stdout.readline())
+        if match:
+            port = int(match.group(1))
+    if port is None:
+        host.kill()
+        sys.exit("atriumd did not start")
+    try:
+        warmup = max(arguments.cycles // 10, 500)
+        print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
+              f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
+        print("| cycle | RSS growth per cycle | descriptor growth | seconds |")
+        print("|---|---|---|---|")
+        for name, cycle in CYCLES:
+            state = {}
+            # Warm up for the cycles and for longer than the host's hello timeout (10 s): a
+            # connection's timer is part of what it holds until then.
+            warm_until = time.time() + 12
+            count = 0
+            while count < warmup or time.time() < warm_until:
+                cycle(port, state)
+                count += 1
+            time.sleep(0.5)
+            before_rss, before_fds = rss(host.pid), descriptors(host.pid)
+            began = time.time()
+            give_up = began + 300
+            done = 0
+            while done < arguments.cycles and time.time() < give_up:
+                cycle(port, state)
+                done += 1
+            if state.get("client"):
+                state["client"].close()
+            time.sleep(0.5)
+            after_rss, after_fds = rss(host.pid), descriptors(host.pid)
+            print(f"| {name} | {(after_rss - before_rss) / done:.1f} B | {after_fds - before_fds} "
+                  f"| {time.time() - began:.1f} |")
+            sys.stdout.flush()
+    finally:
+        host.terminate()
+        host.wait()
+
+
+if __name__ == "__main__":
+    main()
