@@ -12,42 +12,25 @@ docs/PROTOCOL.md. The figures go to BENCHMARKS.md.
 """
 import argparse
 import os
-import re
 import socket
-import struct
 import subprocess
 import sys
 import time
 
-import cbor2
+from hosttools import ROOT, descriptors, rss_bytes as rss, start_host
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RELEASE = os.path.join(ROOT, ".build", "release")
+sys.path.insert(0, os.path.join(ROOT, "Scripts"))
+from contract_client import Client as ContractClient  # noqa: E402
 ECHO = ("atrium.examples.echo", "atrium.echo")
 ROMAN = ("5085ShawnHenry.RomanTestApp_jsjw7knzsgcce", "com.microsoft.test.cdppingpongservice")
 
 
-class Client:
+class Client(ContractClient):
+    """The independent client of Scripts/contract_client.py, with Nagle off and a hello."""
+
     def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        super().__init__(port)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def send(self, frame):
-        body = cbor2.dumps(frame)
-        self.sock.sendall(struct.pack(">I", len(body)) + body)
-
-    def receive(self):
-        (length,) = struct.unpack(">I", self.exactly(4))
-        return cbor2.loads(self.exactly(length))
-
-    def exactly(self, count):
-        data = b""
-        while len(data) < count:
-            chunk = self.sock.recv(count - len(data))
-            if not chunk:
-                raise EOFError("the host closed the connection")
-            data += chunk
-        return data
 
     def hello(self):
         self.send({"type": "hello", "version": 1, "clientId": "churn"})
@@ -117,18 +100,6 @@ CYCLES = [
 ]
 
 
-def rss(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def descriptors(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
@@ -138,19 +109,7 @@ def main():
         os.sched_setaffinity(0, {0})
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    host = subprocess.Popen(
-        pin + [os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"), "--listen",
-               "127.0.0.1:0", "--socket", "off", "--log-level", "error"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = None
-    deadline = time.time() + 30
-    while port is None and time.time() < deadline:
-        match = re.search(r"listening on tcp 127\.0\.0\.1:(\d+)", host.stdout.readline())
-        if match:
-            port = int(match.group(1))
-    if port is None:
-        host.kill()
-        sys.exit("atriumd did not start")
+    host, port = start_host([], pin)
     try:
         warmup = max(arguments.cycles // 10, 500)
         print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "

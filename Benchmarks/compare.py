@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from hosttools import rss_bytes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
@@ -86,11 +88,7 @@ def bench(port, connections, pipeline, duration, pin, extra=()):
 
 
 def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return rss_bytes(pid) // 1024
 
 
 def startup_with_manifests(count, pin, runs=5):

@@ -15,30 +15,16 @@ BENCHMARKS.md.
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RELEASE = os.path.join(ROOT, ".build", "release")
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def descriptors(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
+from hosttools import RELEASE, ROOT, descriptors, rss_bytes, start_host
 
 
 def sample(pid):
-    return rss_kib(pid), descriptors(pid)
+    return rss_bytes(pid) // 1024, descriptors(pid)
 
 
 def line(name, before, peak, after):
@@ -63,20 +49,7 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     limit = str(arguments.connections + 200)
-    host = subprocess.Popen(
-        pin + [os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"), "--listen",
-               "127.0.0.1:0", "--socket", "off", "--log-level", "error", "--max-connections", limit,
-               "--max-connections-per-peer", limit],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    port = None
-    deadline = time.time() + 30
-    while time.time() < deadline and port is None:
-        match = re.search(r"listening on tcp 127\.0\.0\.1:(\d+)", host.stdout.readline())
-        if match:
-            port = int(match.group(1))
-    if port is None:
-        host.kill()
-        sys.exit("atriumd did not start")
+    host, port = start_host(["--max-connections", limit, "--max-connections-per-peer", limit], pin)
     try:
         time.sleep(1)
         print(f"## Soak: {arguments.connections} connections, then {arguments.requests} requests "
