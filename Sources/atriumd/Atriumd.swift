@@ -102,10 +102,13 @@ struct Atriumd: AsyncParsableCommand {
     )
     var systemHandlers = false
 
-    @Option(help: "The most client connections at once, TCP and local together (refused beyond, with an error frame).")
+    @Option(
+        help:
+            "The most TCP connections at once (refused beyond, with an error frame); lowered at start if the descriptor limit cannot hold them. Local-socket clients are counted apart (at most 64)."
+    )
     var maxConnections: Int = AdmissionLimits.default.maxConnections
 
-    @Option(help: "The most TCP connections from one IP address at once.")
+    @Option(help: "The most TCP connections from one address at once (an IPv4 address, or an IPv6 /64).")
     var maxConnectionsPerPeer: Int = AdmissionLimits.default.maxConnectionsPerPeer
 
     @Option(help: ArgumentHelp("Seconds a new connection has to send hello.", valueName: "seconds"))
@@ -130,7 +133,10 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: "The most bytes of request messages one connection may have in flight (the excess get status 2).")
     var maxInFlightBytes: Int = AdmissionLimits.default.maxInFlightBytes
 
-    @Option(help: "The most launches in flight in all (the excess get status 7).")
+    @Option(
+        help:
+            "The most launches in flight in all, and the most programs started for launches running at once (the excess get status 7)."
+    )
     var maxLaunches: Int = AdmissionLimits.default.maxLaunches
 
     @Option(help: "The most launches in flight per connection (the excess get status 7).")
