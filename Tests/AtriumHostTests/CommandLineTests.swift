@@ -62,4 +62,29 @@ struct CommandLineTests {
         #expect(missing.status != 0)
         #expect(missing.output.contains("cannot read the manifests folder"))
     }
+
+    @Test func badLimitsAndTokenFilesAreRefusedWithTheReason() throws {
+        let refusals: [([String], String)] = [
+            (["--max-connections", "0"], "--max-connections takes a positive number; got 0"),
+            (["--max-message-values=-5"], "--max-message-values takes a positive number; got -5"),
+            (["--idle-timeout", "inf"], "--idle-timeout takes a number of seconds up to a week; got inf"),
+            (["--hello-timeout", "0"], "--hello-timeout and --idle-timeout take a positive number of seconds"),
+            (["--no-load"], "--no-load goes with --check"),
+            (["--token-file", "/no/such/tokens"], "--token-file /no/such/tokens: cannot read it"),
+        ]
+        for (arguments, reason) in refusals {
+            let (status, output) = try run(arguments + ["--socket", "off", "--listen", "127.0.0.1:0"])
+            #expect(status != 0, "\(arguments)")
+            #expect(output.contains(reason), "\(arguments): \(output)")
+        }
+        let tokens = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-tokens-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: tokens) }
+        for (text, reason) in [
+            ("# only a comment\n", "holds no tokens"), ("short\n", "a token of 5 characters is too easy to guess"),
+        ] {
+            try text.write(to: tokens, atomically: true, encoding: .utf8)
+            let (status, output) = try run(["--token-file", tokens.path, "--socket", "off", "--listen", "127.0.0.1:0"])
+            #expect(status != 0 && output.contains(reason), "\(output)")
+        }
+    }
 }

@@ -271,6 +271,44 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func bytesInFlightAreBoundedPerConnection() async throws {
+        let host = try await startHost(arguments: ["--max-in-flight-bytes", "100000"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        // Three requests of 40 KB that the service holds for a second: the third would pass
+        // 100,000 bytes in flight and is answered at once with status 2.
+        let message: ValueSet = ["Action": "late", "DelayMs": 1000, "Blob": .bytes(Array(repeating: 0, count: 40_000))]
+        for id in 1...3 {
+            try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(message))))
+        }
+        let refused = try await client.response(timeout: .seconds(1))
+        #expect(refused.id == 3 && refused.status == .resourceLimitsExceeded)
+        #expect(refused.error == "more than 100000 bytes of requests in flight on this connection")
+        for _ in 1...2 { #expect(try await client.response().status == .success) }
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func localConnectionsAreCountedApartAndBounded() async throws {
+        // TCP connections at their limit do not lock out the host's own user.
+        let host = try await startHost(arguments: ["--max-connections", "2"])
+        var clients: [TestClient] = []
+        for _ in 0..<2 { clients.append(try await connectedClient(host)) }
+        for _ in 0..<64 {
+            let local = try await TestClient.connect(unixSocket: host.socketPath)
+            try await local.hello()
+            clients.append(local)
+        }
+        let extra = try await TestClient.connect(unixSocket: host.socketPath)
+        #expect(
+            try await extra.next()
+                == .error(
+                    ErrorFrame(code: .tooManyConnections, message: "the host has 64 local connections open, its limit"))
+        )
+        for client in clients { await client.close() }
+        #expect(await host.stop() == 0)
+    }
+
     @Test func longArraysInFramesAreRefused() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)

@@ -43,6 +43,16 @@ static int32_t ctest_launch(void *instance, const atrium_launch_info *info) {
     return ATRIUM_LAUNCH_SUCCESS;
 }
 
+/* Answers `request` with what `out` holds, then frees both messages. */
+static void finish(const atrium_host_api *host, uint64_t request, atrium_builder *out, atrium_message *in) {
+    const uint8_t *answer = NULL;
+    size_t answer_length = 0;
+    host->builder_bytes(host, out, &answer, &answer_length);
+    host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
+    host->builder_free(host, out);
+    host->message_free(host, in);
+}
+
 static void ctest_request(void *instance, uint64_t channel, uint64_t request, const uint8_t *message,
                           size_t length) {
     const atrium_host_api *host = (const atrium_host_api *)instance;
@@ -69,12 +79,7 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         int32_t status = for_client ? host->launch_uri_for(host, channel, own, NULL, 0)
                                     : host->launch_uri(host, own, NULL, 0);
         host->builder_put_int(host, out, "LaunchStatus", status);
-        const uint8_t *answer = NULL;
-        size_t answer_length = 0;
-        host->builder_bytes(host, out, &answer, &answer_length);
-        host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
-        host->builder_free(host, out);
-        host->message_free(host, in);
+        finish(host, request, out, in);
         return;
     }
 
@@ -111,12 +116,7 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
     static const uint8_t not_a_map[] = {0xa1, 0x61, 0x78, 0xf6}; /* {"x": null} */
     host->builder_put_int(host, out, "BadMap", host->builder_put_map(host, out, "Never2", not_a_map, sizeof not_a_map));
 
-    const uint8_t *answer = NULL;
-    size_t answer_length = 0;
-    host->builder_bytes(host, out, &answer, &answer_length);
-    host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
-    host->builder_free(host, out);
-    host->message_free(host, in);
+    finish(host, request, out, in);
 }
 
 static const atrium_plugin ctest_plugin = {
