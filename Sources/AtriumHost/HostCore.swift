@@ -85,7 +85,10 @@ public final class HostCore: @unchecked Sendable {
         var connections: [UInt64: ConnectionLink] = [:]
         /// Open TCP connections per peer address (an IPv6 address's /64).
         var peers: [String: Int] = [:]
-        /// How many of `connections` came through the local socket.
+        /// Admitted connections still open, through TCP and through the local socket (counted
+        /// from accept to close, so they include connections not yet or no longer in
+        /// `connections`).
+        var tcpConnections = 0
         var localConnections = 0
         /// The most connections open at once since memory was last given back, and whether
         /// the last look found enough of them gone to give memory back at the next.
@@ -530,11 +533,13 @@ public final class HostCore: @unchecked Sendable {
         return matched ? nil : "the token is not valid on this host"
     }
 
-    /// Admits a new connection, or says why not: the host is shutting down, or it already
-    /// has `maxConnections` TCP connections (local ones are counted apart, up to
-    /// ``AdmissionLimits/maxLocalConnections``), or `peer` (a TCP client's address) already
-    /// has `maxConnectionsPerPeer`.
-    func connectionOpened(_ link: ConnectionLink, peer: String?, isLocal: Bool) -> FrameError? {
+    /// Counts a connection the listener has just accepted, or says why it may not stay: the
+    /// host is shutting down, or it already has `maxConnections` TCP connections (local ones
+    /// are counted apart, up to ``AdmissionLimits/maxLocalConnections``), or `peer` (a TCP
+    /// client's address) already has `maxConnectionsPerPeer`. Called by ``AdmissionGate`` on
+    /// the listener's loop, so connections are counted in the order they were accepted; an
+    /// admitted connection is counted until ``leave(peer:isLocal:)``.
+    func admit(peer: String?, isLocal: Bool) -> FrameError? {
         let limits = admission
         return state.withLock { state -> FrameError? in
             guard !state.shuttingDown else { return FrameError(.shuttingDown, "the host is shutting down") }
@@ -545,10 +550,9 @@ public final class HostCore: @unchecked Sendable {
                         "the host has \(AdmissionLimits.maxLocalConnections) local connections open, its limit")
                 }
                 state.localConnections += 1
-                state.connections[link.id] = link
                 return nil
             }
-            guard state.connections.count - state.localConnections < limits.maxConnections else {
+            guard state.tcpConnections < limits.maxConnections else {
                 return FrameError(
                     .tooManyConnections,
                     "the host has \(limits.maxConnections) connections open, its limit (--max-connections)")
@@ -563,6 +567,30 @@ public final class HostCore: @unchecked Sendable {
                 }
                 state.peers[peer] = count + 1
             }
+            state.tcpConnections += 1
+            return nil
+        }
+    }
+
+    /// An admitted connection has closed: it no longer counts against the limits.
+    func leave(peer: String?, isLocal: Bool) {
+        state.withLock { state in
+            if isLocal {
+                state.localConnections -= 1
+                return
+            }
+            state.tcpConnections -= 1
+            if let peer, let count = state.peers[peer] {
+                state.peers[peer] = count > 1 ? count - 1 : nil
+            }
+        }
+    }
+
+    /// An admitted connection is up: from now on shutdown closes it. Refused only when
+    /// shutdown began after the connection was admitted.
+    func connectionOpened(_ link: ConnectionLink) -> FrameError? {
+        state.withLock { state -> FrameError? in
+            guard !state.shuttingDown else { return FrameError(.shuttingDown, "the host is shutting down") }
             state.connections[link.id] = link
             state.peakSinceTrim = max(state.peakSinceTrim, state.connections.count)
             return nil
@@ -571,13 +599,9 @@ public final class HostCore: @unchecked Sendable {
 
     /// A connection is gone: close its channels (plugins are told, as canceled), forget its
     /// requests (late answers are refused), and fail the plugins' messages to it.
-    func connectionClosed(_ id: UInt64, peer: String?, isLocal: Bool, channels: [UInt64]) {
+    func connectionClosed(_ id: UInt64, channels: [UInt64]) {
         state.withLock { state in
             guard state.connections.removeValue(forKey: id) != nil else { return }
-            if isLocal { state.localConnections -= 1 }
-            if let peer, let count = state.peers[peer] {
-                state.peers[peer] = count > 1 ? count - 1 : nil
-            }
         }
         for handle in channels {
             guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }

@@ -119,6 +119,7 @@ public final class AtriumServer: Service, Sendable {
         let logger = self.logger
         let maxFrameBytes = configuration.limits.maxFrameBytes
         let admission = configuration.admission
+        let gate = AdmissionGate(core: core, isLocal: isLocal)
         return ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -129,14 +130,18 @@ public final class AtriumServer: Service, Sendable {
                 .writeBufferWaterMark,
                 value: .init(low: admission.outputLowWaterBytes, high: admission.outputHighWaterBytes)
             )
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(gate) }
+            }
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    guard let ticket = gate.ticket(for: channel) else { throw AdmissionGate.NotCounted() }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(
                             FrameDecoder<ClientFrame>(
                                 maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),
                         MessageToByteHandler(FrameEncoder<HostFrame>()),
-                        ConnectionHandler(core: core, isLocal: isLocal, logger: logger),
+                        ConnectionHandler(core: core, isLocal: isLocal, ticket: ticket, logger: logger),
                     ])
                 }
             }

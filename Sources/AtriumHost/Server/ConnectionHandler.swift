@@ -44,8 +44,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var helloReceived = false
     private var clientId = ""
     private var clientName: String?
-    /// The client's IP address (TCP only): what the per-address connection limit counts.
-    private var peer: String?
+    /// Whether the connection may stay, decided as it was accepted (``AdmissionGate``).
+    private let ticket: AdmissionTicket
     /// Open channels: the client's channel number → the host's channel id and its plugin.
     private var channels: [UInt64: (handle: UInt64, plugin: PluginInstance)] = [:]
     /// Channel numbers whose `open` the plugin has not answered yet.
@@ -76,10 +76,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         Self.live.wrappingSubtract(1, ordering: .relaxed)
     }
 
-    init(core: HostCore, isLocal: Bool, logger: Logger) {
+    init(core: HostCore, isLocal: Bool, ticket: AdmissionTicket, logger: Logger) {
         Self.live.wrappingAdd(1, ordering: .relaxed)
         self.core = core
         self.isLocal = isLocal
+        self.ticket = ticket
         self.id = core.makeId()
         limits = core.limits
         admission = core.admission
@@ -96,7 +97,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
         link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop))
         if let remote = context.remoteAddress {
             logger[metadataKey: "peer"] = "\(remote)"
-            if !isLocal { peer = Self.peerKey(remote) }
         }
     }
 
@@ -127,9 +127,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelActive(context: ChannelHandlerContext) {
         guard let link else { return }
-        if let refusal = core.connectionOpened(link, peer: peer, isLocal: isLocal) {
-            // Not counted as open: forget the peer so that closing does not count it down.
-            peer = nil
+        if let refusal = ticket.refusal ?? core.connectionOpened(link) {
             core.breaches.record(
                 "connection refused", "connection refused: \(refusal.message)",
                 metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"])
@@ -150,7 +148,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         deadline?.cancel()
         let handles = channels.values.map(\.handle)
         channels.removeAll()
-        if admitted { core.connectionClosed(id, peer: peer, isLocal: isLocal, channels: handles) }
+        if admitted { core.connectionClosed(id, channels: handles) }
         logger.debug(
             "disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
         context.fireChannelInactive()
