@@ -1,6 +1,5 @@
 import AtriumProtocol
 import AtriumValues
-import CAtriumPlugin
 import CAtriumSystem
 import Dispatch
 public import Foundation
@@ -9,15 +8,15 @@ import NIOCore
 import NIOPosix
 import Synchronization
 
-/// A package as the host knows it: its manifest, and its plugin or why it has none.
+/// A package as the host knows it: its manifest, and what serves it or why nothing does.
 public struct LoadedPackage: Sendable {
     public var manifest: Manifest
-    /// Why the plugin is not running, when it is not; the package then answers `open` with
-    /// status 2 (AppUnavailable).
+    /// Why the package's backend is not running, when it is not; the package then answers
+    /// `open` with status 2 (AppUnavailable).
     public var loadError: String?
     /// Where the library was found.
     public var libraryPath: URL?
-    let plugin: PluginInstance?
+    let backend: (any ServiceBackend)?
 }
 
 /// The heart of the host: the packages and their plugins, and the routing tables that tie
@@ -51,7 +50,7 @@ public final class HostCore: @unchecked Sendable {
     struct OpenChannel {
         var connection: ConnectionLink
         var clientChannel: UInt64
-        var plugin: PluginInstance
+        var backend: any ServiceBackend
         var service: String
         /// The client that opened it, for what a plugin does on its behalf (launches).
         var clientId: String
@@ -65,7 +64,7 @@ public final class HostCore: @unchecked Sendable {
         var clientChannel: UInt64
         var clientRequest: UInt64
         var channel: UInt64
-        var plugin: PluginInstance
+        var backend: any ServiceBackend
         /// The size of the request's message, counted against the connection's budget.
         var messageBytes: Int
         var timeout: Scheduled<Void>?
@@ -74,7 +73,7 @@ public final class HostCore: @unchecked Sendable {
     struct OutgoingRequest {
         var connection: ConnectionLink
         var channel: UInt64
-        var plugin: PluginInstance
+        var backend: any ServiceBackend
         var timeout: Scheduled<Void>?
     }
 
@@ -139,7 +138,7 @@ public final class HostCore: @unchecked Sendable {
         var libraryQueues: [String: DispatchQueue] = [:]
         for manifest in directory.manifests {
             guard let library = manifest.library else {
-                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, plugin: nil))
+                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, backend: nil))
                 continue
             }
             do {
@@ -149,36 +148,36 @@ public final class HostCore: @unchecked Sendable {
                         library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true,
                         strictModes: configuration.strictModes
                     )
-                    let service = FunctionService(functions: try DeclaredFunctions(manifest.functions, handle: handle))
-                    var queue: DispatchQueue? = nil
+                    let functions = try DeclaredFunctions(manifest.functions, handle: handle)
+                    var shared: DispatchQueue? = nil
                     if !manifest.concurrent {
-                        queue =
+                        shared =
                             libraryQueues[path.path]
                             ?? DispatchQueue(label: "atrium.functions.\(path.lastPathComponent)")
-                        libraryQueues[path.path] = queue
+                        libraryQueues[path.path] = shared
                     }
-                    let plugin = PluginInstance(
-                        manifest: manifest, descriptor: FunctionService.descriptor, core: self, logger: logger,
-                        queue: queue
-                    )
-                    service.plugin = plugin
-                    plugin.start(builtIn: Unmanaged.passRetained(service).toOpaque())
-                    loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, plugin: plugin))
+                    let queues = BackendQueues(
+                        package: manifest.package, concurrent: manifest.concurrent, sharing: shared)
+                    let backend = FunctionBackend(
+                        package: manifest.package, functions: functions, queues: queues, core: self)
+                    loaded.append(
+                        LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend))
                     continue
                 }
                 let (path, descriptor) = try PluginLibrary.open(
                     library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
                     strictModes: configuration.strictModes
                 )
-                let plugin = PluginInstance(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
+                let plugin = InProcessPlugin(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
                 try plugin.create()
-                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, plugin: plugin))
+                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin))
             } catch {
                 logger.error(
                     "package not available: \(error.reason)",
                     metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
                 )
-                loaded.append(LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, plugin: nil))
+                loaded.append(
+                    LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, backend: nil))
             }
         }
         packages = loaded
@@ -204,19 +203,19 @@ public final class HostCore: @unchecked Sendable {
 
     // MARK: - Opening channels
 
-    /// Which plugin serves `service` of `package` for this client, or the status that says why
-    /// none does (CONTRACT section 4).
-    func route(package name: String, service: String, isRemote: Bool) -> Result<PluginInstance, RouteRefusal> {
+    /// Which backend serves `service` of `package` for this client, or the status that says
+    /// why none does (CONTRACT section 4).
+    func route(package name: String, service: String, isRemote: Bool) -> Result<any ServiceBackend, RouteRefusal> {
         guard let package = package(name) else {
             return .failure(RouteRefusal(.appNotInstalled, "no package \"\(name)\" is installed"))
         }
         guard let declared = package.manifest.service(named: service) else {
-            if package.plugin == nil, let error = package.loadError {
+            if package.backend == nil, let error = package.loadError {
                 return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(error)"))
             }
             return .failure(RouteRefusal(.appServiceUnavailable, "package \"\(name)\" has no service \"\(service)\""))
         }
-        guard let plugin = package.plugin else {
+        guard let backend = package.backend else {
             let reason = package.loadError ?? "it has no plugin"
             return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(reason)"))
         }
@@ -228,7 +227,7 @@ public final class HostCore: @unchecked Sendable {
                 )
             )
         }
-        return .success(plugin)
+        return .success(backend)
     }
 
     struct RouteRefusal: Error {
@@ -294,52 +293,59 @@ public final class HostCore: @unchecked Sendable {
         guard let request = takePending(handle) else { return }
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
         breaches.record(
-            "response timeout \(request.plugin.package)", reason, metadata: ["package": "\(request.plugin.package)"])
+            "response timeout \(request.backend.package)", reason, metadata: ["package": "\(request.backend.package)"])
         request.connection.run { connection in
             connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
         }
     }
 
-    /// A plugin's answer (the C table's `respond`).
+    // MARK: - The host's side of the seam: what backends call
+
+    /// A backend's answer to a client's request. An answer that is over the message size
+    /// limit or not a ValueSet reaches the client as status 5 or 1 with the reason, and the
+    /// backend hears why (`.tooLarge`, `.notAValueSet`); an answer to a request that is no
+    /// longer waiting (answered, timed out, its client gone) or that is another backend's
+    /// is `.unknownRequest`. Any thread.
     func respond(
-        _ handle: UInt64,
-        from plugin: PluginInstance,
+        to handle: UInt64,
+        from backend: any ServiceBackend,
         status: AppServiceResponseStatus,
-        bytes: UnsafeRawBufferPointer,
+        message: ByteBuffer?,
         error: String?
-    ) -> Int32 {
+    ) -> Result<Void, BackendCallError> {
         var status = status
         var error = error
-        var message: ByteBuffer? = nil
-        var result = ATRIUM_OK
-        if bytes.count > 0 {
-            if bytes.count > limits.maxMessageBytes {
+        var message = message
+        var result = Result<Void, BackendCallError>.success(())
+        if let bytes = message, bytes.readableBytes > 0 {
+            if bytes.readableBytes > limits.maxMessageBytes {
                 status = .messageSizeTooLarge
                 error =
-                    "the service's answer is \(bytes.count) bytes, over the limit of \(limits.maxMessageBytes)"
-                result = ATRIUM_E_TOO_LARGE
-            } else {
-                do {
-                    _ = try ValueSet(cbor: bytes)
-                    message = ByteBuffer(bytes: bytes)
-                } catch let invalid {
-                    status = .failure
-                    error = "the service answered with a message that is not a ValueSet: \(invalid)"
-                    result = ATRIUM_E_NOT_A_VALUESET
-                }
+                    "the service's answer is \(bytes.readableBytes) bytes, over the limit of \(limits.maxMessageBytes)"
+                message = nil
+                result = .failure(.tooLarge)
+            } else if let invalid = Self.invalidity(of: bytes) {
+                status = .failure
+                error = "the service answered with a message that is not a ValueSet: \(invalid)"
+                message = nil
+                result = .failure(.notAValueSet)
             }
+        } else {
+            message = nil
         }
         let taken = state.withLock { state -> PendingRequest? in
-            guard let request = state.pending[handle], request.plugin === plugin else { return nil }
+            guard let request = state.pending[handle], request.backend === backend else { return nil }
             return state.pending.removeValue(forKey: handle)
         }
         guard let request = taken else {
-            plugin.logger.debug("an answer to request \(handle) came too late or twice; ignored")
-            return ATRIUM_E_UNKNOWN_REQUEST
+            logger.debug(
+                "an answer to request \(handle) came too late or twice; ignored",
+                metadata: ["package": "\(backend.package)"])
+            return .failure(.unknownRequest)
         }
         request.timeout?.cancel()
-        if result != ATRIUM_OK {
-            plugin.logger.warning("\(error ?? "")")
+        if case .failure = result {
+            logger.warning("\(error ?? "")", metadata: ["package": "\(backend.package)"])
         }
         let (finalStatus, finalMessage, finalError) = (status, message, error)
         request.connection.run { connection in
@@ -348,57 +354,67 @@ public final class HostCore: @unchecked Sendable {
         return result
     }
 
-    /// Answers a request on the plugin's behalf (when it cannot take requests at all).
-    func answer(
-        _ handle: UInt64, from plugin: PluginInstance, status: AppServiceResponseStatus, message: ByteBuffer?,
-        error: String?
-    ) {
+    /// Why a backend's message is not a ValueSet, or nil when it is. Checked in place, with
+    /// nothing decoded: the bytes go to the client as they are.
+    static func invalidity(of message: ByteBuffer) -> String? {
+        do {
+            try EncodedValueSet(uncheckedBytes: message).validate()
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    /// Answers a request on its backend's behalf (when the backend cannot take it at all).
+    func answer(_ handle: UInt64, status: AppServiceResponseStatus, error: String) {
         guard let request = takePending(handle) else { return }
         request.timeout?.cancel()
         request.connection.run { connection in
-            connection.finish(request, status: status, message: message, error: error)
+            connection.finish(request, status: status, message: nil, error: error)
         }
     }
 
     // MARK: - Messages from plugins to clients
 
-    /// The C table's `send`: a plugin's own message to the client of `channel`.
-    func send(
-        _ bytes: UnsafeRawBufferPointer, on handle: UInt64, from plugin: PluginInstance,
-        requestId out: UnsafeMutablePointer<UInt64>?
-    ) -> Int32 {
-        guard bytes.count <= limits.maxMessageBytes else { return ATRIUM_E_TOO_LARGE }
-        guard (try? ValueSet(cbor: bytes)) != nil else { return ATRIUM_E_NOT_A_VALUESET }
+    /// A backend's own message to the client of `channel`; returns the id the client's answer
+    /// will come back under (``ServiceBackend/response(to:on:status:message:)``). Refused
+    /// when the message is too large or not a ValueSet, the channel is not the backend's, the
+    /// host is shutting down, or the client already has `maxInFlight` of the backend's
+    /// messages unanswered (`.busy`: a client that does not answer cannot make the host hold
+    /// messages without end). Any thread.
+    func send(_ message: ByteBuffer, on handle: UInt64, from backend: any ServiceBackend)
+        -> Result<UInt64, BackendCallError>
+    {
+        guard message.readableBytes <= limits.maxMessageBytes else { return .failure(.tooLarge) }
+        guard Self.invalidity(of: message) == nil else {
+            return .failure(.notAValueSet)
+        }
         let id = makeId()
-        let message = ByteBuffer(bytes: bytes)
         let maxUnanswered = limits.maxInFlight
-        let taken = state.withLock { state -> Result<OpenChannel, SendRefusal> in
+        let taken = state.withLock { state -> Result<OpenChannel, BackendCallError> in
             guard !state.shuttingDown else { return .failure(.shuttingDown) }
-            guard let channel = state.channels[handle], channel.plugin === plugin else {
+            guard let channel = state.channels[handle], channel.backend === backend else {
                 return .failure(.unknownChannel)
             }
-            // A client that does not answer cannot make the host hold the plugin's messages
-            // without end: past maxInFlight unanswered ones on the channel, `send` says busy.
             guard channel.unanswered < maxUnanswered else { return .failure(.busy) }
             state.channels[handle]!.unanswered += 1
-            state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, plugin: plugin)
+            state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, backend: backend)
             return .success(channel)
         }
         let channel: OpenChannel
         switch taken {
         case .success(let open): channel = open
-        case .failure(.shuttingDown): return ATRIUM_E_SHUTTING_DOWN
-        case .failure(.unknownChannel): return ATRIUM_E_UNKNOWN_CHANNEL
-        case .failure(.busy):
-            breaches.record(
-                "client not answering", "a client has \(maxUnanswered) of a service's messages unanswered",
-                metadata: ["package": "\(plugin.package)"])
-            return ATRIUM_E_BUSY
+        case .failure(let refusal):
+            if refusal == .busy {
+                breaches.record(
+                    "client not answering", "a client has \(maxUnanswered) of a service's messages unanswered",
+                    metadata: ["package": "\(backend.package)"])
+            }
+            return .failure(refusal)
         }
-        out?.pointee = id
         let timeout = channel.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
             guard let outgoing = self.takeOutgoing(id, from: nil) else { return }
-            outgoing.plugin.response(channel: handle, request: id, status: .resourceLimitsExceeded, message: nil)
+            outgoing.backend.response(to: id, on: handle, status: .resourceLimitsExceeded, message: nil)
         }
         state.withLock { state in
             if state.outgoing[id] != nil { state.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
@@ -409,11 +425,7 @@ public final class HostCore: @unchecked Sendable {
                     RequestFrame(
                         channel: channel.clientChannel, id: id, message: EncodedValueSet(uncheckedBytes: message))))
         }
-        return ATRIUM_OK
-    }
-
-    enum SendRefusal: Error {
-        case shuttingDown, unknownChannel, busy
+        return .success(id)
     }
 
     /// Removes a plugin's message waiting for its answer (only if it went to `connection`,
@@ -439,7 +451,7 @@ public final class HostCore: @unchecked Sendable {
             // The plugin hears that the answer was refused; never the bytes themselves.
             breaches.record(
                 "invalid answer", "a client's answer to a service's message was refused: \(refusal.reason)",
-                metadata: ["package": "\(outgoing.plugin.package)"])
+                metadata: ["package": "\(outgoing.backend.package)"])
             status = refusal.status
             message = nil
         } else if !status.isRepresentable {
@@ -448,7 +460,7 @@ public final class HostCore: @unchecked Sendable {
             )
             status = .unknown
         }
-        outgoing.plugin.response(channel: outgoing.channel, request: response.id, status: status, message: message)
+        outgoing.backend.response(to: response.id, on: outgoing.channel, status: status, message: message)
         return true
     }
 
@@ -469,16 +481,20 @@ public final class HostCore: @unchecked Sendable {
         return nil
     }
 
-    /// The C table's `close_channel`.
-    func closeChannel(_ handle: UInt64, from plugin: PluginInstance, status: AppServiceClosedStatus) -> Int32 {
-        let owned = state.withLock { $0.channels[handle]?.plugin === plugin }
-        guard owned, let (channel, pending, outgoing) = removeChannel(handle) else { return ATRIUM_E_UNKNOWN_CHANNEL }
+    /// A backend closes one of its channels: the client is told with `status`, requests
+    /// waiting on the channel are answered. `.unknownChannel` when it is not the backend's,
+    /// or is closed already.
+    func closeChannel(_ handle: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
+        -> Result<Void, BackendCallError>
+    {
+        let owned = state.withLock { $0.channels[handle]?.backend === backend }
+        guard owned, let (channel, pending, outgoing) = removeChannel(handle) else { return .failure(.unknownChannel) }
         settle(pending: pending, outgoing: outgoing, reason: "the service closed the channel", outgoingStatus: .failure)
         channel.connection.run { connection in
             connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: status)
         }
-        plugin.closed(channel: handle, status: status, by: ATRIUM_CLOSED_BY_SERVICE)
-        return ATRIUM_OK
+        backend.closed(channel: handle, status: status, by: .service)
+        return .success(())
     }
 
     /// Answers requests left on a channel that is going away: the client's with status 1,
@@ -500,7 +516,7 @@ public final class HostCore: @unchecked Sendable {
         }
         for (id, request) in outgoing {
             request.timeout?.cancel()
-            request.plugin.response(channel: request.channel, request: id, status: outgoingStatus, message: nil)
+            request.backend.response(to: id, on: request.channel, status: outgoingStatus, message: nil)
         }
     }
 
@@ -608,7 +624,7 @@ public final class HostCore: @unchecked Sendable {
             settle(
                 pending: pending, outgoing: outgoing, reason: "", outgoingStatus: .remoteSystemUnavailable,
                 answerClients: false)
-            channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_NETWORK)
+            channel.backend.closed(channel: handle, status: .canceled, by: .network)
         }
     }
 
@@ -684,7 +700,7 @@ public final class HostCore: @unchecked Sendable {
                 connection.channelClosedByService(
                     clientChannel: channel.clientChannel, handle: handle, status: .canceled)
             }
-            channel.plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_HOST)
+            channel.backend.closed(channel: handle, status: .canceled, by: .host)
         }
         var closes: [EventLoopFuture<Void>] = []
         for link in connections {
@@ -701,8 +717,8 @@ public final class HostCore: @unchecked Sendable {
         }
         logger.info("connections left in memory: \(ConnectionHandler.live.load(ordering: .relaxed))")
         for package in packages {
-            guard let plugin = package.plugin else { continue }
-            if !plugin.destroy(within: .seconds(5)) {
+            guard let backend = package.backend else { continue }
+            if !backend.shutDown(within: .seconds(5)) {
                 logger.warning(
                     "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it"
                 )

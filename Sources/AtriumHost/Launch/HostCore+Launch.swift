@@ -1,6 +1,8 @@
 package import AtriumValues
+import Dispatch
 import Foundation
 import Logging
+import Synchronization
 
 /// A launch as a client (or a plugin) asked for it.
 struct LaunchRequestInfo: Sendable {
@@ -52,24 +54,27 @@ extension HostCore {
         return outcome
     }
 
-    /// A launch a plugin asked for through the host table. With `channel`, it is made on
-    /// behalf of that channel's client, with the client's identity and under the client's
-    /// policy (a remote client cannot launch through a plugin what it could not launch
-    /// itself). Without one it is checked as a remote client's launch: the host cannot tell
-    /// whom the plugin acts for, so it grants no more than the least trusted caller gets.
-    func launch(fromPlugin plugin: PluginInstance, channel: UInt64?, uri: String, data: [UInt8]?) -> LaunchOutcome {
+    /// A launch a backend asked for. With `channel`, it is made on behalf of that channel's
+    /// client, with the client's identity and under the client's policy (a remote client
+    /// cannot launch through a plugin what it could not launch itself). Without one it is
+    /// checked as a remote client's launch: the host cannot tell whom the backend acts for,
+    /// so it grants no more than the least trusted caller gets. Blocks while the handler
+    /// runs (up to the response timeout for a backend): call it off the event loop.
+    func launch(fromBackend backend: any ServiceBackend, channel: UInt64?, uri: String, data: [UInt8]?)
+        -> LaunchOutcome
+    {
         let request = LaunchRequestInfo(uri: uri, package: nil, fallbackUri: nil, preferredPackages: [], data: data)
         var clientId = ""
         var isRemote = true
-        var description = "plugin \(plugin.package)"
+        var description = "plugin \(backend.package)"
         if let channel {
             guard
                 let open = state.withLock({ state in
-                    state.channels[channel].flatMap { $0.plugin === plugin ? $0 : nil }
+                    state.channels[channel].flatMap { $0.backend === backend ? $0 : nil }
                 })
             else {
                 return LaunchOutcome(
-                    status: .unknown, error: "channel \(channel) is not an open channel of package \(plugin.package)")
+                    status: .unknown, error: "channel \(channel) is not an open channel of package \(backend.package)")
             }
             clientId = open.clientId
             isRemote = open.isRemote
@@ -176,16 +181,34 @@ extension HostCore {
             logger[metadataKey: "package"] = "\(chosen.manifest.package)"
             return exec.run(uri: uri, logger: logger, maxRunning: admission.maxLaunches)
         }
-        guard let plugin = chosen.plugin else {
+        guard let backend = chosen.backend else {
             return LaunchOutcome(
                 status: .appUnavailable,
                 error:
                     "package \"\(chosen.manifest.package)\" is not available: \(chosen.loadError ?? "it has no plugin")"
             )
         }
-        return plugin.launch(
-            uri: uri, data: request.data, clientId: clientId, isRemote: isRemote, timeout: configuration.responseTimeout
-        )
+        return wait(
+            for: backend, LaunchInfo(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote))
+    }
+
+    /// Hands a launch to a backend and waits for its answer (blocking the calling thread,
+    /// which is never an event loop), at most the response timeout: a backend that does not
+    /// answer, or a cycle of plugins launching each other's schemes, ends there.
+    private func wait(for backend: any ServiceBackend, _ info: LaunchInfo) -> LaunchOutcome {
+        let answer = Mutex<LaunchOutcome?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        backend.launch(info) { outcome in
+            answer.withLock { $0 = $0 ?? outcome }
+            done.signal()
+        }
+        let timeout = configuration.responseTimeout
+        guard done.wait(timeout: .now() + timeout.seconds) == .success, let outcome = answer.withLock({ $0 }) else {
+            return LaunchOutcome(
+                status: .unknown,
+                error: "package \"\(backend.package)\" did not answer the launch within \(describe(timeout))")
+        }
+        return outcome
     }
 
     /// The resolution order of docs/LAUNCHING.md: the targeted package; else the first

@@ -1,6 +1,5 @@
 import AtriumProtocol
 import AtriumValues
-import CAtriumPlugin
 import Dispatch
 import Logging
 import NIOCore
@@ -26,8 +25,8 @@ struct ConnectionLink: Sendable {
 
 /// One client connection: the `hello` handshake, its channels, its requests in flight.
 ///
-/// Everything here runs on the connection's event loop; plugins are only ever called
-/// through their own queues (``PluginInstance``), and reach back through ``ConnectionLink``.
+/// Everything here runs on the connection's event loop; backends are called only through
+/// ``ServiceBackend`` (which never blocks the loop), and reach back through ``ConnectionLink``.
 final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ClientFrame
     typealias OutboundIn = HostFrame
@@ -46,8 +45,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var clientName: String?
     /// Whether the connection may stay, decided as it was accepted (``AdmissionGate``).
     private let ticket: AdmissionTicket
-    /// Open channels: the client's channel number → the host's channel id and its plugin.
-    private var channels: [UInt64: (handle: UInt64, plugin: PluginInstance)] = [:]
+    /// Open channels: the client's channel number → the host's channel id and its backend.
+    private var channels: [UInt64: (handle: UInt64, backend: any ServiceBackend)] = [:]
     /// Channel numbers whose `open` the plugin has not answered yet.
     private var opening: Set<UInt64> = []
     /// Client requests handed to plugins and not answered yet, and their message bytes.
@@ -366,34 +365,35 @@ final class ConnectionHandler: ChannelDuplexHandler {
         switch core.route(package: open.package, service: open.service, isRemote: !isLocal) {
         case .failure(let refusal):
             refuse(refusal.status, refusal.reason)
-        case .success(let plugin):
+        case .success(let backend):
             let handle = core.makeId()
             opening.insert(open.channel)
             guard let link = self.link else { return }
-            plugin.open(
-                channel: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal
-            ) {
-                status in
+            let info = ChannelInfo(
+                id: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal)
+            backend.open(info) { status in
                 link.run { connection in
-                    connection.opened(open, handle: handle, plugin: plugin, status: status)
+                    connection.opened(open, handle: handle, backend: backend, status: status)
                 }
             }
         }
     }
 
-    /// The plugin answered an `open`.
-    private func opened(_ open: OpenFrame, handle: UInt64, plugin: PluginInstance, status: AppServiceConnectionStatus) {
+    /// The backend answered an `open`.
+    private func opened(
+        _ open: OpenFrame, handle: UInt64, backend: any ServiceBackend, status: AppServiceConnectionStatus
+    ) {
         opening.remove(open.channel)
         guard !isClosed, let link else {
-            if status == .success { plugin.closed(channel: handle, status: .canceled, by: ATRIUM_CLOSED_BY_NETWORK) }
+            if status == .success { backend.closed(channel: handle, status: .canceled, by: .network) }
             return
         }
         if status == .success {
-            channels[open.channel] = (handle, plugin)
+            channels[open.channel] = (handle, backend)
             core.addChannel(
                 handle,
                 HostCore.OpenChannel(
-                    connection: link, clientChannel: open.channel, plugin: plugin, service: open.service,
+                    connection: link, clientChannel: open.channel, backend: backend, service: open.service,
                     clientId: clientId, isRemote: !isLocal)
             )
             logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
@@ -442,10 +442,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let handle = core.addPending(
             HostCore.PendingRequest(
                 connection: link, clientChannel: request.channel, clientRequest: request.id,
-                channel: channel.handle, plugin: channel.plugin, messageBytes: bytes
+                channel: channel.handle, backend: channel.backend, messageBytes: bytes
             )
         )
-        channel.plugin.request(channel: channel.handle, request: handle, message: request.message.buffer)
+        channel.backend.request(handle, on: channel.handle, message: request.message.buffer)
         core.armTimeout(handle, on: link.eventLoop)
     }
 
@@ -474,7 +474,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         guard let (_, pending, outgoing) = core.removeChannel(channel.handle) else { return }
         core.settle(pending: pending, outgoing: outgoing, reason: "the channel was closed", outgoingStatus: .failure)
-        channel.plugin.closed(channel: channel.handle, status: .completed, by: ATRIUM_CLOSED_BY_CLIENT)
+        channel.backend.closed(channel: channel.handle, status: .completed, by: .client)
     }
 
     /// The service (or the host, shutting down) closed a channel: tell the client.

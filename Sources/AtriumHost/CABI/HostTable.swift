@@ -2,6 +2,7 @@ import AtriumValues
 import CAtriumPlugin
 import Foundation
 import Logging
+import NIOCore
 
 #if canImport(Glibc)
     import Glibc
@@ -9,12 +10,14 @@ import Logging
     import Darwin
 #endif
 
-/// The host function table of the C ABI (`atrium_host_api`). Each plugin gets its own copy,
-/// whose `host_data` points at its ``PluginInstance``; every function finds its way back
-/// through that. All of them may be called from any thread.
-enum HostAPI {
+/// The host function table of the C ABI (`atrium_host_api`): a thin adapter from C to the
+/// host's side of the seam. Each plugin gets its own copy, whose `host_data` points at its
+/// ``InProcessPlugin``; every function finds its way back through that, checks its C
+/// arguments, and calls the Swift API with Swift types. All of them may be called from any
+/// thread.
+enum HostTable {
     /// A fresh table with every function set; `host_data` is left for the instance.
-    static func makeTable() -> atrium_host_api {
+    static func make() -> atrium_host_api {
         var api = atrium_host_api()
         api.struct_size = UInt32(MemoryLayout<atrium_host_api>.size)
         api.abi_major = UInt16(ATRIUM_PLUGIN_ABI_MAJOR)
@@ -57,34 +60,41 @@ enum HostAPI {
     static let respond:
         @convention(c) (API, UInt64, Int32, UnsafePointer<UInt8>?, Int, UnsafePointer<CChar>?) -> Int32 = {
             api, request, status, bytes, length, error in
-            guard let plugin = PluginInstance.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
+            guard let plugin = InProcessPlugin.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
                 return ATRIUM_E_INVALID_ARGUMENT
             }
-            let raw = UnsafeRawBufferPointer(start: bytes, count: length)
+            let message = length > 0 ? ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: length)) : nil
             return plugin.core.respond(
-                request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
-                bytes: raw, error: error.map { String(cString: $0) }
-            )
+                to: request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
+                message: message, error: error.map { String(cString: $0) }
+            ).cStatus
         }
 
     static let send: @convention(c) (API, UInt64, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt64>?) -> Int32 =
         {
             api, channel, bytes, length, out in
-            guard let plugin = PluginInstance.from(api), length >= 0, bytes != nil || length == 0 else {
+            guard let plugin = InProcessPlugin.from(api), length >= 0, bytes != nil || length == 0 else {
                 return ATRIUM_E_INVALID_ARGUMENT
             }
-            return plugin.core.send(
-                UnsafeRawBufferPointer(start: bytes, count: length), on: channel, from: plugin, requestId: out)
+            let message = ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: length))
+            switch plugin.core.send(message, on: channel, from: plugin) {
+            case .success(let id):
+                out?.pointee = id
+                return ATRIUM_OK
+            case .failure(let refusal):
+                return refusal.cCode
+            }
         }
 
     static let closeChannel: @convention(c) (API, UInt64, Int32) -> Int32 = { api, channel, status in
-        guard let plugin = PluginInstance.from(api), status >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
+        guard let plugin = InProcessPlugin.from(api), status >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
         return plugin.core.closeChannel(channel, from: plugin, status: AppServiceClosedStatus(rawValue: Int(status)))
+            .cStatus
     }
 
     static let launchURI: @convention(c) (API, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 = {
         api, uri, data, length in
-        guard let plugin = PluginInstance.from(api), let uri else {
+        guard let plugin = InProcessPlugin.from(api), let uri else {
             return Int32(RemoteLaunchUriStatus.unknown.rawValue)
         }
         return launch(plugin, channel: nil, uri, data, length)
@@ -93,14 +103,14 @@ enum HostAPI {
     static let launchURIFor: @convention(c) (API, UInt64, UnsafePointer<CChar>?, UnsafePointer<UInt8>?, Int) -> Int32 =
         {
             api, channel, uri, data, length in
-            guard let plugin = PluginInstance.from(api), let uri else {
+            guard let plugin = InProcessPlugin.from(api), let uri else {
                 return Int32(RemoteLaunchUriStatus.unknown.rawValue)
             }
             return launch(plugin, channel: channel, uri, data, length)
         }
 
     static func launch(
-        _ plugin: PluginInstance, channel: UInt64?, _ uri: UnsafePointer<CChar>, _ data: UnsafePointer<UInt8>?,
+        _ plugin: InProcessPlugin, channel: UInt64?, _ uri: UnsafePointer<CChar>, _ data: UnsafePointer<UInt8>?,
         _ length: Int
     ) -> Int32 {
         guard length >= 0, data != nil || length == 0, let text = String(validatingCString: uri) else {
@@ -108,12 +118,12 @@ enum HostAPI {
             return Int32(RemoteLaunchUriStatus.unknown.rawValue)
         }
         let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
-        let outcome = plugin.core.launch(fromPlugin: plugin, channel: channel, uri: text, data: bytes)
+        let outcome = plugin.core.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes)
         return outcome.status.int32Value
     }
 
     static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in
-        guard let plugin = PluginInstance.from(api), let message else { return }
+        guard let plugin = InProcessPlugin.from(api), let message else { return }
         let levels: [Logger.Level] = [.trace, .debug, .info, .notice, .warning, .error]
         let logLevel = levels.indices.contains(Int(level)) ? levels[Int(level)] : .error
         // A plugin may log what a client sent it: escaped and cut like any untrusted text.
@@ -347,6 +357,30 @@ enum HostAPI {
                 length?.pointee = encoded.count
                 return ATRIUM_OK
             }
+}
+
+extension BackendCallError {
+    /// The ATRIUM_E_ code a plugin gets for it.
+    var cCode: Int32 {
+        switch self {
+        case .unknownRequest: ATRIUM_E_UNKNOWN_REQUEST
+        case .unknownChannel: ATRIUM_E_UNKNOWN_CHANNEL
+        case .notAValueSet: ATRIUM_E_NOT_A_VALUESET
+        case .tooLarge: ATRIUM_E_TOO_LARGE
+        case .shuttingDown: ATRIUM_E_SHUTTING_DOWN
+        case .busy: ATRIUM_E_BUSY
+        }
+    }
+}
+
+extension Result<Void, BackendCallError> {
+    /// ATRIUM_OK, or the code of the refusal.
+    var cStatus: Int32 {
+        switch self {
+        case .success: ATRIUM_OK
+        case .failure(let refusal): refusal.cCode
+        }
+    }
 }
 
 extension Value {

@@ -1,0 +1,225 @@
+import AtriumValues
+import CAtriumPlugin
+import Dispatch
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+/// A plugin library loaded into the host's process: its descriptor, its instance and the
+/// host table it was given. The C ABI meets the seam here: calls from the host arrive as
+/// ``ServiceBackend`` calls and go to the descriptor's callbacks; the plugin's calls into
+/// its table arrive through ``HostTable`` and go to the host's side of the seam.
+///
+/// Thread rules: every callback into the plugin goes through ``BackendQueues`` (a serial
+/// queue of the plugin's own), never a network thread. Requests of a plugin that may be
+/// called concurrently (ATRIUM_PLUGIN_CONCURRENT, or `concurrent` in its manifest) go
+/// through a concurrent queue; and `request` of a plugin that promises never to block
+/// (ATRIUM_PLUGIN_NONBLOCKING as well) is called where the request arrived.
+/// The stored properties never change after `create`, so the object may be shared freely.
+final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
+    let manifest: Manifest
+    let descriptor: UnsafePointer<atrium_plugin>
+    let queues: BackendQueues
+    let table: UnsafeMutablePointer<atrium_host_api>
+    let logger: Logger
+    private(set) var instance: UnsafeMutableRawPointer?
+    /// Whether `request` may be called on the network thread (the plugin promised, with
+    /// ATRIUM_PLUGIN_CONCURRENT and ATRIUM_PLUGIN_NONBLOCKING, that it never blocks there).
+    let requestsInline: Bool
+    /// Marks each plugin's queue with its instance, so that a call can tell it is already on it.
+    static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
+    /// The host, for the table's functions. Set before `create` and never changed.
+    unowned let core: HostCore
+
+    var package: String { manifest.package }
+
+    init(manifest: Manifest, descriptor: UnsafePointer<atrium_plugin>, core: HostCore, logger: Logger) {
+        self.manifest = manifest
+        self.descriptor = descriptor
+        self.core = core
+        var logger = logger
+        logger[metadataKey: "package"] = .string(manifest.package)
+        self.logger = logger
+        let flags = descriptor.pointee.flags
+        requestsInline =
+            flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
+        queues = BackendQueues(
+            package: manifest.package,
+            concurrent: manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0)
+        table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
+        table.initialize(to: HostTable.make())
+        table.pointee.host_data = nil
+        queues.queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
+    }
+
+    /// Calls the plugin's `create` with the manifest's config, on its queue.
+    func create() throws(PluginLoadError) {
+        table.pointee.host_data = Unmanaged.passUnretained(self).toOpaque()
+        let create = descriptor.pointee.create!
+        let config = manifest.configJSON
+        let (status, created) = queues.queue.sync { () -> (Int32, UnsafeMutableRawPointer?) in
+            var created: UnsafeMutableRawPointer?
+            let status = config.withCString { create(table, $0, &created) }
+            return (status, created)
+        }
+        guard status == ATRIUM_OK else {
+            throw PluginLoadError(reason: "the plugin's create() returned \(status)")
+        }
+        instance = created
+    }
+
+    /// The instance for the table's host functions to find.
+    static func from(_ api: UnsafePointer<atrium_host_api>?) -> InProcessPlugin? {
+        guard let data = api?.pointee.host_data else { return nil }
+        return Unmanaged<InProcessPlugin>.fromOpaque(data).takeUnretainedValue()
+    }
+
+    /// Whether the calling thread is running one of this plugin's serial callbacks.
+    var isOnOwnQueue: Bool {
+        DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self)
+    }
+
+    // MARK: ServiceBackend: calls into the plugin, each on the plugin's queue.
+
+    func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
+        queues.queue.async {
+            guard self.descriptor.has(\.open), let open = self.descriptor.pointee.open else {
+                completion(.success)
+                return
+            }
+            let status = channel.service.withCString { service in
+                channel.clientId.withCString { clientId in
+                    withOptionalCString(channel.clientName) { clientName in
+                        var info = atrium_channel_info(
+                            struct_size: UInt32(MemoryLayout<atrium_channel_info>.size),
+                            is_remote: channel.isRemote ? 1 : 0,
+                            channel: channel.id,
+                            service: service,
+                            client_id: clientId,
+                            client_name: clientName
+                        )
+                        return open(self.instance, &info)
+                    }
+                }
+            }
+            guard let checked = AppServiceConnectionStatus(checking: status) else {
+                self.logger.warning(
+                    "the plugin answered open with \(status), which is not an AppServiceConnectionStatus; refused as Unknown (4)"
+                )
+                completion(.unknown)
+                return
+            }
+            completion(checked)
+        }
+    }
+
+    /// The message bytes are read in place, not copied.
+    func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
+        if requestsInline {
+            deliver(request, on: channel, message: message)
+            return
+        }
+        queues.submit(request, of: self, core: core) { self.deliver(request, on: channel, message: message) }
+    }
+
+    private func deliver(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
+        guard descriptor.has(\.request), let callback = descriptor.pointee.request else {
+            core.answer(request, status: .failure, error: "the service does not take requests")
+            return
+        }
+        message.withUnsafeReadableBytes { bytes in
+            callback(instance, channel, request, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+    }
+
+    func response(to request: UInt64, on channel: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?) {
+        queues.queue.async {
+            guard self.descriptor.has(\.response), let callback = self.descriptor.pointee.response else { return }
+            let bytes = message ?? ByteBuffer(bytes: [0xa0])
+            bytes.withUnsafeReadableBytes { raw in
+                callback(
+                    self.instance, channel, request, status.int32Value,
+                    raw.baseAddress?.assumingMemoryBound(to: UInt8.self), raw.count
+                )
+            }
+        }
+    }
+
+    func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser) {
+        queues.queue.async {
+            guard self.descriptor.has(\.closed), let callback = self.descriptor.pointee.closed else { return }
+            callback(self.instance, channel, status.int32Value, closer.rawValue)
+        }
+    }
+
+    /// A plugin that launches its own scheme from inside one of its own serial callbacks
+    /// would wait on itself: that is refused at once rather than deadlocking (or, as `sync`
+    /// onto the current queue does, trapping). A cycle through other plugins ends at the
+    /// host's timeout.
+    func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void) {
+        guard descriptor.has(\.launch), let callback = descriptor.pointee.launch else {
+            completion(
+                LaunchOutcome(status: .protocolUnavailable, error: "package \"\(package)\" does not take launches"))
+            return
+        }
+        if isOnOwnQueue {
+            completion(
+                LaunchOutcome(
+                    status: .deniedByLocalSystem,
+                    error:
+                        "package \"\(package)\" launched its own scheme from inside one of its callbacks, where it would wait on itself"
+                ))
+            return
+        }
+        queues.queue.async {
+            let status = launch.uri.withCString { uri in
+                launch.clientId.withCString { clientId in
+                    withOptionalBytes(launch.data) { bytes, count in
+                        var info = atrium_launch_info(
+                            struct_size: UInt32(MemoryLayout<atrium_launch_info>.size),
+                            is_remote: launch.isRemote ? 1 : 0,
+                            uri: uri,
+                            data: bytes,
+                            data_length: count,
+                            client_id: clientId
+                        )
+                        return callback(self.instance, &info)
+                    }
+                }
+            }
+            guard let checked = RemoteLaunchUriStatus(checking: status) else {
+                self.logger.warning("the plugin answered a launch with \(status), which is not a RemoteLaunchUriStatus")
+                completion(
+                    LaunchOutcome(
+                        status: .unknown,
+                        error: "package \"\(self.package)\" answered the launch with an invalid status (\(status))"))
+                return
+            }
+            completion(
+                LaunchOutcome(
+                    status: checked,
+                    error: checked == .success ? nil : "package \"\(self.package)\" answered \(checked)"))
+        }
+    }
+
+    /// Calls `destroy` once the plugin's queues are idle, after which the plugin is never
+    /// called again.
+    func shutDown(within timeout: Duration) -> Bool {
+        queues.drain(within: timeout) {
+            if self.descriptor.has(\.destroy), let destroy = self.descriptor.pointee.destroy {
+                destroy(self.instance)
+            }
+        }
+    }
+}
+
+func withOptionalCString<Result>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> Result) -> Result {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
+}
+
+func withOptionalBytes<Result>(_ bytes: [UInt8]?, _ body: (UnsafePointer<UInt8>?, Int) -> Result) -> Result {
+    guard let bytes else { return body(nil, 0) }
+    return bytes.withUnsafeBufferPointer { body($0.baseAddress, $0.count) }
+}

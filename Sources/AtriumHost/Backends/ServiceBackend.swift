@@ -1,0 +1,95 @@
+import AtriumValues
+import NIOCore
+
+/// Whatever answers a package's services: a plugin library loaded into the host
+/// (``InProcessPlugin``), a library's declared C functions (``FunctionBackend``), or, later,
+/// a worker process. Routing knows this protocol only.
+///
+/// The host calls a backend from any thread, never holding a lock, and never waits on it
+/// while on an event loop: every call that waits for the backend (``open(_:completion:)``,
+/// ``launch(_:completion:)``) answers through a completion, which may run on any thread,
+/// exactly once. A backend answers requests and reaches clients through the host's side of
+/// the seam (``HostCore/respond(to:from:status:message:error:)``,
+/// ``HostCore/send(_:on:from:)``, ``HostCore/closeChannel(_:from:status:)``,
+/// ``HostCore/launch(fromBackend:channel:uri:data:)``), which checks everything a backend
+/// hands it: a backend is third-party code, and in a worker, another process.
+protocol ServiceBackend: AnyObject, Sendable {
+    /// The package the backend serves.
+    var package: String { get }
+
+    /// Asks whether a client may open `channel`; `completion` gets the backend's status (a
+    /// backend that has no say answers success).
+    func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void)
+
+    /// Hands over a client's request on an open channel. The backend answers it through
+    /// ``HostCore/respond(to:from:status:message:error:)``, once; the host answers it instead
+    /// (and refuses the backend's late answer) when it times out or its channel closes.
+    /// `message` is a checked ValueSet.
+    func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer)
+
+    /// A client's answer to a message the backend sent with ``HostCore/send(_:on:from:)``, or
+    /// the host's, when the client did not answer in time or the channel closed (`message`
+    /// is then nil). Exactly once per message sent.
+    func response(to request: UInt64, on channel: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?)
+
+    /// `channel` is closed: nothing more arrives on it. Once per channel the backend accepted.
+    func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser)
+
+    /// Asks the backend to handle a launch of one of its package's schemes. The host waits
+    /// for the completion only up to its response timeout.
+    func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void)
+
+    /// Stops the backend once the work it has is done; nothing is called on it afterwards.
+    /// Returns false when it did not finish within `timeout` (the host then exits without it).
+    func shutDown(within timeout: Duration) -> Bool
+}
+
+/// A channel a client asks to open.
+struct ChannelInfo: Sendable {
+    /// The host's id for the channel: the backend names it so in everything it does.
+    var id: UInt64
+    var service: String
+    /// The client's id and name, as it gave them in `hello` (untrusted text).
+    var clientId: String
+    var clientName: String?
+    /// Whether the client came over the network (else through the host's local socket).
+    var isRemote: Bool
+}
+
+/// A launch handed to a backend.
+struct LaunchInfo: Sendable {
+    var uri: String
+    /// The launch data, a checked ValueSet's bytes, when there is one.
+    var data: [UInt8]?
+    /// The client the launch is made for ("" when a plugin launched on its own account).
+    var clientId: String
+    var isRemote: Bool
+}
+
+/// Who closed a channel (the C ABI's ATRIUM_CLOSED_BY_).
+enum ChannelCloser: Int32, Sendable {
+    /// The client sent `close`.
+    case client = 0
+    /// The client's connection dropped.
+    case network = 1
+    /// The host is shutting down, or took the package away.
+    case host = 2
+    /// The backend itself closed it.
+    case service = 3
+}
+
+/// Why the host did not take what a backend handed it.
+enum BackendCallError: Error, Sendable, Hashable {
+    /// The request was already answered (also by the host's timeout), or its client is gone.
+    case unknownRequest
+    /// The channel was never opened by this backend, or is closed by now.
+    case unknownChannel
+    /// The message is not a valid ValueSet.
+    case notAValueSet
+    /// The message is over the host's message size limit.
+    case tooLarge
+    /// The host is shutting down.
+    case shuttingDown
+    /// The client has as many of the backend's messages unanswered as it may.
+    case busy
+}
