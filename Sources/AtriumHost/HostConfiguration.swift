@@ -39,6 +39,9 @@ public struct HostConfiguration: Sendable {
     /// Reported in `welcome`: an id for this host that is stable across restarts and says
     /// nothing else about the machine (see ``appSpecificMachineId()``).
     public var hostId: String
+    /// The program that runs worker processes (`atriumd --worker`), for packages with
+    /// `"isolation": "process"`; nil when this host cannot start them (they then fail to load).
+    public var workerExecutable: URL?
 
     public init(
         manifestsFolder: URL = URL(fileURLWithPath: "manifests"),

@@ -26,7 +26,7 @@ public struct LoadedPackage: Sendable {
 /// Exactly-once answers rest on one rule: a request is answered by whoever removes it from
 /// ``State/pending`` (the plugin's `respond`, the timeout, the channel closing, shutdown),
 /// and removal happens under the lock.
-public final class HostCore: @unchecked Sendable {
+public final class HostCore: BackendHost, @unchecked Sendable {
     let configuration: HostConfiguration
     let logger: Logger
     /// Set once by ``load(_:)`` before any connection is accepted; read-only afterwards.
@@ -159,16 +159,24 @@ public final class HostCore: @unchecked Sendable {
                     let queues = BackendQueues(
                         package: manifest.package, concurrent: manifest.concurrent, sharing: shared)
                     let backend = FunctionBackend(
-                        package: manifest.package, functions: functions, queues: queues, core: self)
+                        package: manifest.package, functions: functions, queues: queues, host: self)
                     loaded.append(
                         LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend))
+                    continue
+                }
+                if manifest.isolation == .process {
+                    let worker = try startWorker(manifest, library: library, folder: folder)
+                    loaded.append(
+                        LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker))
                     continue
                 }
                 let (path, descriptor) = try PluginLibrary.open(
                     library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
                     strictModes: configuration.strictModes
                 )
-                let plugin = InProcessPlugin(manifest: manifest, descriptor: descriptor, core: self, logger: logger)
+                let plugin = InProcessPlugin(
+                    package: manifest.package, config: manifest.configJSON, concurrent: manifest.concurrent,
+                    descriptor: descriptor, host: self, logger: logger)
                 try plugin.create()
                 loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin))
             } catch {
@@ -183,6 +191,51 @@ public final class HostCore: @unchecked Sendable {
         packages = loaded
         packageIndex = Dictionary(
             uniqueKeysWithValues: loaded.enumerated().map { ($0.element.manifest.package, $0.offset) })
+    }
+
+    /// Finds and checks a package's library (without loading it into the host) and starts
+    /// the worker process that loads it.
+    private func startWorker(_ manifest: Manifest, library: String, folder: URL) throws(PluginLoadError)
+        -> WorkerProcess
+    {
+        guard let executable = configuration.workerExecutable else {
+            throw PluginLoadError(
+                reason: "\"isolation\": \"process\" needs atriumd to start worker processes; this host cannot")
+        }
+        let (path, byLoader) = try PluginLibrary.find(
+            library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: false)
+        if configuration.strictModes, !byLoader,
+            let problem = FileTrust.problem(file: path.path, what: "plugin library")
+        {
+            throw PluginLoadError(reason: problem)
+        }
+        let worker = WorkerProcess(
+            manifest: manifest, library: path, executable: executable, core: self,
+            group: MultiThreadedEventLoopGroup.singleton, logger: logger)
+        try worker.start()
+        return worker
+    }
+
+    /// A backend is gone (its worker process died): its channels are closed with status
+    /// Unknown, and the requests waiting on them answered AppUnavailable (6) with `reason`.
+    func backendFailed(_ backend: any ServiceBackend, reason: String) {
+        let handles = state.withLock { state in
+            state.channels.filter { $0.value.backend === backend }.map(\.key)
+        }
+        for handle in handles {
+            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
+            for (_, request) in pending {
+                request.timeout?.cancel()
+                request.connection.run { connection in
+                    connection.finish(request, status: .appUnavailable, message: nil, error: reason)
+                }
+            }
+            for (_, request) in outgoing { request.timeout?.cancel() }
+            channel.connection.run { connection in
+                connection.channelClosedByService(
+                    clientChannel: channel.clientChannel, handle: handle, status: .unknown)
+            }
+        }
     }
 
     func package(_ name: String) -> LoadedPackage? {
@@ -291,6 +344,7 @@ public final class HostCore: @unchecked Sendable {
 
     private func timeOut(_ handle: UInt64) {
         guard let request = takePending(handle) else { return }
+        request.backend.abandoned(request: handle)
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
         breaches.record(
             "response timeout \(request.backend.package)", reason, metadata: ["package": "\(request.backend.package)"])
@@ -352,6 +406,14 @@ public final class HostCore: @unchecked Sendable {
             connection.finish(request, status: finalStatus, message: finalMessage, error: finalError)
         }
         return result
+    }
+
+    var maxQueuedPerService: Int { admission.maxQueuedPerService }
+
+    func queueWasFull(_ backend: any ServiceBackend, limit: Int) {
+        breaches.record(
+            "service queue full",
+            "package \(backend.package) has \(limit) requests waiting, its limit (--max-queued-per-service)")
     }
 
     /// Why a backend's message is not a ValueSet, or nil when it is. Checked in place, with
@@ -506,8 +568,9 @@ public final class HostCore: @unchecked Sendable {
         outgoingStatus: AppServiceResponseStatus,
         answerClients: Bool = true
     ) {
-        for (_, request) in pending {
+        for (handle, request) in pending {
             request.timeout?.cancel()
+            request.backend.abandoned(request: handle)
             if answerClients {
                 request.connection.run { connection in
                     connection.finish(request, status: .failure, message: nil, error: reason)

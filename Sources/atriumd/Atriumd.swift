@@ -167,6 +167,9 @@ struct Atriumd: AsyncParsableCommand {
     )
     var check = false
 
+    @Flag(help: .private)
+    var worker = false
+
     @Flag(help: "With --check: check manifests and files only, without loading any plugin library.")
     var noLoad = false
 
@@ -313,8 +316,13 @@ struct Atriumd: AsyncParsableCommand {
             handler.logLevel = level
             return handler
         }
+        if worker {
+            // A package's worker process (`"isolation": "process"`), started by atriumd itself.
+            Foundation.exit(WorkerMain.run(logger: Logger(label: "atriumd.worker")))
+        }
         let logger = Logger(label: "atriumd")
-        let configuration = try makeConfiguration()
+        var configuration = try makeConfiguration()
+        configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
 
         if check {
             try runCheck(configuration)

@@ -27,23 +27,21 @@ final class BackendQueues: Sendable {
     /// Runs `deliver` on the request queue, unless the backend already has the most requests
     /// waiting that it may, or the request is answered by the time its turn comes.
     func submit(
-        _ request: UInt64, of backend: any ServiceBackend, core: HostCore,
+        _ request: UInt64, of backend: any ServiceBackend, host: any BackendHost,
         deliver: @escaping @Sendable () -> Void
     ) {
-        let limit = core.admission.maxQueuedPerService
+        let limit = host.maxQueuedPerService
         guard queued.wrappingAdd(1, ordering: .relaxed).oldValue < limit else {
             queued.wrappingSubtract(1, ordering: .relaxed)
-            core.breaches.record(
-                "service queue full",
-                "package \(backend.package) has \(limit) requests waiting, its limit (--max-queued-per-service)")
-            core.answer(
+            host.queueWasFull(backend, limit: limit)
+            host.answer(
                 request, status: .resourceLimitsExceeded,
                 error: "the service has \(limit) requests waiting; try again later")
             return
         }
         requestQueue.async {
             self.queued.wrappingSubtract(1, ordering: .relaxed)
-            guard core.isPending(request) else { return }
+            guard host.isPending(request) else { return }
             deliver()
         }
     }

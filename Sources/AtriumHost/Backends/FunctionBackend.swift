@@ -11,13 +11,13 @@ final class FunctionBackend: ServiceBackend {
     let package: String
     let functions: DeclaredFunctions
     let queues: BackendQueues
-    unowned let core: HostCore
+    unowned let host: any BackendHost
 
-    init(package: String, functions: DeclaredFunctions, queues: BackendQueues, core: HostCore) {
+    init(package: String, functions: DeclaredFunctions, queues: BackendQueues, host: any BackendHost) {
         self.package = package
         self.functions = functions
         self.queues = queues
-        self.core = core
+        self.host = host
     }
 
     func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
@@ -25,9 +25,9 @@ final class FunctionBackend: ServiceBackend {
     }
 
     func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
-        queues.submit(request, of: self, core: core) {
+        queues.submit(request, of: self, host: host) {
             let (status, answer, error) = self.call(message)
-            _ = self.core.respond(
+            _ = self.host.respond(
                 to: request, from: self, status: status, message: ByteBuffer(bytes: answer.cborBytes()), error: error)
         }
     }

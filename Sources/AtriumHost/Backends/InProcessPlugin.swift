@@ -18,7 +18,9 @@ import Synchronization
 /// (ATRIUM_PLUGIN_NONBLOCKING as well) is called where the request arrived.
 /// The stored properties never change after `create`, so the object may be shared freely.
 final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
-    let manifest: Manifest
+    let package: String
+    /// The manifest's `config`, as JSON text, for `create`.
+    let config: String
     let descriptor: UnsafePointer<atrium_plugin>
     let queues: BackendQueues
     let table: UnsafeMutablePointer<atrium_host_api>
@@ -30,23 +32,28 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// Marks each plugin's queue with its instance, so that a call can tell it is already on it.
     static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
     /// The host, for the table's functions. Set before `create` and never changed.
-    unowned let core: HostCore
+    unowned let host: any BackendHost
 
-    var package: String { manifest.package }
-
-    init(manifest: Manifest, descriptor: UnsafePointer<atrium_plugin>, core: HostCore, logger: Logger) {
-        self.manifest = manifest
+    /// `allowInline`: whether `request` may be called on the calling thread at all (a worker
+    /// says no: there, a plugin blocked in a call to the host would hold up the very thread
+    /// that reads the host's reply).
+    init(
+        package: String, config: String, concurrent: Bool, descriptor: UnsafePointer<atrium_plugin>,
+        host: any BackendHost, logger: Logger, allowInline: Bool = true
+    ) {
+        self.package = package
+        self.config = config
         self.descriptor = descriptor
-        self.core = core
+        self.host = host
         var logger = logger
-        logger[metadataKey: "package"] = .string(manifest.package)
+        logger[metadataKey: "package"] = .string(package)
         self.logger = logger
         let flags = descriptor.pointee.flags
         requestsInline =
-            flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0 && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
+            allowInline && flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
+            && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
         queues = BackendQueues(
-            package: manifest.package,
-            concurrent: manifest.concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0)
+            package: package, concurrent: concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0)
         table = UnsafeMutablePointer<atrium_host_api>.allocate(capacity: 1)
         table.initialize(to: HostTable.make())
         table.pointee.host_data = nil
@@ -57,7 +64,7 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     func create() throws(PluginLoadError) {
         table.pointee.host_data = Unmanaged.passUnretained(self).toOpaque()
         let create = descriptor.pointee.create!
-        let config = manifest.configJSON
+        let config = self.config
         let (status, created) = queues.queue.sync { () -> (Int32, UnsafeMutableRawPointer?) in
             var created: UnsafeMutableRawPointer?
             let status = config.withCString { create(table, $0, &created) }
@@ -120,12 +127,12 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
             deliver(request, on: channel, message: message)
             return
         }
-        queues.submit(request, of: self, core: core) { self.deliver(request, on: channel, message: message) }
+        queues.submit(request, of: self, host: host) { self.deliver(request, on: channel, message: message) }
     }
 
     private func deliver(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
         guard descriptor.has(\.request), let callback = descriptor.pointee.request else {
-            core.answer(request, status: .failure, error: "the service does not take requests")
+            host.answer(request, status: .failure, error: "the service does not take requests")
             return
         }
         message.withUnsafeReadableBytes { bytes in

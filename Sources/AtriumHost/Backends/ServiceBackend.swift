@@ -39,9 +39,19 @@ protocol ServiceBackend: AnyObject, Sendable {
     /// for the completion only up to its response timeout.
     func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void)
 
+    /// The host answered `request` itself (it timed out, or its channel closed): the
+    /// backend's own answer will be refused, and it may drop the request if it has not
+    /// started on it.
+    func abandoned(request: UInt64)
+
     /// Stops the backend once the work it has is done; nothing is called on it afterwards.
     /// Returns false when it did not finish within `timeout` (the host then exits without it).
     func shutDown(within timeout: Duration) -> Bool
+}
+
+extension ServiceBackend {
+    /// A backend in the host's process asks the host table (`isPending`) instead.
+    func abandoned(request: UInt64) {}
 }
 
 /// A channel a client asks to open.
@@ -92,4 +102,34 @@ enum BackendCallError: Error, Sendable, Hashable {
     case shuttingDown
     /// The client has as many of the backend's messages unanswered as it may.
     case busy
+}
+
+/// The host as a backend reaches it: the host's side of the seam. In `atriumd` this is
+/// ``HostCore``; in a worker process, ``WorkerHost``, which carries each call to the host.
+/// Every function may be called from any thread, and checks what it is handed.
+protocol BackendHost: AnyObject, Sendable {
+    /// Answers a client's request (once; see ``ServiceBackend/request(_:on:message:)``).
+    func respond(
+        to request: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) -> Result<Void, BackendCallError>
+    /// Sends the backend's own message to the client of `channel`; returns the id its
+    /// answer comes back under.
+    func send(_ message: ByteBuffer, on channel: UInt64, from backend: any ServiceBackend)
+        -> Result<UInt64, BackendCallError>
+    /// Closes one of the backend's channels.
+    func closeChannel(_ channel: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
+        -> Result<Void, BackendCallError>
+    /// Launches a URI for the backend (for `channel`'s client when given). Blocks until the
+    /// launch is answered: call it off the event loop.
+    func launch(fromBackend backend: any ServiceBackend, channel: UInt64?, uri: String, data: [UInt8]?)
+        -> LaunchOutcome
+    /// Answers a request on the backend's behalf, when the backend cannot take it.
+    func answer(_ request: UInt64, status: AppServiceResponseStatus, error: String)
+    /// Whether `request` still waits for its answer.
+    func isPending(_ request: UInt64) -> Bool
+    /// How many requests may wait on a backend's queues (`--max-queued-per-service`).
+    var maxQueuedPerService: Int { get }
+    /// Notes that `backend` refused a request because it had `limit` waiting.
+    func queueWasFull(_ backend: any ServiceBackend, limit: Int)
 }

@@ -64,7 +64,7 @@ enum HostTable {
                 return ATRIUM_E_INVALID_ARGUMENT
             }
             let message = length > 0 ? ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: length)) : nil
-            return plugin.core.respond(
+            return plugin.host.respond(
                 to: request, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)),
                 message: message, error: error.map { String(cString: $0) }
             ).cStatus
@@ -77,7 +77,7 @@ enum HostTable {
                 return ATRIUM_E_INVALID_ARGUMENT
             }
             let message = ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: length))
-            switch plugin.core.send(message, on: channel, from: plugin) {
+            switch plugin.host.send(message, on: channel, from: plugin) {
             case .success(let id):
                 out?.pointee = id
                 return ATRIUM_OK
@@ -88,7 +88,7 @@ enum HostTable {
 
     static let closeChannel: @convention(c) (API, UInt64, Int32) -> Int32 = { api, channel, status in
         guard let plugin = InProcessPlugin.from(api), status >= 0 else { return ATRIUM_E_INVALID_ARGUMENT }
-        return plugin.core.closeChannel(channel, from: plugin, status: AppServiceClosedStatus(rawValue: Int(status)))
+        return plugin.host.closeChannel(channel, from: plugin, status: AppServiceClosedStatus(rawValue: Int(status)))
             .cStatus
     }
 
@@ -118,7 +118,7 @@ enum HostTable {
             return Int32(RemoteLaunchUriStatus.unknown.rawValue)
         }
         let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
-        let outcome = plugin.core.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes)
+        let outcome = plugin.host.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes)
         return outcome.status.int32Value
     }
 

@@ -25,10 +25,37 @@ public struct Manifest: Sendable, Hashable {
     public var launch: ExecLauncher?
     /// C functions of the library that answer requests by their `Command`.
     public var functions: [DeclaredFunction] = []
+    /// Where the plugin runs: in the host's process, or in a worker process of its own.
+    public var isolation: Isolation = .inProcess
+    /// What a worker process may use (only with `isolation: process`).
+    public var workerLimits = WorkerLimits()
     /// Top-level keys this host does not know (ignored; the loader warns about them).
     public var unknownKeys: [String] = []
     /// The file it came from.
     public var file: URL
+
+    /// Where a package's plugin runs (`"isolation"` in the manifest).
+    public enum Isolation: String, Sendable, Hashable, CaseIterable {
+        /// Loaded into `atriumd` itself: the fastest, and a crash takes the host down with it.
+        case inProcess
+        /// In a worker process of its own: a crash, a leak or a spin stays there.
+        case process
+    }
+
+    /// Limits on a worker process (`"limits"`): each nil one is not set.
+    public struct WorkerLimits: Sendable, Hashable {
+        /// Address space, in MiB (RLIMIT_AS).
+        public var memoryMB: Int?
+        /// Open files (RLIMIT_NOFILE).
+        public var openFiles: Int?
+        /// CPU time, in seconds (RLIMIT_CPU): past it, the worker is killed and restarted.
+        public var cpuSeconds: Int?
+        public init(memoryMB: Int? = nil, openFiles: Int? = nil, cpuSeconds: Int? = nil) {
+            self.memoryMB = memoryMB
+            self.openFiles = openFiles
+            self.cpuSeconds = cpuSeconds
+        }
+    }
 
     /// The service named `name`, if the package declares it.
     public func service(named name: String) -> Service? {
@@ -206,17 +233,60 @@ extension Manifest {
             functions = try Self.functions(value, fail)
         }
 
+        var isolation = Isolation.inProcess
+        if let value = root["isolation"] {
+            let names = Isolation.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: " or ")
+            guard case .string(let text) = value, let chosen = Isolation(rawValue: text) else {
+                throw fail("isolation", "must be \(names), not \(value)")
+            }
+            guard chosen == .inProcess || (library != nil && functions.isEmpty) else {
+                throw fail("isolation", "\"process\" is for packages with a plugin library (not declared functions)")
+            }
+            isolation = chosen
+        }
+        var workerLimits = WorkerLimits()
+        if let value = root["limits"] {
+            guard isolation == .process else {
+                throw fail("limits", "apply to a worker process: they need \"isolation\": \"process\"")
+            }
+            guard case .object(let entries) = value else {
+                throw fail(
+                    "limits", "must be an object like {\"memoryMB\": 256, \"openFiles\": 64, \"cpuSeconds\": 3600}")
+            }
+            for (key, entry) in entries {
+                guard case .number(let number) = entry, number >= 1, number <= 1_000_000, number == number.rounded()
+                else {
+                    throw fail("limits.\(key)", "must be a whole number from 1 to 1000000")
+                }
+                switch key {
+                case "memoryMB": workerLimits.memoryMB = Int(number)
+                case "openFiles": workerLimits.openFiles = Int(number)
+                case "cpuSeconds": workerLimits.cpuSeconds = Int(number)
+                default:
+                    throw fail("limits.\(key)", "is not a limit; the limits are memoryMB, openFiles and cpuSeconds")
+                }
+            }
+            if let memory = workerLimits.memoryMB, memory < 32 {
+                throw fail("limits.memoryMB", "must be at least 32: a worker needs that much address space to start")
+            }
+            if let files = workerLimits.openFiles, files < 16 {
+                throw fail("limits.openFiles", "must be at least 16: a worker needs that many to start")
+            }
+        }
+
         self.init(
             manifestVersion: 1, package: packageName, displayName: displayName, library: library,
             services: services, schemes: schemes, configJSON: configJSON, concurrent: concurrent, launch: launch,
             functions: functions, file: file
         )
+        self.isolation = isolation
+        self.workerLimits = workerLimits
         unknownKeys = root.keys.filter { !Self.knownKeys.contains($0) }.sorted()
     }
 
     static let knownKeys: Set<String> = [
         "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
-        "launch", "functions",
+        "launch", "functions", "isolation", "limits",
     ]
 
     /// Reads and checks `functions` (docs/FFI.md).

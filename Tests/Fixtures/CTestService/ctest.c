@@ -13,9 +13,13 @@
  *     answers {"LaunchStatus": n};
  *   - opening a service "status.<n>" answers open with n, negative ones included;
  *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included;
- *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers.
+ *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers;
+ *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
+ *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
+ *     until none is left, then aborts.
  */
 #define _DEFAULT_SOURCE
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,6 +71,30 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
     if (host->message_get_int(host, in, "SleepMs", &sleep_ms) == ATRIUM_OK) {
         usleep((useconds_t)(sleep_ms * 1000));
         host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, NULL, 0, NULL);
+        host->builder_free(host, out);
+        host->message_free(host, in);
+        return;
+    }
+
+    const char *crash = NULL;
+    size_t crash_length = 0;
+    if (host->message_get_string(host, in, "Crash", &crash, &crash_length) == ATRIUM_OK) {
+        if (strcmp(crash, "segv") == 0) {
+            *(volatile int *)NULL = 1;
+        } else if (strcmp(crash, "abort") == 0) {
+            abort();
+        } else if (strcmp(crash, "exit") == 0) {
+            _exit(3);
+        } else if (strcmp(crash, "spin") == 0) {
+            for (volatile unsigned long n = 0;; n++) {}
+        } else if (strcmp(crash, "leak") == 0) {
+            for (;;) {
+                char *block = malloc(1 << 20);
+                if (block == NULL) abort();
+                memset(block, 1, 1 << 20);
+            }
+        }
+        host->respond(host, request, ATRIUM_RESPONSE_FAILURE, NULL, 0, "unknown Crash");
         host->builder_free(host, out);
         host->message_free(host, in);
         return;

@@ -1,0 +1,168 @@
+import AtriumProtocol
+import AtriumValues
+import CAtriumPlugin
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The host as a plugin in a worker process sees it: each call of the host table becomes a
+/// frame to `atriumd` over the worker's socket (``WorkerFrame``). Answers and the plugin's
+/// closes go out at once; `send`, `close_channel` and `launch_uri` wait for the host's reply,
+/// as they do in process (they are never called on the thread that reads the socket: a
+/// worker hands every request to the plugin's queues).
+final class WorkerHost: BackendHost, @unchecked Sendable {
+    private let channel: any Channel
+    let maxQueuedPerService = Int.max
+    /// Requests handed to the plugin and not answered yet, by id.
+    private let pending = NIOLockedValueBox<Set<UInt64>>([])
+    /// Calls waiting for the host's reply.
+    private let calls = NIOLockedValueBox<(next: UInt64, waiting: [UInt64: Reply])>((1, [:]))
+    /// Set while the plugin's own serial queue waits for a launch: a launch of the plugin's
+    /// own scheme arriving meanwhile would wait on it, and is refused at once instead.
+    let launchingFromOwnQueue = NIOLockedValueBox<Int>(0)
+    private let logger: Logger
+
+    final class Reply: @unchecked Sendable {
+        let done = DispatchSemaphore(value: 0)
+        var frame: WorkerFrame?
+    }
+
+    init(channel: any Channel, logger: Logger) {
+        self.channel = channel
+        self.logger = logger
+    }
+
+    func write(_ frame: WorkerFrame) {
+        channel.writeAndFlush(frame, promise: nil)
+    }
+
+    /// A request is about to be handed to the plugin.
+    func received(_ request: UInt64) {
+        _ = pending.withLockedValue { $0.insert(request) }
+    }
+
+    /// The host answered `request` itself.
+    func answeredByHost(_ request: UInt64) {
+        _ = pending.withLockedValue { $0.remove(request) }
+    }
+
+    /// The host's reply to call `call`.
+    func replied(_ call: UInt64, _ frame: WorkerFrame) {
+        guard let reply = calls.withLockedValue({ $0.waiting.removeValue(forKey: call) }) else { return }
+        reply.frame = frame
+        reply.done.signal()
+    }
+
+    /// Sends a call and waits for the host's reply (nil if the host went away meanwhile).
+    private func call(_ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
+        let reply = Reply()
+        let id = calls.withLockedValue { calls -> UInt64 in
+            let id = calls.next
+            calls.next += 1
+            calls.waiting[id] = reply
+            return id
+        }
+        write(make(id))
+        // The host answers every call; if it is gone, the worker exits with it.
+        reply.done.wait()
+        return reply.frame
+    }
+
+    func respond(
+        to request: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) -> Result<Void, BackendCallError> {
+        respond(to: request, status: status, message: message, error: error)
+    }
+
+    private func respond(to request: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?)
+        -> Result<Void, BackendCallError>
+    {
+        guard pending.withLockedValue({ $0.remove(request) }) != nil else { return .failure(.unknownRequest) }
+        var verdict = Result<Void, BackendCallError>.success(())
+        if let message, message.readableBytes > 0, HostCore.invalidity(of: message) != nil {
+            // The host checks it again and answers the client with the reason.
+            verdict = .failure(.notAValueSet)
+        }
+        write(
+            .respond(
+                id: request, status: UInt64(max(status.rawValue, 0)),
+                message: message.flatMap { $0.readableBytes > 0 ? EncodedValueSet(uncheckedBytes: $0) : nil },
+                error: error))
+        return verdict
+    }
+
+    func answer(_ request: UInt64, status: AppServiceResponseStatus, error: String) {
+        _ = respond(to: request, status: status, message: nil, error: error)
+    }
+
+    func isPending(_ request: UInt64) -> Bool {
+        pending.withLockedValue { $0.contains(request) }
+    }
+
+    func queueWasFull(_ backend: any ServiceBackend, limit: Int) {}
+
+    func send(_ message: ByteBuffer, on channel: UInt64, from backend: any ServiceBackend)
+        -> Result<UInt64, BackendCallError>
+    {
+        guard HostCore.invalidity(of: message) == nil else { return .failure(.notAValueSet) }
+        let reply = call { .send(call: $0, channel: channel, message: EncodedValueSet(uncheckedBytes: message)) }
+        guard case .reply(_, let error, let id, _, _) = reply else { return .failure(.shuttingDown) }
+        if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
+        return .success(id ?? 0)
+    }
+
+    func closeChannel(_ channel: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
+        -> Result<Void, BackendCallError>
+    {
+        let reply = call { .close(call: $0, channel: channel, status: UInt64(max(status.rawValue, 0))) }
+        guard case .reply(_, let error, _, _, _) = reply else { return .failure(.shuttingDown) }
+        if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
+        return .success(())
+    }
+
+    func launch(fromBackend backend: any ServiceBackend, channel: UInt64?, uri: String, data: [UInt8]?)
+        -> LaunchOutcome
+    {
+        let fromOwnQueue = (backend as? InProcessPlugin)?.isOnOwnQueue ?? false
+        if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 += 1 } }
+        defer { if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 -= 1 } } }
+        let payload = data.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) }
+        let reply = call { .launchUri(call: $0, uri: uri, data: payload, channel: channel) }
+        guard case .reply(_, _, _, let status, let reason) = reply, let status,
+            let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:))
+        else {
+            return LaunchOutcome(status: .unknown, error: "the host did not answer the launch")
+        }
+        return LaunchOutcome(status: checked, error: reason)
+    }
+}
+
+extension BackendCallError {
+    /// The name a refusal travels under between a worker and the host.
+    var name: String {
+        switch self {
+        case .unknownRequest: "unknownRequest"
+        case .unknownChannel: "unknownChannel"
+        case .notAValueSet: "notAValueSet"
+        case .tooLarge: "tooLarge"
+        case .shuttingDown: "shuttingDown"
+        case .busy: "busy"
+        }
+    }
+
+    init?(name: String) {
+        let all: [BackendCallError] = [
+            .unknownRequest, .unknownChannel, .notAValueSet, .tooLarge, .shuttingDown, .busy,
+        ]
+        guard let match = all.first(where: { $0.name == name }) else { return nil }
+        self = match
+    }
+}

@@ -1,0 +1,183 @@
+import AtriumProtocol
+import AtriumValues
+import CAtriumPlugin
+import Foundation
+public import Logging
+import NIOCore
+import NIOPosix
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The worker process's side: `atriumd --worker` runs this with its socket to the host as
+/// standard input. It reads `start`, sets its limits, loads the plugin through the same C
+/// ABI as in process, answers `ready`, then carries calls both ways until the host says
+/// `shutdown` or goes away.
+public enum WorkerMain {
+    /// Runs the worker; returns its exit status.
+    public static func run(logger: Logger) -> Int32 {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let done = DispatchSemaphore(value: 0)
+        let dispatcher = WorkerDispatcher(logger: logger, done: done)
+        do {
+            _ = try ClientBootstrap(group: group)
+                .channelInitializer { channel in
+                    // Before anything is read: the first frame needs it.
+                    dispatcher.host = WorkerHost(channel: channel, logger: logger)
+                    return channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandlers([
+                            ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: Int(UInt32.max >> 1))),
+                            MessageToByteHandler(FrameEncoder<WorkerFrame>()),
+                            WorkerInboundHandler(dispatcher: dispatcher),
+                        ])
+                    }
+                }
+                .withConnectedSocket(0).wait()
+        } catch {
+            logger.error("worker: standard input is not the host's socket: \(error)")
+            return 70
+        }
+        done.wait()
+        return dispatcher.exitStatus
+    }
+}
+
+/// Hands the host's frames to the plugin.
+final class WorkerDispatcher: @unchecked Sendable {
+    let logger: Logger
+    let done: DispatchSemaphore
+    /// Set once, as the socket's channel is set up, before the first frame is read.
+    var host: WorkerHost!
+    /// Set by `start`, on the event loop, before any frame that uses it.
+    private var plugin: InProcessPlugin?
+    private(set) var exitStatus: Int32 = 0
+
+    init(logger: Logger, done: DispatchSemaphore) {
+        self.logger = logger
+        self.done = done
+    }
+
+    func finish(_ status: Int32) {
+        exitStatus = status
+        done.signal()
+    }
+
+    func received(_ frame: WorkerFrame) {
+        if case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu) = frame {
+            start(package, library, config, concurrent, memory: memory, files: files, cpu: cpu)
+            return
+        }
+        guard let plugin else {
+            logger.error("worker: \(frame.type) before start")
+            return
+        }
+        switch frame {
+        case .open(let channel, let service, let clientId, let clientName, let isRemote):
+            let host = self.host!
+            plugin.open(
+                ChannelInfo(
+                    id: channel, service: service, clientId: clientId, clientName: clientName, isRemote: isRemote)
+            ) { status in
+                host.write(.opened(channel: channel, status: UInt64(max(status.rawValue, 0))))
+            }
+        case .request(let channel, let id, let message):
+            host.received(id)
+            plugin.request(id, on: channel, message: message.buffer)
+        case .response(let channel, let id, let status, let message):
+            plugin.response(
+                to: id, on: channel, status: AppServiceResponseStatus(rawValue: Int(clamping: status)),
+                message: message?.buffer)
+        case .closed(let channel, let status, let by):
+            plugin.closed(
+                channel: channel, status: AppServiceClosedStatus(rawValue: Int(clamping: status)),
+                by: ChannelCloser(rawValue: Int32(clamping: by)) ?? .host)
+        case .launch(let call, let uri, let data, let clientId, let isRemote):
+            let host = self.host!
+            if host.launchingFromOwnQueue.withLockedValue({ $0 }) > 0 {
+                host.write(
+                    .launched(
+                        call: call, status: UInt64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue),
+                        reason:
+                            "package \"\(plugin.package)\" launched its own scheme from inside one of its callbacks, where it would wait on itself"
+                    ))
+                return
+            }
+            let info = LaunchInfo(
+                uri: uri, data: data.map { Array($0.buffer.readableBytesView) }, clientId: clientId, isRemote: isRemote)
+            plugin.launch(info) { outcome in
+                host.write(
+                    .launched(call: call, status: UInt64(max(outcome.status.rawValue, 0)), reason: outcome.error))
+            }
+        case .answered(let id):
+            host.answeredByHost(id)
+        case .reply(let call, _, _, _, _):
+            host.replied(call, frame)
+        case .shutdown:
+            _ = plugin.shutDown(within: .seconds(5))
+            finish(0)
+        default:
+            logger.notice("worker: unexpected \(frame.type) frame from the host; ignored")
+        }
+    }
+
+    private func start(
+        _ package: String, _ library: String, _ config: String, _ concurrent: Bool, memory: UInt64, files: UInt64,
+        cpu: UInt64
+    ) {
+        var logger = self.logger
+        logger[metadataKey: "package"] = "\(package)"
+        if memory > 0 { setLimit(Int32(RLIMIT_AS.rawValue), memory, "memory") }
+        if files > 0 { setLimit(Int32(RLIMIT_NOFILE.rawValue), files, "open files") }
+        if cpu > 0 { setLimit(Int32(RLIMIT_CPU.rawValue), cpu, "CPU seconds") }
+        do {
+            // The host found and checked the library; here it is only opened.
+            let folder = URL(fileURLWithPath: library).deletingLastPathComponent()
+            let (_, descriptor) = try PluginLibrary.open(
+                library, manifestFolder: folder, searchPath: [], strictModes: false)
+            let plugin = InProcessPlugin(
+                package: package, config: config, concurrent: concurrent, descriptor: descriptor, host: host,
+                logger: logger, allowInline: false)
+            try plugin.create()
+            self.plugin = plugin
+            host.write(.ready(error: nil))
+        } catch {
+            host.write(.ready(error: error.reason))
+            finish(1)
+        }
+    }
+
+    private func setLimit(_ resource: Int32, _ value: UInt64, _ name: String) {
+        // The CPU limit's hard value is a second above the soft one: the kernel sends SIGXCPU at
+        // the soft limit (which the log then names), and SIGKILL only at the hard one.
+        let hard = resource == Int32(RLIMIT_CPU.rawValue) ? value + 1 : value
+        var limit = rlimit(rlim_cur: rlim_t(value), rlim_max: rlim_t(hard))
+        if setrlimit(resource, &limit) != 0 {
+            logger.warning("worker: could not set the \(name) limit to \(value): errno \(errno)")
+        }
+    }
+}
+
+/// The worker's end of the socket: frames go to the dispatcher; the host going away ends
+/// the worker.
+final class WorkerInboundHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = WorkerFrame
+    let dispatcher: WorkerDispatcher
+
+    init(dispatcher: WorkerDispatcher) {
+        self.dispatcher = dispatcher
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        dispatcher.received(unwrapInboundIn(data))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        dispatcher.finish(0)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        dispatcher.logger.error("worker: \(error)")
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,194 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// Packages with `"isolation": "process"`: the C test service runs in a worker process, and
+/// misbehaves on request (segfaults, aborts, exits, spins, leaks). Each test asserts what the
+/// package's clients get, that another package keeps answering meanwhile, and that the
+/// worker comes back. Waits are bounded in count and time.
+@Suite(.serialized) struct WorkerIsolationTests {
+    static let package = "atrium.tests.cworker"
+
+    static func manifest(limits: String? = nil) -> String {
+        """
+        { "manifestVersion": 1, "package": "\(package)", "library": "libAtriumTestCService.so",
+          "isolation": "process", \(limits.map { "\"limits\": \($0)," } ?? "")
+          "services": [{ "name": "c", "supportsRemoteSystems": true },
+                       { "name": "status.-3", "supportsRemoteSystems": true }],
+          "schemes": ["atrium-ctest"] }
+        """
+    }
+
+    static func startWorkerHost(limits: String? = nil) async throws -> TestHost {
+        try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest(limits: limits)]) { $1 })
+    }
+
+    /// A client with an echo channel open (an in-process package), to show it is not disturbed.
+    static func bystander(_ host: TestHost) async throws -> TestClient {
+        let client = try await connectedClient(host, clientId: "bystander")
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        return client
+    }
+
+    static func echoes(_ client: TestClient, _ n: Int) async throws -> Bool {
+        let answer = try await client.request(channel: 1, id: UInt64(n), ["n": .int(Int64(n))])
+        let decoded = try answer.decoded
+        return answer.status == .success && decoded == ["n": .int(Int64(n))]
+    }
+
+    /// Opens channel `channel` on the worker's package, retrying while the worker restarts
+    /// (at most `seconds`).
+    static func openWhenBack(_ client: TestClient, channel: UInt64, seconds: Double = 10) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            let status = try await client.open(channel: channel, service: "c", package: package)
+            if status == .success { return true }
+            #expect(status == .appUnavailable)
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return false
+    }
+
+    @Test func aPluginInAWorkerAnswersAsInProcess() async throws {
+        let host = try await Self.startWorkerHost()
+        #expect(host.log.contains("worker process started"))
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        let answer = try await client.request(channel: 1, id: 1, ["Int": 41, "Text": "ünï", "Bytes": .bytes([1, 2])])
+        #expect(answer.status == .success)
+        let decoded = try answer.decoded
+        #expect(decoded["IntPlusOne"] == .int(42))
+        #expect(decoded["Text"] == "ünï")
+        #expect(decoded["Bytes"] == .bytes([1, 2]))
+        // Open statuses, launches and the plugin's launches go through the worker too.
+        #expect(try await client.open(channel: 2, service: "status.-3", package: Self.package) == .unknown)
+        try await client.send(.launch(LaunchFrame(id: 5, uri: "atrium-ctest:status/3")))
+        let launched = try await client.next()
+        #expect(
+            launched
+                == .launched(
+                    LaunchedFrame(
+                        id: 5, status: .protocolUnavailable,
+                        error: "package \"\(Self.package)\" answered ProtocolUnavailable (3)")),
+            "\(String(describing: launched))")
+        let own = try await client.request(channel: 1, id: 2, ["LaunchOwn": "atrium-ctest:hello"])
+        #expect(try own.decoded["LaunchStatus"] == .int(Int64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue)))
+        await client.close()
+        #expect(await host.stop() == 0)
+        #expect(host.log.contains("exited with status") == false, "the worker was shut down, not lost")
+    }
+
+    @Test(arguments: [
+        ("segv", "killed by signal 11 (SIGSEGV)"), ("abort", "killed by signal 6 (SIGABRT)"),
+        ("exit", "exited with status 3"),
+    ])
+    func aCrashingWorkerTakesOnlyItsOwnPackage(_ how: String, _ logged: String) async throws {
+        let host = try await Self.startWorkerHost()
+        let bystander = try await Self.bystander(host)
+        let client = try await connectedClient(host)
+        let first = try await client.open(channel: 1, service: "c", package: Self.package)
+        #expect(first == .success, "\(host.log)")
+        #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .success)
+        try await client.send(
+            .request(RequestFrame(channel: 1, id: 7, message: EncodedValueSet(["Crash": .string(how)]))))
+        // The request in flight is answered AppUnavailable with the reason, and both channels
+        // are closed with status Unknown.
+        var closed: Set<UInt64> = []
+        var answered = false
+        for _ in 0..<3 {
+            switch try await client.next() {
+            case .response(let answer):
+                #expect(answer.id == 7 && answer.status == .appUnavailable)
+                #expect(answer.error?.contains(logged) == true, "\(answer.error ?? "")")
+                answered = true
+            case .closed(let frame):
+                #expect(frame.status == .unknown)
+                closed.insert(frame.channel)
+            case let other:
+                Issue.record("unexpected \(String(describing: other))")
+            }
+        }
+        #expect(answered)
+        #expect(closed == [1, 2])
+        #expect(try await Self.echoes(bystander, 1))
+        #expect(await host.waitForLog(logged))
+        // The worker comes back, and serves again.
+        #expect(try await Self.openWhenBack(client, channel: 3))
+        let again = try await client.request(channel: 3, id: 8, ["Int": 1])
+        #expect(try again.decoded["IntPlusOne"] == .int(2))
+        #expect(try await Self.echoes(bystander, 2))
+        #expect(host.isRunning)
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aWorkerOverItsLimitsIsKilledAndRestarted() async throws {
+        let host = try await Self.startWorkerHost(limits: #"{"memoryMB": 512, "cpuSeconds": 1}"#)
+        let bystander = try await Self.bystander(host)
+        let client = try await connectedClient(host)
+        let before = try #require(host.residentBytes)
+        // A leak ends at the memory limit, a spin at the CPU limit; the host's own memory
+        // does not grow with the leak.
+        for (index, how) in ["leak", "spin"].enumerated() {
+            let channel = UInt64(10 + index)
+            #expect(try await Self.openWhenBack(client, channel: channel))
+            try await client.send(
+                .request(RequestFrame(channel: channel, id: channel, message: EncodedValueSet(["Crash": .string(how)])))
+            )
+            let answer = try await client.response(timeout: .seconds(20))
+            #expect(answer.status == .appUnavailable, "\(how): \(answer)")
+            guard case .closed = try await client.next() else {
+                Issue.record("\(how): no closed frame")
+                continue
+            }
+            #expect(try await Self.echoes(bystander, index))
+        }
+        // The leak ends when malloc fails under the limit (the plugin then aborts); the spin
+        // when the kernel sends SIGXCPU.
+        #expect(await host.waitForLog("killed by signal 6 (SIGABRT)"))
+        #expect(await host.waitForLog("(SIGXCPU)"), "\(host.log)")
+        #expect(try #require(host.residentBytes) < before + 64 << 20)
+        #expect(try await Self.openWhenBack(client, channel: 20))
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aWorkerThatKeepsCrashingIsGivenUp() async throws {
+        let host = try await Self.startWorkerHost()
+        let client = try await connectedClient(host)
+        var channel: UInt64 = 1
+        for _ in 0..<5 {
+            #expect(try await Self.openWhenBack(client, channel: channel))
+            try await client.send(
+                .request(RequestFrame(channel: channel, id: channel, message: EncodedValueSet(["Crash": "exit"]))))
+            #expect(try await client.response().status == .appUnavailable)
+            _ = try await client.next()
+            channel += 1
+        }
+        #expect(await host.waitForLog("is given up"))
+        // From then on the package answers AppUnavailable at once, and says why in the log.
+        #expect(try await client.open(channel: channel, service: "c", package: Self.package) == .appUnavailable)
+        #expect(host.log.contains("crashed 5 times within 60 seconds"))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aLibraryThatDoesNotLoadInItsWorkerIsReported() async throws {
+        let broken = """
+            { "manifestVersion": 1, "package": "atrium.tests.notaplugin", "library": "libffitypes.so",
+              "isolation": "process", "services": [{ "name": "x", "supportsRemoteSystems": true }] }
+            """
+        let host = try await startHost(manifests: ["b.json": broken])
+        #expect(host.log.contains("package atrium.tests.notaplugin"))
+        #expect(host.log.contains("atrium_plugin_entry_v1"), "\(host.log)")
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "x", package: "atrium.tests.notaplugin") == .appUnavailable)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+}
