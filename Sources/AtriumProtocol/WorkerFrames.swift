@@ -12,11 +12,12 @@ package import NIOCore
 /// worker's call with the host's reply.
 package enum WorkerFrame: AtriumFrame {
     // → worker
-    /// The first frame: what to load and how. `limits` are RLIMIT values the worker sets on
-    /// itself before it loads anything (0: not set). Answered with `ready`.
+    /// The first frame: what to load and how. The limits are RLIMIT values the worker sets on
+    /// itself before it loads anything (0: not set); `user`, whom it becomes before loading.
+    /// Answered with `ready`.
     case start(
         package: String, library: String, config: String, concurrent: Bool, memoryBytes: UInt64, openFiles: UInt64,
-        cpuSeconds: UInt64)
+        cpuSeconds: UInt64, user: String?)
     /// A client opens a channel: answered with `opened`.
     case open(channel: UInt64, service: String, clientId: String, clientName: String?, isRemote: Bool)
     /// A client's request: answered with `respond`.
@@ -74,8 +75,9 @@ package enum WorkerFrame: AtriumFrame {
 
     package func encode(into buffer: inout ByteBuffer) {
         switch self {
-        case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu):
-            buffer.writeFrameHeader("start", keys: 8)
+        case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu, let user):
+            buffer.writeFrameHeader("start", keys: 8 + count(user != nil))
+            if let user { buffer.writeKey("user", user) }
             buffer.writeKey("package", package)
             buffer.writeKey("library", library)
             buffer.writeKey("config", config)
@@ -176,7 +178,8 @@ package enum WorkerFrame: AtriumFrame {
                 return .start(
                     package: try f.text("package"), library: try f.text("library"), config: try f.text("config"),
                     concurrent: try f.uint("concurrent") != 0, memoryBytes: try f.uint("memoryBytes"),
-                    openFiles: try f.uint("openFiles"), cpuSeconds: try f.uint("cpuSeconds"))
+                    openFiles: try f.uint("openFiles"), cpuSeconds: try f.uint("cpuSeconds"),
+                    user: try f.optionalText("user"))
             case "open":
                 return .open(
                     channel: try f.uint("channel"), service: try f.text("service"), clientId: try f.text("clientId"),

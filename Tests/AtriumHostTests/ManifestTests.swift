@@ -30,6 +30,19 @@ struct ManifestTests {
         #expect(manifest.schemes == ["my-app", "x+y.z"])
         #expect(manifest.configJSON == #"{"k":[1,2]}"#)
         #expect(manifest.concurrent)
+        #expect(manifest.isolation == .inProcess)
+    }
+
+    @Test func aWorkerManifest() throws {
+        let manifest = try parse(
+            """
+            { "manifestVersion": 1, "package": "a.b", "library": "libA.so", "isolation": "process",
+              "limits": {"memoryMB": 256, "openFiles": 64, "cpuSeconds": 3600}, "user": "atrium-plugins" }
+            """
+        )
+        #expect(manifest.isolation == .process)
+        #expect(manifest.workerLimits == Manifest.WorkerLimits(memoryMB: 256, openFiles: 64, cpuSeconds: 3600))
+        #expect(manifest.workerUser == "atrium-plugins")
     }
 
     @Test(arguments: [
@@ -74,6 +87,38 @@ struct ManifestTests {
             "test.json: launch.timeoutSeconds: must be a number of seconds above 0 and at most 3600"
         ),
         ("[1]", "test.json: must hold a JSON object"),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "sandbox"}"#,
+            #"test.json: isolation: must be "inProcess" or "process", not the string "sandbox""#
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "limits": {"memoryMB": 64}}"#,
+            #"test.json: limits: apply to a worker process: they need "isolation": "process""#
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"memoryMB": 1.5}}"#,
+            "test.json: limits.memoryMB: must be a whole number from 1 to 1000000"
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"threads": 4}}"#,
+            "test.json: limits.threads: is not a limit; the limits are memoryMB, openFiles and cpuSeconds"
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"memoryMB": 8}}"#,
+            "test.json: limits.memoryMB: must be at least 64: a worker needs that much address space to start"
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "user": "nobody"}"#,
+            #"test.json: user: is the user a worker process runs as: it needs "isolation": "process""#
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "user": "a b"}"#,
+            #"test.json: user: must be a user name (letters, digits, _ - and ., at most 32), not the string "a b""#
+        ),
+        (
+            #"{"manifestVersion": 1, "package": "a", "schemes": ["x"], "launch": {"exec": ["/bin/x"]}, "isolation": "process"}"#,
+            #"test.json: isolation: "process" is for packages with a plugin library (not declared functions)"#
+        ),
     ])
     func refusals(_ json: String, _ expected: String) {
         #expect(problem(json) == expected)

@@ -11,10 +11,10 @@ import Testing
 @Suite(.serialized) struct WorkerIsolationTests {
     static let package = "atrium.tests.cworker"
 
-    static func manifest(limits: String? = nil) -> String {
+    static func manifest(limits: String? = nil, user: String? = nil) -> String {
         """
         { "manifestVersion": 1, "package": "\(package)", "library": "libAtriumTestCService.so",
-          "isolation": "process", \(limits.map { "\"limits\": \($0)," } ?? "")
+          "isolation": "process", \(limits.map { "\"limits\": \($0)," } ?? "") \(user.map { "\"user\": \"\($0)\"," } ?? "")
           "services": [{ "name": "c", "supportsRemoteSystems": true },
                        { "name": "status.-3", "supportsRemoteSystems": true }],
           "schemes": ["atrium-ctest"] }
@@ -158,6 +158,36 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func aWorkerThatStopsAnsweringIsKilledAndRestarted() async throws {
+        let host = try await startHost(
+            arguments: ["--response-timeout", "0.3"],
+            manifests: Fixtures.referenceManifests.merging(["w.json": Self.manifest()]) { $1 })
+        let bystander = try await Self.bystander(host)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        // The serial plugin blocks in the first; the others wait behind it. Each times out.
+        for id in 1...3 {
+            try await client.send(
+                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["SleepMs": 60_000]))))
+        }
+        for _ in 1...3 {
+            #expect(try await client.response().status == .resourceLimitsExceeded)
+        }
+        // After the third, the worker is taken as hung: killed, its channel closed.
+        guard case .closed(let closed) = try await client.next() else {
+            Issue.record("the hung worker's channel was not closed")
+            return
+        }
+        #expect(closed.channel == 1 && closed.status == .unknown)
+        #expect(await host.waitForLog("stopped answering (3 requests in a row timed out) and was killed"))
+        #expect(try await Self.echoes(bystander, 1))
+        #expect(try await Self.openWhenBack(client, channel: 2))
+        #expect(try await client.request(channel: 2, id: 9, ["Int": 1]).status == .success)
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aWorkerThatKeepsCrashingIsGivenUp() async throws {
         let host = try await Self.startWorkerHost()
         let client = try await connectedClient(host)
@@ -174,6 +204,24 @@ import Testing
         // From then on the package answers AppUnavailable at once, and says why in the log.
         #expect(try await client.open(channel: channel, service: "c", package: Self.package) == .appUnavailable)
         #expect(host.log.contains("crashed 5 times within 60 seconds"))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aWorkerRunsAsTheManifestsUser() async throws {
+        let host = try await startHost(
+            manifests: Fixtures.referenceManifests.merging(["w.json": Self.manifest(user: "nobody")]) { $1 })
+        let client = try await connectedClient(host)
+        let status = try await client.open(channel: 1, service: "c", package: Self.package)
+        if getuid() == 0 {
+            #expect(status == .success, "\(host.log)")
+            let answer = try await client.request(channel: 1, id: 1, ["Uid": true])
+            #expect(try answer.decoded["Uid"] == .int(65534))
+        } else {
+            // Only root may switch users: the package is unavailable, and the log says why.
+            #expect(status == .appUnavailable)
+            #expect(host.log.contains("does not run as root, so its worker cannot run as \"nobody\""))
+        }
         await client.close()
         #expect(await host.stop() == 0)
     }

@@ -29,6 +29,9 @@ public struct Manifest: Sendable, Hashable {
     public var isolation: Isolation = .inProcess
     /// What a worker process may use (only with `isolation: process`).
     public var workerLimits = WorkerLimits()
+    /// The user a worker process runs as (only with `isolation: process`; atriumd must run
+    /// as root to switch to it). Nil: atriumd's own user.
+    public var workerUser: String?
     /// Top-level keys this host does not know (ignored; the loader warns about them).
     public var unknownKeys: [String] = []
     /// The file it came from.
@@ -266,12 +269,25 @@ extension Manifest {
                     throw fail("limits.\(key)", "is not a limit; the limits are memoryMB, openFiles and cpuSeconds")
                 }
             }
-            if let memory = workerLimits.memoryMB, memory < 32 {
-                throw fail("limits.memoryMB", "must be at least 32: a worker needs that much address space to start")
+            if let memory = workerLimits.memoryMB, memory < 64 {
+                throw fail("limits.memoryMB", "must be at least 64: a worker needs that much address space to start")
             }
             if let files = workerLimits.openFiles, files < 16 {
                 throw fail("limits.openFiles", "must be at least 16: a worker needs that many to start")
             }
+        }
+
+        var workerUser: String?
+        if let value = root["user"] {
+            guard isolation == .process else {
+                throw fail("user", "is the user a worker process runs as: it needs \"isolation\": \"process\"")
+            }
+            guard case .string(let name) = value, !name.isEmpty, name.count <= 32,
+                name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_-.".contains($0)) })
+            else {
+                throw fail("user", "must be a user name (letters, digits, _ - and ., at most 32), not \(value)")
+            }
+            workerUser = name
         }
 
         self.init(
@@ -280,13 +296,14 @@ extension Manifest {
             functions: functions, file: file
         )
         self.isolation = isolation
+        self.workerUser = workerUser
         self.workerLimits = workerLimits
         unknownKeys = root.keys.filter { !Self.knownKeys.contains($0) }.sorted()
     }
 
     static let knownKeys: Set<String> = [
         "manifestVersion", "package", "displayName", "library", "services", "schemes", "config", "concurrent",
-        "launch", "functions", "isolation", "limits",
+        "launch", "functions", "isolation", "limits", "user",
     ]
 
     /// Reads and checks `functions` (docs/FFI.md).

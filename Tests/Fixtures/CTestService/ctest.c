@@ -16,7 +16,8 @@
  *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers;
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
- *     until none is left, then aborts.
+ *     until none is left, then aborts;
+ *   - a request {"Uid": anything} answers {"Uid": the process's user id}.
  */
 #define _DEFAULT_SOURCE
 #include <signal.h>
@@ -73,6 +74,12 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, NULL, 0, NULL);
         host->builder_free(host, out);
         host->message_free(host, in);
+        return;
+    }
+
+    if (host->message_kind(host, in, "Uid") != ATRIUM_KIND_NONE) {
+        host->builder_put_int(host, out, "Uid", (int64_t)getuid());
+        finish(host, request, out, in);
         return;
     }
 

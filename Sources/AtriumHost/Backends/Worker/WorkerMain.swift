@@ -64,8 +64,10 @@ final class WorkerDispatcher: @unchecked Sendable {
     }
 
     func received(_ frame: WorkerFrame) {
-        if case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu) = frame {
-            start(package, library, config, concurrent, memory: memory, files: files, cpu: cpu)
+        if case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu, let user) =
+            frame
+        {
+            start(package, library, config, concurrent, memory: memory, files: files, cpu: cpu, user: user)
             return
         }
         guard let plugin else {
@@ -123,14 +125,29 @@ final class WorkerDispatcher: @unchecked Sendable {
 
     private func start(
         _ package: String, _ library: String, _ config: String, _ concurrent: Bool, memory: UInt64, files: UInt64,
-        cpu: UInt64
+        cpu: UInt64, user: String?
     ) {
         var logger = self.logger
         logger[metadataKey: "package"] = "\(package)"
-        if memory > 0 { setLimit(Int32(RLIMIT_AS.rawValue), memory, "memory") }
+        if memory > 0 {
+            // Address space counts every mapping, the worker's own included: a limit below what
+            // it already uses would only make the plugin fail to map, so it is refused plainly.
+            let used = Self.addressSpaceBytes()
+            guard memory >= used + 16 << 20 else {
+                host.write(
+                    .ready(
+                        error:
+                            "limits.memoryMB is \(memory >> 20), but the worker process already uses \(used >> 20) MiB of address space before loading the plugin; allow at least \((used >> 20) + 64)"
+                    ))
+                finish(1)
+                return
+            }
+            setLimit(Int32(RLIMIT_AS.rawValue), memory, "memory")
+        }
         if files > 0 { setLimit(Int32(RLIMIT_NOFILE.rawValue), files, "open files") }
         if cpu > 0 { setLimit(Int32(RLIMIT_CPU.rawValue), cpu, "CPU seconds") }
         do {
+            if let user { try become(user) }
             // The host found and checked the library; here it is only opened.
             let folder = URL(fileURLWithPath: library).deletingLastPathComponent()
             let (_, descriptor) = try PluginLibrary.open(
@@ -145,6 +162,30 @@ final class WorkerDispatcher: @unchecked Sendable {
             host.write(.ready(error: error.reason))
             finish(1)
         }
+    }
+
+    /// Runs the rest of the worker as `user`: its group, no supplementary groups, its uid, in
+    /// that order (after setuid nothing else may change).
+    private func become(_ user: String) throws(PluginLoadError) {
+        guard let entry = getpwnam(user) else {
+            throw PluginLoadError(reason: "there is no user \"\(user)\" on this machine")
+        }
+        let (uid, gid) = (entry.pointee.pw_uid, entry.pointee.pw_gid)
+        guard geteuid() == 0 || geteuid() == uid else {
+            throw PluginLoadError(
+                reason: "atriumd does not run as root, so its worker cannot run as \"\(user)\" (the manifest's user)")
+        }
+        guard setgroups(0, nil) == 0 || geteuid() == uid, setgid(gid) == 0, setuid(uid) == 0, getuid() == uid else {
+            throw PluginLoadError(reason: "the worker could not become \"\(user)\": errno \(errno)")
+        }
+    }
+
+    /// The process's address space now, in bytes (the first field of /proc/self/statm).
+    static func addressSpaceBytes() -> UInt64 {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+            let pages = text.split(separator: " ").first.flatMap({ UInt64($0) })
+        else { return 0 }
+        return pages * UInt64(sysconf(Int32(_SC_PAGESIZE)))
     }
 
     private func setLimit(_ resource: Int32, _ value: UInt64, _ name: String) {

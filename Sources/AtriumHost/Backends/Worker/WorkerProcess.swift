@@ -32,6 +32,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
     private let group: any EventLoopGroup
 
     static let maxCrashes = 5
+    /// Requests in a row that may time out, with no answer between them, before the worker
+    /// is taken as hung.
+    static let maxSilentTimeouts = 3
     static let crashWindow = Duration.seconds(60)
 
     private enum Phase {
@@ -55,6 +58,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var nextLaunch: UInt64 = 1
         var crashes: [ContinuousClock.Instant] = []
         var shuttingDown = false
+        /// Requests timed out since the worker last answered one.
+        var timeoutsSinceAnswer = 0
+        /// Set when the host killed the worker for not answering: the reason it gives.
+        var hungReason: String?
         var ready: DispatchSemaphore?
         var startError: String?
     }
@@ -99,6 +106,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
         let process = Process()
         process.executableURL = executable
         process.arguments = ["--worker"]
+        // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
+        // worker's address space, which its memory limit counts, near what it really uses.
+        process.environment = ProcessInfo.processInfo.environment.merging(["MALLOC_ARENA_MAX": "2"]) { $1 }
         // The worker's end becomes its standard input (dup2 clears close-on-exec on the copy).
         process.standardInput = FileHandle(fileDescriptor: workerEnd, closeOnDealloc: true)
         let generation = state.withLock { state -> Int in
@@ -121,14 +131,16 @@ final class WorkerProcess: ServiceBackend, Sendable {
         let start = WorkerFrame.start(
             package: package, library: library.path, config: manifest.configJSON, concurrent: manifest.concurrent,
             memoryBytes: UInt64(limits.memoryMB ?? 0) << 20, openFiles: UInt64(limits.openFiles ?? 0),
-            cpuSeconds: UInt64(limits.cpuSeconds ?? 0))
+            cpuSeconds: UInt64(limits.cpuSeconds ?? 0), user: manifest.workerUser)
         // Nothing here waits: a restart may be made from anywhere. A worker that cannot be
         // talked to is killed, and its end handled as any other.
         ClientBootstrap(group: group)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // A worker's frames are held to the clients' frame limit: one that sends
+                    // more breaks the framing, and is handled as crashed.
                     try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: Int(UInt32.max >> 1))),
+                        ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: core.limits.maxFrameBytes)),
                         MessageToByteHandler(FrameEncoder<WorkerFrame>()),
                         WorkerLinkHandler(worker: self, generation: generation),
                     ])
@@ -166,10 +178,16 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func workerEnded(_ process: Process, generation: Int) {
+        let hung = state.withLock { state -> String? in
+            guard state.generation == generation else { return nil }
+            defer { state.hungReason = nil }
+            return state.hungReason
+        }
         let how =
-            process.terminationReason == .uncaughtSignal
-            ? "was killed by signal \(process.terminationStatus) (\(signalName(process.terminationStatus)))"
-            : "exited with status \(process.terminationStatus)"
+            hung.map { "\($0) and was killed" }
+            ?? (process.terminationReason == .uncaughtSignal
+                ? "was killed by signal \(process.terminationStatus) (\(signalName(process.terminationStatus)))"
+                : "exited with status \(process.terminationStatus)")
         let now = ContinuousClock.now
         let (opens, launches, channel, verdict) = state.withLock {
             state -> (
@@ -184,6 +202,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             let channel = state.channel
             state.channel = nil
             state.process = nil
+            state.timeoutsSinceAnswer = 0
             if state.shuttingDown {
                 state.phase = .failed(reason: "the host is shutting down")
                 return (opens, launches, channel, nil)
@@ -256,6 +275,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             let checked = Int32(exactly: status).flatMap(AppServiceConnectionStatus.init(checking:)) ?? .unknown
             completion?(checked)
         case .respond(let id, let status, let message, let error):
+            state.withLock { $0.timeoutsSinceAnswer = 0 }
             let checked = Int32(exactly: status).flatMap(AppServiceResponseStatus.init(checking:)) ?? .unknown
             _ = core.respond(to: id, from: self, status: checked, message: message?.buffer, error: error)
         case .send(let call, let channel, let message):
@@ -362,9 +382,23 @@ final class WorkerProcess: ServiceBackend, Sendable {
             promise: nil)
     }
 
-    func abandoned(request: UInt64) {
+    func abandoned(request: UInt64, timedOut: Bool) {
         guard case .success(let link) = running() else { return }
         link.writeAndFlush(WorkerFrame.answered(id: request), promise: nil)
+        guard timedOut else { return }
+        // A worker that lets request after request time out without answering any is
+        // taken as hung: it is killed, and restarted as after a crash.
+        let (silent, generation) = state.withLock { state -> (Int, Int) in
+            state.timeoutsSinceAnswer += 1
+            return (state.timeoutsSinceAnswer, state.generation)
+        }
+        if silent == Self.maxSilentTimeouts {
+            logger.error(
+                "the worker stopped answering: \(silent) requests in a row timed out with no answer between them; killing it"
+            )
+            state.withLock { $0.hungReason = "stopped answering (\(silent) requests in a row timed out)" }
+            linkClosed(generation: generation)
+        }
     }
 
     func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void) {
