@@ -10,11 +10,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 
 
-def start_host(arguments, pin=()):
-    """Starts the release atriumd with the reference manifests, on a free port, without the
-    local socket, logging errors only, plus `arguments`; returns (process, port)."""
+def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests")):
+    """Starts the release atriumd with the reference manifests (or those of `manifests`), on a
+    free port, without the local socket, logging errors only, plus `arguments`; returns
+    (process, port)."""
     process = subprocess.Popen(
-        list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"), "--listen",
+        list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", manifests, "--listen",
                      "127.0.0.1:0", "--socket", "off", "--log-level", "error", *arguments],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 30

@@ -15,8 +15,9 @@ import NIOPosix
 /// The host as a plugin in a worker process sees it: each call of the host table becomes a
 /// frame to `atriumd` over the worker's socket (``WorkerFrame``). Answers and the plugin's
 /// closes go out at once; `send`, `close_channel` and `launch_uri` wait for the host's reply,
-/// as they do in process (they are never called on the thread that reads the socket: a
-/// worker hands every request to the plugin's queues).
+/// as they do in process. The one thread that may not wait is the one that reads the socket,
+/// where a plugin's nonblocking `request` runs (ATRIUM_PLUGIN_NONBLOCKING): there, those
+/// three are refused at once (the reply could never be read), and the log says so.
 final class WorkerHost: BackendHost, @unchecked Sendable {
     private let channel: any Channel
     let maxQueuedPerService = Int.max
@@ -60,8 +61,16 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         reply.done.signal()
     }
 
-    /// Sends a call and waits for the host's reply (nil if the host went away meanwhile).
-    private func call(_ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
+    /// Sends a call and waits for the host's reply (nil if the host went away meanwhile, or
+    /// the call was made on the thread that reads the host's frames, where no reply could
+    /// ever be read).
+    private func call(_ name: String, _ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
+        if channel.eventLoop.inEventLoop {
+            logger.warning(
+                "\(name) called from a nonblocking request: in a worker process that would wait on itself, so it is refused; call it from another thread"
+            )
+            return nil
+        }
         let reply = Reply()
         let id = calls.withLockedValue { calls -> UInt64 in
             let id = calls.next
@@ -113,8 +122,10 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         -> Result<UInt64, BackendCallError>
     {
         guard HostCore.invalidity(of: message) == nil else { return .failure(.notAValueSet) }
-        let reply = call { .send(call: $0, channel: channel, message: EncodedValueSet(uncheckedBytes: message)) }
-        guard case .reply(_, let error, let id, _, _) = reply else { return .failure(.shuttingDown) }
+        let reply = call("send") {
+            .send(call: $0, channel: channel, message: EncodedValueSet(uncheckedBytes: message))
+        }
+        guard case .reply(_, let error, let id, _, _) = reply else { return .failure(.busy) }
         if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
         return .success(id ?? 0)
     }
@@ -122,8 +133,10 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     func closeChannel(_ channel: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
         -> Result<Void, BackendCallError>
     {
-        let reply = call { .close(call: $0, channel: channel, status: UInt64(max(status.rawValue, 0))) }
-        guard case .reply(_, let error, _, _, _) = reply else { return .failure(.shuttingDown) }
+        let reply = call("close_channel") {
+            .close(call: $0, channel: channel, status: UInt64(max(status.rawValue, 0)))
+        }
+        guard case .reply(_, let error, _, _, _) = reply else { return .failure(.busy) }
         if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
         return .success(())
     }
@@ -135,7 +148,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 += 1 } }
         defer { if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 -= 1 } } }
         let payload = data.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) }
-        let reply = call { .launchUri(call: $0, uri: uri, data: payload, channel: channel) }
+        let reply = call("launch_uri") { .launchUri(call: $0, uri: uri, data: payload, channel: channel) }
         guard case .reply(_, _, _, let status, let reason) = reply, let status,
             let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:))
         else {

@@ -154,7 +154,7 @@ final class WorkerDispatcher: @unchecked Sendable {
                 library, manifestFolder: folder, searchPath: [], strictModes: false)
             let plugin = InProcessPlugin(
                 package: package, config: config, concurrent: concurrent, descriptor: descriptor, host: host,
-                logger: logger, allowInline: false)
+                logger: logger)
             try plugin.create()
             self.plugin = plugin
             host.write(.ready(error: nil))

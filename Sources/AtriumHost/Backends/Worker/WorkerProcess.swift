@@ -108,7 +108,13 @@ final class WorkerProcess: ServiceBackend, Sendable {
         process.arguments = ["--worker"]
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
         // worker's address space, which its memory limit counts, near what it really uses.
-        process.environment = ProcessInfo.processInfo.environment.merging(["MALLOC_ARENA_MAX": "2"]) { $1 }
+        // Swift's crash backtracer would hold a crashed worker for a second or more while it
+        // symbolicates (and delay the restart): it is off unless the host's environment
+        // says otherwise (SWIFT_BACKTRACE=enable=yes to see where a plugin crashed).
+        var environment = ProcessInfo.processInfo.environment
+        environment["MALLOC_ARENA_MAX"] = "2"
+        environment["SWIFT_BACKTRACE"] = environment["SWIFT_BACKTRACE"] ?? "enable=no"
+        process.environment = environment
         // The worker's end becomes its standard input (dup2 clears close-on-exec on the copy).
         process.standardInput = FileHandle(fileDescriptor: workerEnd, closeOnDealloc: true)
         let generation = state.withLock { state -> Int in

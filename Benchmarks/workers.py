@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""What a worker process costs: Echo in process against Echo in a worker process
+(`"isolation": "process"`), served by the same release atriumd, in alternating rounds; a
+worker's memory when idle; and the time from a worker's crash to its package answering again.
+
+    Benchmarks/workers.py [--pinned] [--duration SECONDS]
+
+With --pinned, the host (and so its workers) and the load generator run on core 0
+(taskset -c 0). The figures go to BENCHMARKS.md.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from compare import ROUNDS, alternating, bench, median_result
+from hosttools import RELEASE, ROOT, rss_bytes, start_host
+
+sys.path.insert(0, os.path.join(ROOT, "Scripts"))
+from contract_client import Client  # noqa: E402
+
+WORKER_ECHO = "atrium.examples.echo.worker"
+CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
+                  ("1 connection, pipelined 64", 1, 64)]
+
+
+def manifests_with_worker_echo():
+    """The reference manifests, plus Echo again as a package of its own in a worker."""
+    folder = tempfile.mkdtemp(prefix="atrium-workers-")
+    for name in os.listdir(os.path.join(ROOT, "manifests")):
+        shutil.copy(os.path.join(ROOT, "manifests", name), folder)
+    with open(os.path.join(folder, "echo-worker.json"), "w") as manifest:
+        json.dump({"manifestVersion": 1, "package": WORKER_ECHO, "library": os.path.join(RELEASE, "libEcho.so"),
+                   "isolation": "process", "services": [{"name": "atrium.echo", "supportsRemoteSystems": True}]},
+                  manifest)
+    return folder
+
+
+def worker_pids(host_pid):
+    children = subprocess.run(["pgrep", "-P", str(host_pid)], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in children]
+
+
+def answers(port, channel):
+    """Whether the worker's Echo opens and answers, on a fresh connection."""
+    client = Client(port)
+    client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        client.send({"type": "hello", "version": 1, "clientId": "workers-bench"})
+        client.receive()
+        client.send({"type": "open", "channel": channel, "service": "atrium.echo", "package": WORKER_ECHO})
+        if client.receive().get("status") != 0:
+            return False
+        client.send({"type": "request", "channel": channel, "id": 1, "message": {"n": 1}})
+        return client.receive().get("status") == 0
+    finally:
+        client.sock.close()
+
+
+def crash_to_answer(port, host_pid):
+    """Kills the worker with SIGSEGV and times how long until its package answers again."""
+    (pid,) = worker_pids(host_pid)
+    began = time.perf_counter()
+    os.kill(pid, signal.SIGSEGV)
+    channel = 1
+    while time.perf_counter() - began < 30:
+        channel += 1
+        if answers(port, channel):
+            return (time.perf_counter() - began) * 1000
+        time.sleep(0.005)
+    sys.exit("the worker did not come back within 30 s")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
+    parser.add_argument("--duration", type=float, default=4, help="seconds per measurement (default 4)")
+    arguments = parser.parse_args()
+    pin = ["taskset", "-c", "0"] if arguments.pinned else []
+    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+    folder = manifests_with_worker_echo()
+    host, port = start_host(
+        ["--max-in-flight", "1024", "--max-connections", "4000", "--max-connections-per-peer", "4000"], pin,
+        manifests=folder)
+    try:
+        mode = "pinned to core 0" if arguments.pinned else "unpinned"
+        print(f"## Echo in a worker process against Echo in process, {mode}, {arguments.duration:g} s each\n")
+        print("| configuration | in process req/s | worker req/s | worker ÷ in process | in process p50 µs "
+              "| worker p50 µs | p50 difference µs | in process p99 µs | worker p99 µs |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, connections, pipeline in CONFIGURATIONS:
+            rounds = alternating(
+                lambda package: bench(port, connections, pipeline, arguments.duration / ROUNDS, pin,
+                                      ["--package", package]),
+                "atrium.examples.echo", WORKER_ECHO)
+            inside, worker = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
+            print(f"| {name} | {inside['requestsPerSecond']:.0f} | {worker['requestsPerSecond']:.0f} "
+                  f"| {worker['requestsPerSecond'] / inside['requestsPerSecond']:.2f} "
+                  f"| {inside['p50Microseconds']:.1f} | {worker['p50Microseconds']:.1f} "
+                  f"| {worker['p50Microseconds'] - inside['p50Microseconds']:+.1f} "
+                  f"| {inside['p99Microseconds']:.1f} | {worker['p99Microseconds']:.1f} |")
+            sys.stdout.flush()
+        (worker_pid,) = worker_pids(host.pid)
+        time.sleep(1)
+        print(f"\n## A worker's memory and restarts ({mode})\n")
+        print(f"- Echo's worker process, RSS after the runs above: {rss_bytes(worker_pid) / 1048576:.1f} MiB "
+              f"(atriumd itself: {rss_bytes(host.pid) / 1048576:.1f} MiB)")
+        times = [crash_to_answer(port, host.pid) for _ in range(3)]
+        delays = [250, 500, 1000]
+        print("- from SIGSEGV to the package answering again, three crashes in a row: "
+              + ", ".join(f"{t:.0f} ms (of which {d} ms is the restart delay)" for t, d in zip(times, delays)))
+        print(f"- so a restart itself (start the process, load the plugin, first answer) takes about "
+              f"{statistics.median(t - d for t, d in zip(times, delays)):.0f} ms")
+    finally:
+        host.terminate()
+        host.wait()
+        shutil.rmtree(folder)
+
+
+if __name__ == "__main__":
+    main()
