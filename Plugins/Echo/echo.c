@@ -47,6 +47,6 @@ static const atrium_plugin echo_plugin = {
     .launch = NULL,
 };
 
-__attribute__((visibility("default"))) const atrium_plugin *atrium_plugin_entry_v1(void) {
+ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) {
     return &echo_plugin;
 }

@@ -3,7 +3,7 @@
  *
  * An Atrium app service is a shared library that exports one C function,
  *
- *     const atrium_plugin *atrium_plugin_entry_v1(void);
+ *     ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { ... }
  *
  * whose name carries the ABI major version. It returns a descriptor (atrium_plugin) that
  * begins with its own size and the ABI version it was built against, followed by the
@@ -20,16 +20,34 @@
  *     Atrium ValueSet (docs/PROTOCOL.md section 3).
  *   - The plugin never links against host symbols: everything it calls is in the table.
  *
- * Threads: the host never calls a plugin on a network thread (except a plugin that promises
- * never to block, with ATRIUM_PLUGIN_NONBLOCKING). Each plugin instance has its own serial queue, so its callbacks are never called concurrently, unless the plugin sets
- * ATRIUM_PLUGIN_CONCURRENT in `flags` (or its manifest says "concurrent": true); then
- * `request` and `response` may run concurrently with each other and themselves.
- * Host functions may be called from any thread, at any time between `create` returning and
- * `destroy` being called, unless their comment says otherwise.
+ * Threads. Every callback and host function below is tagged with where it runs or may be
+ * called:
+ *   [plugin queue]  a callback, called on the plugin instance's own serial queue: never two
+ *                   at once, never on a network thread. `create` and `destroy` always run
+ *                   there; so do `open`, `closed` and `launch`.
+ *   [requests]      `request` and `response`: on the plugin queue, or, when the plugin sets
+ *                   ATRIUM_PLUGIN_CONCURRENT (or its manifest says "concurrent": true), on
+ *                   a concurrent queue, at the same time as each other and themselves; with
+ *                   ATRIUM_PLUGIN_NONBLOCKING as well, `request` runs on the thread that
+ *                   received it (a network thread, or in a worker process the thread that
+ *                   reads the host's socket).
+ *   [any thread]    a host function the plugin may call from any thread, its own included,
+ *                   at any time between `create` returning and `destroy` being called.
+ *   [may block]     a host function that waits for the host (a launch); never call it from
+ *                   a nonblocking `request`.
+ * A plugin in a worker process ("isolation": "process") sees the same rules.
  *
- * Pointers: unless a comment says otherwise, a pointer the host passes to a callback is
- * borrowed and valid only until the callback returns (copy what you keep), and a pointer
- * the plugin passes to a host function is only read during the call (the host copies it).
+ * Lifetimes: what a plugin may keep after a callback returns.
+ *   - The host table (`host` in `create`) and its functions: until `destroy` returns.
+ *   - A channel id: until `closed` is called for it. A request id: until it is answered
+ *     (by `respond`, or by the host: late answers get ATRIUM_E_UNKNOWN_REQUEST, harmlessly).
+ *   - Everything a callback is handed by pointer (`config_json`, `atrium_channel_info`,
+ *     `atrium_launch_info` and their strings, a request's or response's message bytes) is
+ *     borrowed: valid only until the callback returns. Copy what you keep.
+ *   - A parsed message, and the strings and bytes read from it: until `message_free`. A
+ *     builder's bytes: until its next put or `builder_free`.
+ *   - A pointer the plugin passes to a host function is only read during the call (the host
+ *     copies it): free or reuse it as soon as the function returns.
  *
  * Compiles as C11 and C++17.
  */
@@ -48,6 +66,20 @@ extern "C" {
 
 /* The exported entry symbol, as a string, for dlsym. */
 #define ATRIUM_PLUGIN_ENTRY_SYMBOL "atrium_plugin_entry_v1"
+
+/* Exports the entry function from the library, whatever the compiler's default visibility
+ * (-fvisibility=hidden included) and in C++ too:
+ *     ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &my_plugin; } */
+#if defined(_WIN32)
+#define ATRIUM_PLUGIN_VISIBLE __declspec(dllexport)
+#else
+#define ATRIUM_PLUGIN_VISIBLE __attribute__((visibility("default")))
+#endif
+#ifdef __cplusplus
+#define ATRIUM_PLUGIN_EXPORT extern "C" ATRIUM_PLUGIN_VISIBLE
+#else
+#define ATRIUM_PLUGIN_EXPORT ATRIUM_PLUGIN_VISIBLE
+#endif
 
 /* Whether a struct that starts with struct_size holds `field` (for structs from the other
  * side, which may be older or newer than this header). */
@@ -182,8 +214,8 @@ typedef struct atrium_host_api {
     /* The host's own; the plugin never touches it. */
     void *host_data;
 
-    /* Answers the request `request` (from `request`), exactly once, now or later, from any
-     * thread. `message`/`length`: a CBOR ValueSet, copied before the call returns; NULL and 0
+    /* [any thread] Answers the request `request` (from `request`), exactly once, now or
+     * later. `message`/`length`: a CBOR ValueSet, copied before the call returns; NULL and 0
      * for an empty answer. `error`: a reason for a non-success status, or NULL.
      * Returns ATRIUM_OK, ATRIUM_E_UNKNOWN_REQUEST when the request was already answered (also
      * by the host's timeout) or its client went away, ATRIUM_E_NOT_A_VALUESET or
@@ -191,19 +223,20 @@ typedef struct atrium_host_api {
     int32_t (*respond)(const struct atrium_host_api *host, uint64_t request, int32_t status,
                        const uint8_t *message, size_t length, const char *error);
 
-    /* Sends a message to the client of `channel`. The client's answer arrives through the
-     * plugin's `response` callback with the id written to `*out_request` (which may be NULL
-     * when the plugin does not need it). Any thread. ATRIUM_E_BUSY when the client has as
+    /* [any thread] Sends a message to the client of `channel`. The client's answer arrives
+     * through the plugin's `response` callback with the id written to `*out_request` (which
+     * may be NULL when the plugin does not need it). `message` is copied. ATRIUM_E_BUSY when the client has as
      * many of the plugin's messages on the channel unanswered as it may have requests in
      * flight (`maxInFlight`): wait for answers before sending more. */
     int32_t (*send)(const struct atrium_host_api *host, uint64_t channel, const uint8_t *message,
                     size_t length, uint64_t *out_request);
 
-    /* Closes `channel` from the service side; the client receives `closed` with `status`.
-     * Requests on it that are still unanswered are answered with status 1. Any thread. */
+    /* [any thread] Closes `channel` from the service side; the client receives `closed` with
+     * `status`. Requests on it that are still unanswered are answered with status 1, and the
+     * plugin's own `closed` is called for it (ATRIUM_CLOSED_BY_SERVICE). */
     int32_t (*close_channel)(const struct atrium_host_api *host, uint64_t channel, int32_t status);
 
-    /* Launches `uri` through the host's scheme registry and returns a RemoteLaunchUriStatus.
+    /* [any thread] [may block] Launches `uri` through the host's scheme registry and returns a RemoteLaunchUriStatus.
      * The host cannot tell whom the plugin acts for, so it checks the launch as a remote
      * client's (the launch policy's remote rules); to launch for the client of a channel, use
      * `launch_uri_for`. May block while a handler runs (at most the host's response timeout):
@@ -213,11 +246,11 @@ typedef struct atrium_host_api {
     int32_t (*launch_uri)(const struct atrium_host_api *host, const char *uri, const uint8_t *data,
                           size_t data_length);
 
-    /* Writes `message` (UTF-8, NUL-terminated) to the host's log at `level`, tagged with the
-     * plugin's package. Any thread. */
+    /* [any thread] Writes `message` (UTF-8, NUL-terminated) to the host's log at `level`,
+     * tagged with the plugin's package. */
     void (*log)(const struct atrium_host_api *host, int32_t level, const char *message);
 
-    /* ---- Reading messages. ---- */
+    /* ---- Reading messages. [any thread]; one message from one thread at a time. ---- */
 
     /* Parses CBOR bytes as a ValueSet; NULL when they are not one. The bytes need not outlive
      * the call. Free the result with `message_free`. */
@@ -253,7 +286,7 @@ typedef struct atrium_host_api {
     int32_t (*message_get_map)(const struct atrium_host_api *host, const atrium_message *message,
                                const char *key, const uint8_t **out, size_t *out_length);
 
-    /* ---- Building messages. ---- */
+    /* ---- Building messages. [any thread]; one builder from one thread at a time. ---- */
 
     atrium_builder *(*builder_new)(const struct atrium_host_api *host);
     void (*builder_free)(const struct atrium_host_api *host, atrium_builder *builder);
@@ -283,7 +316,7 @@ typedef struct atrium_host_api {
 
     /* ---- ABI 1.1: check ATRIUM_HAS_FIELD(host, atrium_host_api, field) before use. ---- */
 
-    /* Launches `uri` on behalf of the client of `channel` (an open channel of this plugin):
+    /* [any thread] [may block] Launches `uri` on behalf of the client of `channel` (an open channel of this plugin):
      * the host checks it as that client's own `launch` would be checked (its identity,
      * whether it is remote, the launch policy), so a plugin cannot launch for a client what
      * the client could not launch itself. Returns a RemoteLaunchUriStatus
@@ -305,40 +338,45 @@ typedef struct atrium_plugin {
     const char *version;  /* for logs, e.g. "1.0.0" */
     uint64_t flags;       /* ATRIUM_PLUGIN_ */
 
-    /* Called once, on the plugin's queue, after loading. `config_json` is the manifest's
+    /* [plugin queue] Called once, after loading. `config_json` is the manifest's
      * `config` object as JSON text (NUL-terminated, "{}" when absent), borrowed. Store an
      * instance in `*instance` (passed to every other callback) and return ATRIUM_OK; any
      * other value fails the load, and the package answers `open` with status 2. */
     int32_t (*create)(const atrium_host_api *host, const char *config_json, void **instance);
 
-    /* Called once when the host shuts down, after every channel has been closed. The
+    /* [plugin queue] Called once when the host shuts down, after every channel has been
+     * closed and every other callback has returned; nothing is called afterwards. The
      * library is never unloaded. */
     void (*destroy)(void *instance);
 
-    /* A client opens `info->service`. Return an AppServiceConnectionStatus: ATRIUM_OPEN_SUCCESS
+    /* [plugin queue] A client opens `info->service`. Return an AppServiceConnectionStatus: ATRIUM_OPEN_SUCCESS
      * to accept, anything else to refuse (the client receives that status). */
     int32_t (*open)(void *instance, const atrium_channel_info *info);
 
-    /* A message on an open channel. Answer it with host->respond(host, request, ...), now or
-     * later, from any thread. `message` is borrowed (copy it to answer later). */
+    /* [requests] A message on an open channel. Answer it with host->respond(host, request,
+     * ...), now or later, from any thread. `message` is borrowed (copy it to answer later). */
     void (*request)(void *instance, uint64_t channel, uint64_t request, const uint8_t *message,
                     size_t length);
 
-    /* The client's answer to a message the plugin sent with `send`. A `status` other than
+    /* [requests] The client's answer to a message the plugin sent with `send`. A `status` other than
      * success with an empty message when the client went away or did not answer. */
     void (*response)(void *instance, uint64_t channel, uint64_t request, int32_t status,
                      const uint8_t *message, size_t length);
 
-    /* `channel` is closed (ATRIUM_CLOSED_BY_): no more requests will arrive on it, and
+    /* [plugin queue] `channel` is closed (ATRIUM_CLOSED_BY_): no more requests will arrive on it, and
      * unanswered requests on it can no longer be answered. */
     void (*closed)(void *instance, uint64_t channel, int32_t status, int32_t closed_by);
 
-    /* A URI whose scheme the package declares is launched. Return a RemoteLaunchUriStatus. */
+    /* [plugin queue] A URI whose scheme the package declares is launched. Return a
+     * RemoteLaunchUriStatus. `info` is borrowed. */
     int32_t (*launch)(void *instance, const atrium_launch_info *info);
 } atrium_plugin;
 
 /* The type of the exported entry function. */
 typedef const atrium_plugin *(*atrium_plugin_entry_fn)(void);
+
+/* The entry function itself, declared so that the compiler checks a plugin's definition. */
+ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void);
 
 #ifdef __cplusplus
 }

@@ -167,4 +167,4 @@ static const atrium_plugin ctest_plugin = {
     .launch = ctest_launch,
 };
 
-__attribute__((visibility("default"))) const atrium_plugin *atrium_plugin_entry_v1(void) { return &ctest_plugin; }
+ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &ctest_plugin; }

@@ -18,6 +18,6 @@ static const atrium_plugin plugin = {
     .create = create,
 };
 
-const atrium_plugin *atrium_plugin_entry_v1(void) { return &plugin; }
+ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &plugin; }
 
 int has_launch(const atrium_plugin *p) { return ATRIUM_HAS_FIELD(p, atrium_plugin, launch); }

@@ -20,7 +20,7 @@ static atrium_plugin make() {
 
 static const atrium_plugin plugin = make();
 
-extern "C" const atrium_plugin *atrium_plugin_entry_v1() { return &plugin; }
+ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1() { return &plugin; }
 
 bool has_launch(const atrium_plugin *p) { return ATRIUM_HAS_FIELD(p, atrium_plugin, launch); }
 static_assert(sizeof(atrium_channel_info) >= sizeof(uint32_t), "layout");
