@@ -42,6 +42,9 @@ public struct HostConfiguration: Sendable {
     /// The program that runs worker processes (`atriumd --worker`), for packages with
     /// `"isolation": "process"`; nil when this host cannot start them (they then fail to load).
     public var workerExecutable: URL?
+    /// Whether a change in the manifests folder reloads the manifests (inotify); SIGHUP
+    /// always does.
+    public var watchManifests = true
 
     public init(
         manifestsFolder: URL = URL(fileURLWithPath: "manifests"),

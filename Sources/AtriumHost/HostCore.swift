@@ -29,9 +29,12 @@ public struct LoadedPackage: Sendable {
 public final class HostCore: BackendHost, @unchecked Sendable {
     let configuration: HostConfiguration
     let logger: Logger
-    /// Set once by ``load(_:)`` before any connection is accepted; read-only afterwards.
-    private(set) var packages: [LoadedPackage] = []
-    private var packageIndex: [String: Int] = [:]
+    /// The packages, swapped whole by ``reload(_:)``: readers take the snapshot of the moment.
+    let registry = Mutex(PackageRegistry())
+    /// The packages now.
+    var packages: [LoadedPackage] { registry.withLock { $0.packages } }
+    /// Reloads one at a time, and the queues of declared functions' libraries they share.
+    let reloading = Mutex<[String: DispatchQueue]>([:])
     let state = Mutex(State())
     private let nextId = Atomic<UInt64>(1)
     /// Refusals and limits reached, logged at most once per interval each.
@@ -126,132 +129,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// A fresh id, unique in this host, for a channel, a request or a connection.
     func makeId() -> UInt64 {
         nextId.wrappingAdd(1, ordering: .relaxed).oldValue
-    }
-
-    // MARK: - Loading
-
-    /// Loads the plugins of `directory`'s manifests, in order. A plugin that fails to load is
-    /// recorded with its reason; the others load regardless. Call once, before serving.
-    public func load(_ directory: ManifestDirectory) {
-        var loaded: [LoadedPackage] = []
-        // Declared functions are serialised per library, across the packages that use it.
-        var libraryQueues: [String: DispatchQueue] = [:]
-        for manifest in directory.manifests {
-            guard let library = manifest.library else {
-                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, backend: nil))
-                continue
-            }
-            do {
-                let folder = manifest.file.deletingLastPathComponent()
-                if !manifest.functions.isEmpty {
-                    let (path, handle) = try PluginLibrary.openHandle(
-                        library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true,
-                        strictModes: configuration.strictModes
-                    )
-                    let functions = try DeclaredFunctions(manifest.functions, handle: handle)
-                    var shared: DispatchQueue? = nil
-                    if !manifest.concurrent {
-                        shared =
-                            libraryQueues[path.path]
-                            ?? DispatchQueue(label: "atrium.functions.\(path.lastPathComponent)")
-                        libraryQueues[path.path] = shared
-                    }
-                    let queues = BackendQueues(
-                        package: manifest.package, concurrent: manifest.concurrent, sharing: shared)
-                    let backend = FunctionBackend(
-                        package: manifest.package, functions: functions, queues: queues, host: self)
-                    loaded.append(
-                        LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend))
-                    continue
-                }
-                if manifest.isolation == .process {
-                    let worker = try startWorker(manifest, library: library, folder: folder)
-                    loaded.append(
-                        LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker))
-                    continue
-                }
-                let (path, descriptor) = try PluginLibrary.open(
-                    library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
-                    strictModes: configuration.strictModes
-                )
-                let plugin = InProcessPlugin(
-                    package: manifest.package, config: manifest.configJSON, concurrent: manifest.concurrent,
-                    descriptor: descriptor, host: self, logger: logger)
-                try plugin.create()
-                loaded.append(LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin))
-            } catch {
-                logger.error(
-                    "package not available: \(error.reason)",
-                    metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
-                )
-                loaded.append(
-                    LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, backend: nil))
-            }
-        }
-        packages = loaded
-        packageIndex = Dictionary(
-            uniqueKeysWithValues: loaded.enumerated().map { ($0.element.manifest.package, $0.offset) })
-    }
-
-    /// Finds and checks a package's library (without loading it into the host) and starts
-    /// the worker process that loads it.
-    private func startWorker(_ manifest: Manifest, library: String, folder: URL) throws(PluginLoadError)
-        -> WorkerProcess
-    {
-        guard let executable = configuration.workerExecutable else {
-            throw PluginLoadError(
-                reason: "\"isolation\": \"process\" needs atriumd to start worker processes; this host cannot")
-        }
-        let (path, byLoader) = try PluginLibrary.find(
-            library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: false)
-        if configuration.strictModes, !byLoader,
-            let problem = FileTrust.problem(file: path.path, what: "plugin library")
-        {
-            throw PluginLoadError(reason: problem)
-        }
-        let worker = WorkerProcess(
-            manifest: manifest, library: path, executable: executable, core: self,
-            group: MultiThreadedEventLoopGroup.singleton, logger: logger)
-        try worker.start()
-        return worker
-    }
-
-    /// A backend is gone (its worker process died): its channels are closed with status
-    /// Unknown, and the requests waiting on them answered AppUnavailable (6) with `reason`.
-    func backendFailed(_ backend: any ServiceBackend, reason: String) {
-        let handles = state.withLock { state in
-            state.channels.filter { $0.value.backend === backend }.map(\.key)
-        }
-        for handle in handles {
-            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            for (_, request) in pending {
-                request.timeout?.cancel()
-                request.connection.run { connection in
-                    connection.finish(request, status: .appUnavailable, message: nil, error: reason)
-                }
-            }
-            for (_, request) in outgoing { request.timeout?.cancel() }
-            channel.connection.run { connection in
-                connection.channelClosedByService(
-                    clientChannel: channel.clientChannel, handle: handle, status: .unknown)
-            }
-        }
-    }
-
-    func package(_ name: String) -> LoadedPackage? {
-        packageIndex[name].map { packages[$0] }
-    }
-
-    /// The `apps` listing: every package, its remote-capable services and its schemes.
-    func apps() -> [AppInfo] {
-        packages.map { package in
-            AppInfo(
-                package: package.manifest.package,
-                displayName: package.manifest.displayName,
-                services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
-                schemes: package.manifest.schemes
-            )
-        }
     }
 
     // MARK: - Opening channels

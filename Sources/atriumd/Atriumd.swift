@@ -162,6 +162,13 @@ struct Atriumd: AsyncParsableCommand {
     var noStrictModes = false
 
     @Flag(
+        name: .customLong("no-watch"),
+        help:
+            "Do not reload the manifests when their folder changes (SIGHUP still reloads them). Reloading adds new packages, removes deleted ones and restarts changed ones without dropping a connection; a manifest that no longer passes leaves its package running as it was."
+    )
+    var noWatch = false
+
+    @Flag(
         help:
             "Validate the manifests folder, print what would load, and exit (1 if anything would not). Loads each plugin library to check its ABI, which runs the library's initialisers; add --no-load to check without loading."
     )
@@ -323,6 +330,7 @@ struct Atriumd: AsyncParsableCommand {
         let logger = Logger(label: "atriumd")
         var configuration = try makeConfiguration()
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        configuration.watchManifests = !noWatch
 
         if check {
             try runCheck(configuration)

@@ -53,6 +53,26 @@ public final class AtriumServer: Service, Sendable {
     /// The packages, with their load errors.
     public var packages: [LoadedPackage] { core.packages }
 
+    /// Reads the manifests folder again and brings the packages in line with it
+    /// (``HostCore/reload(_:)``); logs what changed. An unreadable or unsafe folder changes
+    /// nothing. Blocks while plugins load: call it off the event loops.
+    @discardableResult
+    public func reload(reason: String) -> ReloadReport? {
+        let directory: ManifestDirectory
+        do {
+            directory = try ManifestDirectory.load(
+                configuration.manifestsFolder, strictModes: configuration.strictModes)
+        } catch {
+            logger.error("reload (\(reason)) skipped, every package stays as it was: \(error)")
+            return nil
+        }
+        for problem in directory.problems { logger.error("manifest skipped: \(problem)") }
+        for warning in directory.warnings { logger.warning("\(warning)") }
+        let report = core.reload(directory)
+        logger.notice("manifests reloaded (\(reason)): \(report)")
+        return report
+    }
+
     public func run() async throws {
         var listeners: [any Channel] = []
         var addresses = Addresses()
@@ -104,10 +124,35 @@ public final class AtriumServer: Service, Sendable {
             core.trimMemoryAfterBursts()
         }
 
+        // SIGHUP reloads the manifests, as does any change in their folder (unless watching
+        // is off). Reloads run one at a time, off the event loops.
+        let reloads = DispatchQueue(label: "atrium.manifests.reload")
+        signal(SIGHUP, SIG_IGN)
+        let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: reloads)
+        hangUps.setEventHandler { [self] in reload(reason: "SIGHUP") }
+        hangUps.resume()
+        var watcher: ManifestWatcher?
+        if configuration.watchManifests {
+            switch ManifestWatcher.start(
+                folder: configuration.manifestsFolder,
+                changed: { [self] in
+                    reloads.async { self.reload(reason: "the manifests folder changed") }
+                })
+            {
+            case .success(let started): watcher = started
+            case .failure(let error):
+                logger.warning("manifests are reloaded on SIGHUP only: \(error.reason)")
+            }
+        }
+
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
         flushes.cancel()
         trims.cancel()
+        hangUps.cancel()
+        watcher?.stop()
+        // A reload under way finishes before the shutdown takes the packages down.
+        reloads.sync {}
 
         for listener in listeners { try? await listener.close() }
         await core.shutDown()

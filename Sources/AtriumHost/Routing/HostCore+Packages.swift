@@ -1,0 +1,237 @@
+import AtriumProtocol
+import AtriumValues
+import Dispatch
+import Foundation
+import Logging
+import NIOPosix
+import Synchronization
+
+/// The packages at one moment: an immutable snapshot, swapped whole on reload, so that a
+/// reader never sees half of a reload.
+struct PackageRegistry: Sendable {
+    var packages: [LoadedPackage] = []
+    var index: [String: Int] = [:]
+
+    init(_ packages: [LoadedPackage] = []) {
+        self.packages = packages
+        index = Dictionary(packages.enumerated().map { ($0.element.manifest.package, $0.offset) }) { first, _ in first }
+    }
+
+    func package(_ name: String) -> LoadedPackage? {
+        index[name].map { packages[$0] }
+    }
+}
+
+/// What a reload did, for the log and for `atriumd`.
+public struct ReloadReport: Sendable, CustomStringConvertible {
+    public var added: [String] = []
+    public var removed: [String] = []
+    public var changed: [String] = []
+    public var unchanged = 0
+    /// Packages whose new manifest or library was refused: the running version stays, and why.
+    public var keptRunning: [(package: String, reason: String)] = []
+
+    public var description: String {
+        var parts: [String] = []
+        if !added.isEmpty { parts.append("added \(added.joined(separator: ", "))") }
+        if !removed.isEmpty { parts.append("removed \(removed.joined(separator: ", "))") }
+        if !changed.isEmpty { parts.append("restarted \(changed.joined(separator: ", ")) (changed)") }
+        parts.append("\(unchanged) unchanged")
+        for kept in keptRunning { parts.append("kept \(kept.package) as it was: \(kept.reason)") }
+        return parts.joined(separator: "; ")
+    }
+}
+
+extension HostCore {
+    /// Loads the packages of `directory`'s manifests, in order. A plugin that fails to load is
+    /// recorded with its reason; the others load regardless. Call once, before serving.
+    public func load(_ directory: ManifestDirectory) {
+        let loaded = reloading.withLock { queues in directory.manifests.map { makePackage($0, libraryQueues: &queues) }
+        }
+        registry.withLock { $0 = PackageRegistry(loaded) }
+    }
+
+    /// Brings the packages in line with `directory` while the host serves: new packages
+    /// become available, removed ones close their channels (status Canceled) and stop,
+    /// changed ones (any field of the manifest) start anew and then replace the old, whose
+    /// channels close. A package whose new manifest is refused, or whose new version does
+    /// not load, keeps running as it was. Connections are never dropped. Blocks while
+    /// plugins load: call it off the event loops.
+    @discardableResult
+    public func reload(_ directory: ManifestDirectory) -> ReloadReport {
+        reloading.withLock { queues in
+            var report = ReloadReport()
+            let old = registry.withLock { $0 }
+            var next: [LoadedPackage] = []
+            var retired: [(LoadedPackage, String)] = []
+            var seen: Set<String> = []
+            for manifest in directory.manifests {
+                seen.insert(manifest.package)
+                guard let current = old.package(manifest.package) else {
+                    next.append(makePackage(manifest, libraryQueues: &queues))
+                    report.added.append(manifest.package)
+                    continue
+                }
+                if current.manifest == manifest {
+                    next.append(current)
+                    report.unchanged += 1
+                    continue
+                }
+                let replacement = makePackage(manifest, libraryQueues: &queues)
+                if let error = replacement.loadError, current.loadError == nil {
+                    next.append(current)
+                    report.keptRunning.append((manifest.package, "its new version does not load: \(error)"))
+                    continue
+                }
+                next.append(replacement)
+                retired.append((current, "package \(manifest.package) changed and was restarted"))
+                report.changed.append(manifest.package)
+            }
+            // A manifest that no longer passes leaves the package that came from that file as
+            // it was.
+            for problem in directory.problems {
+                guard let current = old.packages.first(where: { $0.manifest.file.lastPathComponent == problem.file }),
+                    !seen.contains(current.manifest.package)
+                else { continue }
+                seen.insert(current.manifest.package)
+                next.append(current)
+                report.keptRunning.append((current.manifest.package, "\(problem)"))
+            }
+            for current in old.packages where !seen.contains(current.manifest.package) {
+                retired.append((current, "package \(current.manifest.package) was removed"))
+                report.removed.append(current.manifest.package)
+            }
+            next.sort { $0.manifest.file.lastPathComponent < $1.manifest.file.lastPathComponent }
+            registry.withLock { $0 = PackageRegistry(next) }
+            for (package, reason) in retired {
+                guard let backend = package.backend else { continue }
+                closeChannels(of: backend, status: .canceled, requestStatus: .appUnavailable, reason: reason)
+                if !backend.shutDown(within: .seconds(5)) {
+                    logger.warning(
+                        "package \(package.manifest.package) is still busy in a callback after 5 seconds; left to finish"
+                    )
+                }
+            }
+            return report
+        }
+    }
+
+    /// The package for one manifest: its backend started, or why it could not be.
+    func makePackage(_ manifest: Manifest, libraryQueues: inout [String: DispatchQueue]) -> LoadedPackage {
+        guard let library = manifest.library else {
+            return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, backend: nil)
+        }
+        do {
+            let folder = manifest.file.deletingLastPathComponent()
+            if !manifest.functions.isEmpty {
+                let (path, handle) = try PluginLibrary.openHandle(
+                    library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true,
+                    strictModes: configuration.strictModes
+                )
+                let functions = try DeclaredFunctions(manifest.functions, handle: handle)
+                var shared: DispatchQueue? = nil
+                if !manifest.concurrent {
+                    shared =
+                        libraryQueues[path.path] ?? DispatchQueue(label: "atrium.functions.\(path.lastPathComponent)")
+                    libraryQueues[path.path] = shared
+                }
+                let queues = BackendQueues(package: manifest.package, concurrent: manifest.concurrent, sharing: shared)
+                let backend = FunctionBackend(
+                    package: manifest.package, functions: functions, queues: queues, host: self)
+                return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend)
+            }
+            if manifest.isolation == .process {
+                let worker = try startWorker(manifest, library: library, folder: folder)
+                return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker)
+            }
+            let (path, descriptor) = try PluginLibrary.open(
+                library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
+                strictModes: configuration.strictModes
+            )
+            let plugin = InProcessPlugin(
+                package: manifest.package, config: manifest.configJSON, concurrent: manifest.concurrent,
+                descriptor: descriptor, host: self, logger: logger)
+            try plugin.create()
+            return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin)
+        } catch {
+            logger.error(
+                "package not available: \(error.reason)",
+                metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
+            )
+            return LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, backend: nil)
+        }
+    }
+
+    /// Finds and checks a package's library (without loading it into the host) and starts
+    /// the worker process that loads it.
+    private func startWorker(_ manifest: Manifest, library: String, folder: URL) throws(PluginLoadError)
+        -> WorkerProcess
+    {
+        guard let executable = configuration.workerExecutable else {
+            throw PluginLoadError(
+                reason: "\"isolation\": \"process\" needs atriumd to start worker processes; this host cannot")
+        }
+        let (path, byLoader) = try PluginLibrary.find(
+            library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: false)
+        if configuration.strictModes, !byLoader,
+            let problem = FileTrust.problem(file: path.path, what: "plugin library")
+        {
+            throw PluginLoadError(reason: problem)
+        }
+        let worker = WorkerProcess(
+            manifest: manifest, library: path, executable: executable, core: self,
+            group: MultiThreadedEventLoopGroup.singleton, logger: logger)
+        try worker.start()
+        return worker
+    }
+
+    /// A backend is gone (its worker process died): its channels are closed with status
+    /// Unknown, and the requests waiting on them answered AppUnavailable (6) with `reason`.
+    func backendFailed(_ backend: any ServiceBackend, reason: String) {
+        closeChannels(of: backend, status: .unknown, requestStatus: .appUnavailable, reason: reason)
+    }
+
+    /// Closes every channel of `backend`: clients get `closed` with `status`, requests waiting
+    /// on them `requestStatus` with `reason`.
+    func closeChannels(
+        of backend: any ServiceBackend, status: AppServiceClosedStatus, requestStatus: AppServiceResponseStatus,
+        reason: String
+    ) {
+        let handles = state.withLock { state in
+            state.channels.filter { $0.value.backend === backend }.map(\.key)
+        }
+        for handle in handles {
+            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
+            for (_, request) in pending {
+                request.timeout?.cancel()
+                request.connection.run { connection in
+                    connection.finish(request, status: requestStatus, message: nil, error: reason)
+                }
+            }
+            for (id, request) in outgoing {
+                request.timeout?.cancel()
+                request.backend.response(to: id, on: request.channel, status: .failure, message: nil)
+            }
+            channel.connection.run { connection in
+                connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: status)
+            }
+            if status == .canceled { backend.closed(channel: handle, status: status, by: .host) }
+        }
+    }
+
+    func package(_ name: String) -> LoadedPackage? {
+        registry.withLock { $0.package(name) }
+    }
+
+    /// The `apps` listing: every package, its remote-capable services and its schemes.
+    func apps() -> [AppInfo] {
+        packages.map { package in
+            AppInfo(
+                package: package.manifest.package,
+                displayName: package.manifest.displayName,
+                services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
+                schemes: package.manifest.schemes
+            )
+        }
+    }
+}

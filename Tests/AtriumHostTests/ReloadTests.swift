@@ -1,0 +1,139 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// Manifests reloaded while the host serves: on a change in the folder (inotify) and on
+/// SIGHUP. Each test keeps a connection with an Echo channel open throughout and checks it is
+/// never dropped. Waits are bounded in time.
+@Suite(.serialized) struct ReloadTests {
+    static let testServiceManifest = Fixtures.all["test-service.json"]!
+
+    func write(_ host: TestHost, _ name: String, _ json: String) throws {
+        try json.write(to: host.manifestsFolder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+    }
+
+    /// Waits (at most 5 s) until the host has logged `count` reloads.
+    func reloaded(_ host: TestHost, count: Int) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
+            if host.count("manifests reloaded") >= count { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    func apps(_ client: TestClient, id: UInt64) async throws -> [String: AppInfo] {
+        try await client.send(.apps(id: id))
+        let frame = try await client.next()
+        guard case .apps(let frame) = frame else {
+            Issue.record("expected apps, got \(String(describing: frame))")
+            return [:]
+        }
+        return Dictionary(uniqueKeysWithValues: frame.apps.map { ($0.package, $0) })
+    }
+
+    func echoes(_ client: TestClient, _ n: Int) async throws -> Bool {
+        let answer = try await client.request(channel: 1, id: UInt64(1000 + n), ["n": .int(Int64(n))])
+        let decoded = try answer.decoded
+        return answer.status == .success && decoded == ["n": .int(Int64(n))]
+    }
+
+    @Test func addedChangedAndRemovedPackagesWithoutDroppingAConnection() async throws {
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage] == nil)
+
+        // Added: available at once.
+        try write(host, "test-service.json", Self.testServiceManifest)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.log.contains("added \(Fixtures.testPackage)"))
+        #expect(try await apps(client, id: 2)[Fixtures.testPackage]?.displayName == "Test Service")
+        #expect(try await client.open(channel: 2, service: "test", package: Fixtures.testPackage) == .success)
+        #expect(try await echoes(client, 1))
+
+        // Changed: restarted; its channel closes (Canceled), the new version serves.
+        try write(
+            host, "test-service.json",
+            Self.testServiceManifest.replacingOccurrences(of: "\"Test Service\"", with: "\"Test Service 2\""))
+        #expect(await reloaded(host, count: 2))
+        #expect(try await client.next() == .closed(ClosedFrame(channel: 2, status: .canceled)))
+        #expect(host.log.contains("restarted \(Fixtures.testPackage) (changed)"))
+        #expect(try await apps(client, id: 3)[Fixtures.testPackage]?.displayName == "Test Service 2")
+        #expect(try await client.open(channel: 3, service: "test", package: Fixtures.testPackage) == .success)
+        #expect(try await echoes(client, 2))
+
+        // Removed: its channel closes, and it is gone.
+        try FileManager.default.removeItem(at: host.manifestsFolder.appendingPathComponent("test-service.json"))
+        #expect(await reloaded(host, count: 3))
+        #expect(try await client.next() == .closed(ClosedFrame(channel: 3, status: .canceled)))
+        #expect(host.log.contains("removed \(Fixtures.testPackage)"))
+        #expect(try await apps(client, id: 4)[Fixtures.testPackage] == nil)
+        #expect(try await client.open(channel: 4, service: "test", package: Fixtures.testPackage) == .appNotInstalled)
+        #expect(try await echoes(client, 3))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aManifestThatNoLongerPassesLeavesItsPackageRunning() async throws {
+        let host = try await startHost()
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await client.open(channel: 2, service: "test", package: Fixtures.testPackage) == .success)
+        try write(host, "test-service.json", #"{ "manifestVersion": 1, "package": "#)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.log.contains("kept \(Fixtures.testPackage) as it was: test-service.json"), "\(host.log)")
+        // Still there, and the open channel still answers.
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage] != nil)
+        let answer = try await client.request(channel: 2, id: 1, ["Action": "echo", "x": 1])
+        #expect(answer.status == .success)
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func sighupReloadsWhenWatchingIsOff() async throws {
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests, arguments: ["--no-watch"])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        try write(host, "test-service.json", Self.testServiceManifest)
+        try await Task.sleep(for: .seconds(1))
+        #expect(host.count("manifests reloaded") == 0)
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage] == nil)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.log.contains("manifests reloaded (SIGHUP): added \(Fixtures.testPackage)"))
+        #expect(try await apps(client, id: 2)[Fixtures.testPackage] != nil)
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aChangedWorkerPackageGetsANewWorker() async throws {
+        let manifest = WorkerIsolationTests.manifest()
+        let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await client.open(channel: 2, service: "c", package: WorkerIsolationTests.package) == .success)
+        #expect(host.count("worker process started") == 1)
+        try write(
+            host, "w.json",
+            manifest.replacingOccurrences(of: "\"isolation\"", with: "\"config\": {\"v\": 2}, \"isolation\""))
+        #expect(await reloaded(host, count: 1))
+        #expect(try await client.next() == .closed(ClosedFrame(channel: 2, status: .canceled)))
+        #expect(host.count("worker process started") == 2)
+        #expect(try await client.open(channel: 3, service: "c", package: WorkerIsolationTests.package) == .success)
+        #expect(try await client.request(channel: 3, id: 1, ["Int": 1]).status == .success)
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+        // The old worker was shut down, not lost.
+        #expect(!host.log.contains("exited with status"))
+    }
+}
