@@ -125,6 +125,36 @@ struct HostileCrashTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func aCycleOfPluginsLaunchingEachOtherEndsAtItsFirstStepBack() async throws {
+        // Two serial plugins (two packages of the C test service): A launches B's scheme from
+        // its request; B's launch callback launches A's scheme, while A's queue waits for B.
+        func manifest(_ name: String) -> String {
+            """
+            { "manifestVersion": 1, "package": "atrium.tests.cycle.\(name)", "library": "libAtriumTestCService.so",
+              "services": [{ "name": "c", "supportsRemoteSystems": true }], "schemes": ["cycle-\(name)"] }
+            """
+        }
+        // A response timeout far beyond the test's waits: ending there would fail the test.
+        let host = try await startHost(
+            arguments: ["--response-timeout", "120"],
+            manifests: ["a.json": manifest("a"), "b.json": manifest("b")] + Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.cycle.a") == .success)
+        try await client.send(
+            .request(
+                RequestFrame(
+                    channel: 1, id: 1, message: EncodedValueSet(["LaunchOwn": "cycle-b:relay/cycle-a:hello"]))))
+        let answer = try await client.response(timeout: .seconds(10))
+        // A's launch into B succeeded as far as B: B's launch back into A was refused at once.
+        #expect(try answer.decoded["LaunchStatus"] == .int(Int64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue)))
+        #expect(await host.waitForLog("is waiting for a launch it made from one of its callbacks"))
+        // With A idle, the same relay from a client goes through: B launches A, which answers.
+        try await client.send(.launch(LaunchFrame(id: 9, uri: "cycle-b:relay/cycle-a:hello")))
+        #expect(try await client.next() == .launched(LaunchedFrame(id: 9, status: .success)))
+        try await expectServing(host)
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aDescriptorSmallerThanTheHeadersIsReadOnlyAsFarAsItGoes() async throws {
         // The descriptor ends where the plugin says (just after create) at the very end of a
         // page, and the next page is unmapped: reading one byte past it would crash the host.

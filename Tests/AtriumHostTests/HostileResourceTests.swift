@@ -33,9 +33,11 @@ struct HostileResourceTests {
 
     @Test func framesOfManyKeysAreRefusedWithoutStallingOthers() async throws {
         let host = try await startHost()
-        // Before hello: 100,000 keys (about 790 KB) are over the hello limit, refused on sight.
+        // Before hello: 100,000 keys (about 790 KB) are over the hello limit, refused on sight
+        // of the length. (Only its first 4 KiB are sent: the host closes on refusal, and bytes
+        // still arriving then would reset the connection before the client read the error.)
         let early = try await TestClient.connect(port: host.port)
-        try await early.sendRaw(TestClient.frame(manyKeys(100_000)))
+        try await early.sendRaw(Array(TestClient.frame(manyKeys(100_000)).prefix(4096)))
         guard case .error(let tooBig) = try await early.next() else {
             Issue.record("no error frame")
             return

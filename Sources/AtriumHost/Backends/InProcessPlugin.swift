@@ -87,6 +87,20 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self)
     }
 
+    /// How many of the plugin's serial callbacks are waiting for a launch they made (at most
+    /// one: the queue is serial). While one is, the plugin's queue cannot run a launch
+    /// callback, so a launch into the plugin is refused at once: a cycle of plugins
+    /// launching each other's schemes ends at its first step back, not at a timeout.
+    private let launchesWaitingOnQueue = Atomic<Int>(0)
+
+    /// Runs `body`, a launch the plugin made, noting when it blocks the plugin's own queue.
+    func whileLaunching<Result>(_ body: () -> Result) -> Result {
+        guard isOnOwnQueue else { return body() }
+        launchesWaitingOnQueue.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        defer { launchesWaitingOnQueue.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+        return body()
+    }
+
     // MARK: ServiceBackend: calls into the plugin, each on the plugin's queue.
 
     func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
@@ -176,6 +190,15 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
                     status: .deniedByLocalSystem,
                     error:
                         "package \"\(package)\" launched its own scheme from inside one of its callbacks, where it would wait on itself"
+                ))
+            return
+        }
+        if launchesWaitingOnQueue.load(ordering: .sequentiallyConsistent) > 0 {
+            completion(
+                LaunchOutcome(
+                    status: .deniedByLocalSystem,
+                    error:
+                        "package \"\(package)\" is waiting for a launch it made from one of its callbacks; a launch into it now would wait on itself"
                 ))
             return
         }

@@ -118,8 +118,9 @@ enum HostTable {
             return Int32(RemoteLaunchUriStatus.unknown.rawValue)
         }
         let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: length)) }
-        let outcome = plugin.host.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes)
-        return outcome.status.int32Value
+        return plugin.whileLaunching {
+            plugin.host.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes).status.int32Value
+        }
     }
 
     static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in

@@ -242,7 +242,9 @@ typedef struct atrium_host_api {
      * `launch_uri_for`. May block while a handler runs (at most the host's response timeout):
      * call it from the plugin's own callbacks or threads. A serial plugin that launches its
      * own scheme from inside its own callback gets ATRIUM_LAUNCH_DENIED_BY_LOCAL_SYSTEM (it
-     * would wait on itself). `data` may be NULL. */
+     * would wait on itself), and so does any launch into a plugin while one of its serial
+     * callbacks waits in `launch_uri`: a cycle of plugins launching each other's schemes is
+     * refused at its first step back, and never waits on itself. `data` may be NULL. */
     int32_t (*launch_uri)(const struct atrium_host_api *host, const char *uri, const uint8_t *data,
                           size_t data_length);
 

@@ -13,6 +13,8 @@
  *     answers {"LaunchStatus": n};
  *   - opening a service "status.<n>" answers open with n, negative ones included;
  *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included;
+ *   - a launch of "<scheme>:relay/<uri>" launches <uri> from inside the launch callback and
+ *     answers what that launch answered;
  *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers;
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
@@ -42,7 +44,9 @@ static int32_t ctest_open(void *instance, const atrium_channel_info *info) {
 }
 
 static int32_t ctest_launch(void *instance, const atrium_launch_info *info) {
-    (void)instance;
+    const atrium_host_api *host = (const atrium_host_api *)instance;
+    const char *relay = strstr(info->uri, ":relay/");
+    if (relay != NULL) return host->launch_uri(host, relay + strlen(":relay/"), NULL, 0);
     const char *prefix = "atrium-ctest:status/";
     if (strncmp(info->uri, prefix, strlen(prefix)) == 0) return (int32_t)atol(info->uri + strlen(prefix));
     return ATRIUM_LAUNCH_SUCCESS;
