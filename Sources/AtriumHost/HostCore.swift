@@ -169,8 +169,18 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
-    func addChannel(_ handle: UInt64, _ channel: OpenChannel) {
-        state.withLock { $0.channels[handle] = channel }
+    /// Records an open channel; false when its backend is no longer its package's (a reload
+    /// retired it while the open was answered): the channel is then not opened. Checked under
+    /// the lock that a reload's closing of the retired backend's channels takes after it
+    /// swapped the packages, so no channel of a retired backend outlives the reload.
+    func addChannel(_ handle: UInt64, _ channel: OpenChannel) -> Bool {
+        state.withLock { state in
+            guard registry.withLock({ $0.package(channel.backend.package)?.backend === channel.backend }) else {
+                return false
+            }
+            state.channels[handle] = channel
+            return true
+        }
     }
 
     /// Removes a channel and everything waiting on it: its unanswered client requests and
@@ -190,10 +200,14 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// Records a request about to be handed to a plugin; returns the plugin's id for it. Its
     /// timeout is armed by ``armTimeout(_:on:)`` once the plugin has it.
-    func addPending(_ request: PendingRequest) -> UInt64 {
+    /// Nil when the channel is closed by now (its `closed` is on its way to the client).
+    func addPending(_ request: PendingRequest) -> UInt64? {
         let handle = makeId()
-        state.withLock { $0.pending[handle] = request }
-        return handle
+        return state.withLock { state in
+            guard state.channels[request.channel] != nil else { return nil }
+            state.pending[handle] = request
+            return handle
+        }
     }
 
     /// Arms the response timeout of a request the plugin now has, unless it has answered
@@ -244,6 +258,14 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         message: ByteBuffer?,
         error: String?
     ) -> Result<Void, BackendCallError> {
+        // Whose request it is comes first: an answer to another backend's request, or to none,
+        // costs a lookup, not a check of its message.
+        guard state.withLock({ $0.pending[handle]?.backend === backend }) else {
+            logger.debug(
+                "an answer to request \(handle) came too late or twice; ignored",
+                metadata: ["package": "\(backend.package)"])
+            return .failure(.unknownRequest)
+        }
         var status = status
         var error = error
         var message = message
@@ -656,7 +678,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             try? await Task.sleep(for: .milliseconds(10))
         }
         logger.info("connections left in memory: \(ConnectionHandler.live.load(ordering: .relaxed))")
-        for package in packages {
+        // Under the reload lock: a reload under way finishes first, and none starts after.
+        let stopping = reloading.withLock { _ in packages }
+        for package in stopping {
             guard let backend = package.backend else { continue }
             if !backend.shutDown(within: .seconds(5)) {
                 logger.warning(

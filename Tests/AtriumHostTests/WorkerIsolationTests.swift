@@ -16,7 +16,8 @@ import Testing
         { "manifestVersion": 1, "package": "\(package)", "library": "libAtriumTestCService.so",
           "isolation": "process", \(limits.map { "\"limits\": \($0)," } ?? "") \(user.map { "\"user\": \"\($0)\"," } ?? "")
           "services": [{ "name": "c", "supportsRemoteSystems": true },
-                       { "name": "status.-3", "supportsRemoteSystems": true }],
+                       { "name": "status.-3", "supportsRemoteSystems": true },
+                       { "name": "sleep.600", "supportsRemoteSystems": true }],
           "schemes": ["atrium-ctest"] }
         """
     }
@@ -187,6 +188,96 @@ import Testing
         await client.close()
         await bystander.close()
         #expect(await host.stop() == 0)
+    }
+
+    @Test func aWorkerThatForgesFramesIsIgnoredQuietly() async throws {
+        let host = try await Self.startWorkerHost()
+        let bystander = try await Self.bystander(host)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        // 20,000 frames a worker may not send: an unknown type, and answers to request 0.
+        let answer = try await client.request(channel: 1, id: 1, ["Forge": 10_000])
+        #expect(try answer.decoded["Forged"] == .int(10_000))
+        #expect(try await Self.echoes(bystander, 1))
+        // The package still serves, on the same worker: the forgeries were ignored, not crashes.
+        #expect(try await client.request(channel: 1, id: 2, ["Int": 1]).status == .success)
+        #expect(host.count("worker process started") == 1)
+        // And they are counted, not logged one by one.
+        #expect(host.count("sent an unexpected x frame") <= 2, "\(host.log.suffix(2000))")
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aStoppedWorkerGetsNoMoreWorkAndIsReplaced() async throws {
+        let host = try await startHost(
+            arguments: ["--response-timeout", "1"],
+            manifests: Fixtures.referenceManifests.merging(["w.json": Self.manifest()]) { $1 })
+        let bystander = try await Self.bystander(host)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        let pid = try #require(Self.workerPid(in: host.log))
+        let before = try #require(host.residentBytes)
+        // The worker neither reads nor answers: 48 requests of 64 KiB (3 MiB, past what the
+        // host buffers for a worker). Each is answered, by a timeout or a refusal.
+        kill(pid, SIGSTOP)
+        let blob: ValueSet = ["Bytes": .bytes(Array(repeating: 1, count: 65_536))]
+        for id in 1...48 {
+            try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
+        }
+        var answered = 0
+        var closed = false
+        while answered < 48 || !closed {
+            switch try await client.next(timeout: .seconds(15)) {
+            case .response(let response):
+                #expect([.resourceLimitsExceeded, .appUnavailable].contains(response.status))
+                answered += 1
+            case .closed(let frame):
+                #expect(frame.channel == 1)
+                closed = true
+            case let other:
+                Issue.record("unexpected \(String(describing: other))")
+                answered = 48
+                closed = true
+            }
+        }
+        #expect(try await Self.echoes(bystander, 1))
+        #expect(try #require(host.residentBytes) < before + 32 << 20)
+        // It was killed (a stopped process dies of SIGKILL), and a new worker serves.
+        #expect(try await Self.openWhenBack(client, channel: 2))
+        #expect(try await client.request(channel: 2, id: 99, ["Int": 1]).status == .success)
+        #expect(host.count("worker process started") == 2)
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test(arguments: [true, false])
+    func anOpenAnsweredByAVersionTheReloadRetiredIsNotOpened(inWorker: Bool) async throws {
+        // In process, the retired plugin answers the open as it is drained before `destroy`.
+        let manifest =
+            inWorker ? Self.manifest() : Self.manifest().replacingOccurrences(of: #""isolation": "process","#, with: "")
+        let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
+        let client = try await connectedClient(host)
+        // The worker's open sleeps 600 ms; the manifest changes meanwhile.
+        try await client.send(.open(OpenFrame(channel: 1, service: "sleep.600", package: Self.package)))
+        try await Task.sleep(for: .milliseconds(100))
+        try manifest.replacingOccurrences(of: "\"library\"", with: "\"config\": {\"v\": 2}, \"library\"")
+            .write(to: host.manifestsFolder.appendingPathComponent("w.json"), atomically: true, encoding: .utf8)
+        #expect(
+            try await client.next(timeout: .seconds(10)) == .opened(OpenedFrame(channel: 1, status: .appUnavailable)))
+        // The new version serves.
+        #expect(await host.waitForLog("manifests reloaded", timeout: .seconds(5)))
+        #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .success)
+        #expect(try await client.request(channel: 2, id: 1, ["Int": 1]).status == .success)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// The pid of the first worker the host started, from its log.
+    static func workerPid(in log: String) -> pid_t? {
+        guard let range = log.range(of: "worker process started (pid ") else { return nil }
+        return pid_t(log[range.upperBound...].prefix { $0.isNumber })
     }
 
     @Test func aWorkerThatKeepsCrashingIsGivenUp() async throws {

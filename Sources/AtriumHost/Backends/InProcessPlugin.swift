@@ -87,6 +87,13 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self)
     }
 
+    /// Set on the plugin's queue just before `destroy`: calls that reach the queue later (a
+    /// reload retired the plugin while they were on their way) are answered by the host and
+    /// never reach the destroyed instance.
+    private let destroyed = Atomic<Bool>(false)
+
+    private var isDestroyed: Bool { destroyed.load(ordering: .acquiring) }
+
     /// How many of the plugin's serial callbacks are waiting for a launch they made (at most
     /// one: the queue is serial). While one is, the plugin's queue cannot run a launch
     /// callback, so a launch into the plugin is refused at once: a cycle of plugins
@@ -105,6 +112,10 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
 
     func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
         queues.queue.async {
+            guard !self.isDestroyed else {
+                completion(.appUnavailable)
+                return
+            }
             guard self.descriptor.has(\.open), let open = self.descriptor.pointee.open else {
                 completion(.success)
                 return
@@ -145,6 +156,10 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     }
 
     private func deliver(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
+        guard !isDestroyed else {
+            host.answer(request, status: .appUnavailable, error: "package \(package) was stopped")
+            return
+        }
         guard descriptor.has(\.request), let callback = descriptor.pointee.request else {
             host.answer(request, status: .failure, error: "the service does not take requests")
             return
@@ -156,7 +171,8 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
 
     func response(to request: UInt64, on channel: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?) {
         queues.queue.async {
-            guard self.descriptor.has(\.response), let callback = self.descriptor.pointee.response else { return }
+            guard !self.isDestroyed, self.descriptor.has(\.response), let callback = self.descriptor.pointee.response
+            else { return }
             let bytes = message ?? ByteBuffer(bytes: [0xa0])
             bytes.withUnsafeReadableBytes { raw in
                 callback(
@@ -169,7 +185,8 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
 
     func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser) {
         queues.queue.async {
-            guard self.descriptor.has(\.closed), let callback = self.descriptor.pointee.closed else { return }
+            guard !self.isDestroyed, self.descriptor.has(\.closed), let callback = self.descriptor.pointee.closed
+            else { return }
             callback(self.instance, channel, status.int32Value, closer.rawValue)
         }
     }
@@ -203,6 +220,11 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
             return
         }
         queues.queue.async {
+            guard !self.isDestroyed else {
+                completion(
+                    LaunchOutcome(status: .appUnavailable, error: "package \"\(self.package)\" was stopped"))
+                return
+            }
             let status = launch.uri.withCString { uri in
                 launch.clientId.withCString { clientId in
                     withOptionalBytes(launch.data) { bytes, count in
@@ -237,6 +259,7 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// called again.
     func shutDown(within timeout: Duration) -> Bool {
         queues.drain(within: timeout) {
+            guard !self.destroyed.exchange(true, ordering: .acquiringAndReleasing) else { return }
             if self.descriptor.has(\.destroy), let destroy = self.descriptor.pointee.destroy {
                 destroy(self.instance)
             }

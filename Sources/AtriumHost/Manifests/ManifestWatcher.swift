@@ -32,9 +32,11 @@ final class ManifestWatcher {
         var reason: String
     }
 
+    private let pending = PendingReload()
+
     private init(descriptor: Int32, changed: @escaping @Sendable () -> Void) {
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
-        let pending = PendingReload()
+        let pending = self.pending
         let queue = self.queue
         source.setEventHandler {
             // Drain the events; which files changed does not matter: the folder is read again.
@@ -49,8 +51,10 @@ final class ManifestWatcher {
         source.resume()
     }
 
+    /// Stops watching; a reload waiting for events to settle does not run.
     func stop() {
         source.cancel()
+        queue.sync { pending.item?.cancel() }
     }
 }
 

@@ -58,8 +58,10 @@ extension HostCore {
     /// not load, keeps running as it was. Connections are never dropped. Blocks while
     /// plugins load: call it off the event loops.
     @discardableResult
-    public func reload(_ directory: ManifestDirectory) -> ReloadReport {
-        reloading.withLock { queues in
+    public func reload(_ directory: ManifestDirectory) -> ReloadReport? {
+        reloading.withLock { queues -> ReloadReport? in
+            // Shutdown stops the packages under this same lock: a reload never races it.
+            guard !isShuttingDown else { return nil }
             var report = ReloadReport()
             let old = registry.withLock { $0 }
             var next: [LoadedPackage] = []

@@ -39,6 +39,8 @@ public final class AtriumServer: Service, Sendable {
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
         self.onReady = onReady
+        // SIGHUP reloads the manifests once the host runs; until then it must not end it.
+        signal(SIGHUP, SIG_IGN)
         manifests = try ManifestDirectory.load(configuration.manifestsFolder, strictModes: configuration.strictModes)
         for problem in manifests.problems {
             logger.error("manifest skipped: \(problem)")
@@ -68,7 +70,10 @@ public final class AtriumServer: Service, Sendable {
         }
         for problem in directory.problems { logger.error("manifest skipped: \(problem)") }
         for warning in directory.warnings { logger.warning("\(warning)") }
-        let report = core.reload(directory)
+        guard let report = core.reload(directory) else {
+            logger.notice("reload (\(reason)) skipped: the host is shutting down")
+            return nil
+        }
         logger.notice("manifests reloaded (\(reason)): \(report)")
         return report
     }

@@ -47,8 +47,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private let ticket: AdmissionTicket
     /// Open channels: the client's channel number → the host's channel id and its backend.
     private var channels: [UInt64: (handle: UInt64, backend: any ServiceBackend)] = [:]
-    /// Channel numbers whose `open` the plugin has not answered yet.
-    private var opening: Set<UInt64> = []
+    /// Channel numbers whose `open` the backend has not answered yet, and the host's id for
+    /// each attempt (an answer for an attempt that timed out is told apart by it).
+    private var opening: [UInt64: (handle: UInt64, timeout: Scheduled<Void>)] = [:]
     /// Client requests handed to plugins and not answered yet, and their message bytes.
     private var inFlight = 0
     private var inFlightBytes = 0
@@ -145,6 +146,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         isClosed = true
         deadline?.cancel()
+        // Opens still unanswered keep their entries: a late success is then told it closed.
+        for attempt in opening.values { attempt.timeout.cancel() }
         let handles = channels.values.map(\.handle)
         channels.removeAll()
         if admitted { core.connectionClosed(id, channels: handles) }
@@ -174,7 +177,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let idle = NIODeadline.now() - lastFrame
         let timeout = TimeAmount(admission.idleTimeout)
         // Someone waiting for an answer is not idle.
-        if idle < timeout || inFlight > 0 || launchesInFlight > 0 {
+        if idle < timeout || inFlight > 0 || launchesInFlight > 0 || !opening.isEmpty {
             let remaining = idle < timeout ? timeout - idle : timeout
             armDeadline(after: .nanoseconds(remaining.nanoseconds))
             return
@@ -343,7 +346,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func handleOpen(_ open: OpenFrame) {
-        if channels[open.channel] != nil || opening.contains(open.channel) {
+        if channels[open.channel] != nil || opening[open.channel] != nil {
             write(.error(ErrorFrame(code: "channelInUse", message: "channel \(open.channel) is already open")))
             return
         }
@@ -367,10 +370,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
             refuse(refusal.status, refusal.reason)
         case .success(let backend):
             let handle = core.makeId()
-            opening.insert(open.channel)
             guard let link = self.link else { return }
             let info = ChannelInfo(
                 id: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal)
+            // A backend that never answers `open` gets the response timeout, as a request does.
+            let timeout = core.configuration.responseTimeout
+            let timer = link.eventLoop.scheduleTask(in: .init(timeout)) {
+                link.run { connection in
+                    guard connection.opening[open.channel]?.handle == handle else { return }
+                    connection.opening.removeValue(forKey: open.channel)
+                    connection.core.breaches.record(
+                        "open timeout \(backend.package)",
+                        "package \(backend.package) did not answer open within \(describe(timeout)); refused as Unknown",
+                        metadata: ["package": "\(backend.package)"])
+                    connection.write(.opened(OpenedFrame(channel: open.channel, status: .unknown)))
+                    connection.closeIfDrained()
+                }
+            }
+            opening[open.channel] = (handle, timer)
             backend.open(info) { status in
                 link.run { connection in
                     connection.opened(open, handle: handle, backend: backend, status: status)
@@ -383,21 +400,34 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func opened(
         _ open: OpenFrame, handle: UInt64, backend: any ServiceBackend, status: AppServiceConnectionStatus
     ) {
-        opening.remove(open.channel)
+        guard let attempt = opening[open.channel], attempt.handle == handle else {
+            // Answered after the host gave up on it (the client was told Unknown).
+            if status == .success { backend.closed(channel: handle, status: .canceled, by: .host) }
+            return
+        }
+        attempt.timeout.cancel()
+        opening.removeValue(forKey: open.channel)
         guard !isClosed, let link else {
             if status == .success { backend.closed(channel: handle, status: .canceled, by: .network) }
             return
         }
+        var status = status
         if status == .success {
-            channels[open.channel] = (handle, backend)
-            core.addChannel(
+            let added = core.addChannel(
                 handle,
                 HostCore.OpenChannel(
                     connection: link, clientChannel: open.channel, backend: backend, service: open.service,
                     clientId: clientId, isRemote: !isLocal)
             )
-            logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
-        } else {
+            if added {
+                channels[open.channel] = (handle, backend)
+                logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
+            } else {
+                // The package was reloaded while it answered: that version is gone.
+                status = .appUnavailable
+            }
+        }
+        if status != .success {
             core.breaches.record(
                 "open refused by service", level: .info,
                 "open \(open.package)/\(untrusted(open.service, limit: 80)) refused by the service",
@@ -439,12 +469,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let link else { return }
         inFlight += 1
         inFlightBytes += bytes
-        let handle = core.addPending(
-            HostCore.PendingRequest(
-                connection: link, clientChannel: request.channel, clientRequest: request.id,
-                channel: channel.handle, backend: channel.backend, messageBytes: bytes
+        guard
+            let handle = core.addPending(
+                HostCore.PendingRequest(
+                    connection: link, clientChannel: request.channel, clientRequest: request.id,
+                    channel: channel.handle, backend: channel.backend, messageBytes: bytes
+                )
             )
-        )
+        else {
+            inFlight -= 1
+            inFlightBytes -= bytes
+            reply(.failure, "channel \(request.channel) is closing")
+            return
+        }
         channel.backend.request(handle, on: channel.handle, message: request.message.buffer)
         core.armTimeout(handle, on: link.eventLoop)
     }

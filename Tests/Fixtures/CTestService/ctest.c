@@ -11,7 +11,8 @@
  *   - a request {"LaunchOwn": uri} launches uri from inside the request callback with
  *     launch_uri ({"LaunchFor": uri}: with launch_uri_for, for the channel's client) and
  *     answers {"LaunchStatus": n};
- *   - opening a service "status.<n>" answers open with n, negative ones included;
+ *   - opening a service "status.<n>" answers open with n, negative ones included; opening
+ *     "sleep.<ms>" sleeps ms milliseconds, then accepts;
  *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included;
  *   - a launch of "<scheme>:relay/<uri>" launches <uri> from inside the launch callback and
  *     answers what that launch answered;
@@ -19,7 +20,10 @@
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
  *     until none is left, then aborts;
- *   - a request {"Uid": anything} answers {"Uid": the process's user id}.
+ *   - a request {"Uid": anything} answers {"Uid": the process's user id};
+ *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
+ *     (an unknown type, and an answer to request 0) straight to the worker's socket (fd 0),
+ *     as a hostile plugin could, then answers {"Forged": n}.
  */
 #define _DEFAULT_SOURCE
 #include <signal.h>
@@ -40,6 +44,7 @@ static int32_t ctest_create(const atrium_host_api *host, const char *config_json
 static int32_t ctest_open(void *instance, const atrium_channel_info *info) {
     (void)instance;
     if (strncmp(info->service, "status.", 7) == 0) return (int32_t)atol(info->service + 7);
+    if (strncmp(info->service, "sleep.", 6) == 0) usleep((useconds_t)(atol(info->service + 6) * 1000));
     return ATRIUM_OPEN_SUCCESS;
 }
 
@@ -83,6 +88,27 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
 
     if (host->message_kind(host, in, "Uid") != ATRIUM_KIND_NONE) {
         host->builder_put_int(host, out, "Uid", (int64_t)getuid());
+        finish(host, request, out, in);
+        return;
+    }
+
+    int64_t forge = 0;
+    if (host->message_get_int(host, in, "Forge", &forge) == ATRIUM_OK) {
+        /* {"type": "x"} and {"type": "respond", "id": 0, "status": 0}, each with its length. */
+        static const uint8_t frames[] = {
+            0, 0, 0, 8, 0xa1, 0x64, 't', 'y', 'p', 'e', 0x61, 'x',
+            0, 0, 0, 26, 0xa3, 0x64, 't', 'y', 'p', 'e', 0x67, 'r', 'e', 's', 'p', 'o', 'n', 'd',
+            0x62, 'i', 'd', 0x00, 0x66, 's', 't', 'a', 't', 'u', 's', 0x00,
+        };
+        for (int64_t n = 0; n < forge; n++) {
+            size_t sent = 0;
+            while (sent < sizeof frames) {
+                ssize_t wrote = write(0, frames + sent, sizeof frames - sent);
+                if (wrote > 0) sent += (size_t)wrote;
+                else usleep(100);
+            }
+        }
+        host->builder_put_int(host, out, "Forged", forge);
         finish(host, request, out, in);
         return;
     }

@@ -16,12 +16,19 @@ import Synchronization
 /// (``WorkerFrame``); the worker's frames become calls on the host's side of the seam, checked
 /// as any backend's are.
 ///
-/// A worker that dies (a signal, an exit, its socket closing) takes only its own package's
-/// work with it: the package's channels are closed with status Unknown, its requests in
-/// flight are answered AppUnavailable (6), and the log names the package and the signal or
-/// exit status. The host then starts a new worker after a delay that doubles with each crash
-/// (0.25 s up to 30 s), and after ``maxCrashes`` crashes within ``crashWindow`` it gives the
-/// package up: `open` answers AppUnavailable (2) with the reason until the host restarts.
+/// A worker is untrusted: everything it sends is bounded. Its frames are held to the clients'
+/// frame limit; what the host writes to it is bounded by a high-water mark (a worker that
+/// stops reading gets no more work, and is killed after the response timeout); its launches
+/// in flight are capped; opens, launches and requests it does not answer time out, and three
+/// requests in a row that time out with no answer between them mark it as hung.
+///
+/// A worker that dies (a signal, an exit, its socket closing, or killed as hung) takes only
+/// its own package's work with it: the package's channels are closed with status Unknown,
+/// its requests in flight are answered AppUnavailable (6), and the log names the package and
+/// the signal or exit status. The host then starts a new worker after a delay that doubles
+/// with each crash (0.25 s up to 30 s), and after ``maxCrashes`` crashes within
+/// ``crashWindow`` it gives the package up: `open` answers AppUnavailable (2) with the reason
+/// until the package is reloaded or the host restarts.
 final class WorkerProcess: ServiceBackend, Sendable {
     let package: String
     let library: URL
@@ -32,13 +39,21 @@ final class WorkerProcess: ServiceBackend, Sendable {
     private let group: any EventLoopGroup
 
     static let maxCrashes = 5
+    static let crashWindow = Duration.seconds(60)
     /// Requests in a row that may time out, with no answer between them, before the worker
     /// is taken as hung.
     static let maxSilentTimeouts = 3
-    static let crashWindow = Duration.seconds(60)
+    /// Launches a worker may have waiting on the host at once (its plugin's `launch_uri`).
+    static let maxLaunchesFromWorker = 4
+    /// How long a started worker has to load its plugin and say so.
+    static let startTimeout = Duration.seconds(10)
+    /// What the host buffers for a worker that does not read it, before it stops sending it
+    /// work (and the low-water mark at which it starts again).
+    static let outputHighWater = 1 << 20
+    static let outputLowWater = 256 << 10
 
     private enum Phase {
-        /// Started, `ready` not yet received; ``WorkerProcess/start()`` waits for it.
+        /// Started, `ready` not yet received.
         case starting
         case running
         /// Down, a new worker due at the time set.
@@ -56,14 +71,22 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var opens: [UInt64: @Sendable (AppServiceConnectionStatus) -> Void] = [:]
         var launches: [UInt64: @Sendable (LaunchOutcome) -> Void] = [:]
         var nextLaunch: UInt64 = 1
+        /// Channels this generation of the worker accepted: a request on another channel of
+        /// this package (opened with a worker that has died since) never reaches it.
+        var openChannels: Set<UInt64> = []
+        /// The worker's own launches waiting on the host.
+        var launchesFromWorker = 0
         var crashes: [ContinuousClock.Instant] = []
         var shuttingDown = false
         /// Requests timed out since the worker last answered one.
         var timeoutsSinceAnswer = 0
-        /// Set when the host killed the worker for not answering: the reason it gives.
-        var hungReason: String?
+        /// Set when the host killed the worker: the reason it gives.
+        var killReason: String?
+        /// The first start, waited for by ``start()``.
         var ready: DispatchSemaphore?
         var startError: String?
+        /// Whether the link to the worker is over its high-water mark.
+        var blocked = false
     }
 
     private let state = Mutex(State())
@@ -82,18 +105,34 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     // MARK: Starting and losing the worker
 
-    /// Starts the worker and waits for it to load the plugin (at most `timeout`).
-    func start(timeout: Duration = .seconds(10)) throws(PluginLoadError) {
+    /// Starts the worker and waits for it to load the plugin (at most ``startTimeout``).
+    /// When it fails, the object is given up for good: nothing restarts it.
+    func start() throws(PluginLoadError) {
         let ready = DispatchSemaphore(value: 0)
         state.withLock { $0.ready = ready }
-        if let error = launchWorker() { throw PluginLoadError(reason: error) }
-        guard ready.wait(timeout: .now() + timeout.seconds) == .success else {
-            kill()
-            throw PluginLoadError(reason: "the worker process did not load the plugin within \(describe(timeout))")
-        }
-        if let error = state.withLock({ $0.startError }) {
+        if let error = launchWorker() {
+            giveUp(error)
             throw PluginLoadError(reason: error)
         }
+        let loaded = ready.wait(timeout: .now() + Self.startTimeout.seconds) == .success
+        let error = state.withLock { state -> String? in
+            if !loaded { return "the worker process did not load the plugin within \(describe(Self.startTimeout))" }
+            return state.startError
+        }
+        if let error {
+            giveUp(error)
+            throw PluginLoadError(reason: error)
+        }
+    }
+
+    /// Marks the package failed and kills its worker: no restart follows.
+    private func giveUp(_ reason: String) {
+        let process = state.withLock { state -> Process? in
+            state.phase = .failed(reason: reason)
+            state.ready = nil
+            return state.process
+        }
+        if let process, process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
     }
 
     /// Starts a worker process; returns why it could not.
@@ -116,12 +155,34 @@ final class WorkerProcess: ServiceBackend, Sendable {
         environment["SWIFT_BACKTRACE"] = environment["SWIFT_BACKTRACE"] ?? "enable=no"
         process.environment = environment
         // The worker's end becomes its standard input (dup2 clears close-on-exec on the copy).
-        process.standardInput = FileHandle(fileDescriptor: workerEnd, closeOnDealloc: true)
-        let generation = state.withLock { state -> Int in
+        let workerHandle = FileHandle(fileDescriptor: workerEnd, closeOnDealloc: false)
+        process.standardInput = workerHandle
+        // What the worker (its plugin included) prints goes to the host's log through a pipe,
+        // escaped, cut and counted as a program's output is: never raw into the log.
+        var output: [Int32] = [-1, -1]
+        guard pipe(&output) == 0 else {
+            close(hostEnd)
+            close(workerEnd)
+            return "cannot make a pipe for the worker's output: errno \(errno)"
+        }
+        _ = fcntl(output[0], F_SETFD, FD_CLOEXEC)
+        _ = fcntl(output[1], F_SETFD, FD_CLOEXEC)
+        let outputHandle = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
+        process.standardOutput = outputHandle
+        process.standardError = outputHandle
+        let generation = state.withLock { state -> Int? in
+            guard !state.shuttingDown else { return nil }
             state.generation += 1
             state.phase = .starting
             state.process = process
+            state.openChannels.removeAll()
+            state.launchesFromWorker = 0
+            state.blocked = false
             return state.generation
+        }
+        guard let generation else {
+            for descriptor in [hostEnd, workerEnd, output[0], output[1]] { close(descriptor) }
+            return "the host is shutting down"
         }
         process.terminationHandler = { [weak self] ended in
             self?.workerEnded(ended, generation: generation)
@@ -129,10 +190,26 @@ final class WorkerProcess: ServiceBackend, Sendable {
         do {
             try process.run()
         } catch {
-            close(hostEnd)
+            for descriptor in [hostEnd, workerEnd, output[0], output[1]] { close(descriptor) }
             return "cannot start the worker process (\(executable.path)): \(error.localizedDescription)"
         }
+        // The worker has its copies: with the host's closed, the worker closing its end (or
+        // dying) closes the link at once, and the output pipe ends with the worker.
+        close(workerEnd)
+        close(output[1])
         logger.info("worker process started (pid \(process.processIdentifier))")
+        OutputLog.attach(output[0], name: "worker \(process.processIdentifier)", logger: logger)
+        // A worker that never says it is ready (the first start waits in ``start()``).
+        group.next().scheduleTask(in: .init(Self.startTimeout)) { [self] in
+            let stuck = state.withLock { state -> Bool in
+                guard state.generation == generation, case .starting = state.phase, state.ready == nil else {
+                    return false
+                }
+                state.killReason = "did not load the plugin within \(describe(Self.startTimeout))"
+                return true
+            }
+            if stuck { Glibc.kill(process.processIdentifier, SIGKILL) }
+        }
         let limits = manifest.workerLimits
         let start = WorkerFrame.start(
             package: package, library: library.path, config: manifest.configJSON, concurrent: manifest.concurrent,
@@ -141,6 +218,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
         // Nothing here waits: a restart may be made from anywhere. A worker that cannot be
         // talked to is killed, and its end handled as any other.
         ClientBootstrap(group: group)
+            .channelOption(
+                .writeBufferWaterMark, value: .init(low: Self.outputLowWater, high: Self.outputHighWater)
+            )
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     // A worker's frames are held to the clients' frame limit: one that sends
@@ -157,43 +237,74 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 switch result {
                 case .success(let channel):
                     let current = state.withLock { state -> Bool in
-                        guard state.generation == generation else { return false }
+                        guard state.generation == generation, !state.shuttingDown else { return false }
                         state.channel = channel
                         return true
                     }
-                    if current { channel.writeAndFlush(start, promise: nil) } else { channel.close(promise: nil) }
+                    if current {
+                        channel.writeAndFlush(start, promise: nil)
+                    } else {
+                        channel.close(promise: nil)
+                        Glibc.kill(process.processIdentifier, SIGKILL)
+                    }
                 case .failure(let error):
+                    // NIO closed the descriptor already.
                     logger.error("cannot talk to the worker process: \(error)")
-                    close(hostEnd)
                     Glibc.kill(process.processIdentifier, SIGKILL)
                 }
             }
         return nil
     }
 
-    private func kill() {
-        let process = state.withLock { $0.process }
+    /// Kills the worker of `generation` (if it is still that one) for `reason`; its end is
+    /// then handled as a crash.
+    private func kill(generation: Int, reason: String?) {
+        let process = state.withLock { state -> Process? in
+            guard state.generation == generation else { return nil }
+            if let reason, state.killReason == nil { state.killReason = reason }
+            return state.process
+        }
         if let process, process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
     }
 
     /// The worker's socket closed: if the process is still there (it closed the socket, or
     /// broke the framing), it is killed, and its end is handled as a crash.
     func linkClosed(generation: Int) {
-        let process = state.withLock { $0.generation == generation ? $0.process : nil }
-        if let process, process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        kill(generation: generation, reason: nil)
+    }
+
+    /// The link to the worker went over (or back under) its high-water mark.
+    func linkWritabilityChanged(writable: Bool, generation: Int) {
+        let changed = state.withLock { state -> Bool in
+            guard state.generation == generation, state.blocked == writable else { return false }
+            state.blocked = !writable
+            return true
+        }
+        guard changed, !writable else { return }
+        core.breaches.record(
+            "worker not reading \(package)", "the worker of package \(package) is not reading what the host sends it",
+            metadata: ["package": "\(package)"])
+        let timeout = core.configuration.responseTimeout
+        group.next().scheduleTask(in: .init(timeout)) { [self] in
+            let still = state.withLock { $0.generation == generation && $0.blocked }
+            if still {
+                kill(generation: generation, reason: "stopped reading its socket for \(describe(timeout))")
+            }
+        }
     }
 
     private func workerEnded(_ process: Process, generation: Int) {
-        let hung = state.withLock { state -> String? in
+        let killed = state.withLock { state -> String? in
             guard state.generation == generation else { return nil }
-            defer { state.hungReason = nil }
-            return state.hungReason
+            defer { state.killReason = nil }
+            return state.killReason
         }
         let how =
-            hung.map { "\($0) and was killed" }
+            killed.map { "\($0) and was killed" }
             ?? (process.terminationReason == .uncaughtSignal
                 ? "was killed by signal \(process.terminationStatus) (\(signalName(process.terminationStatus)))"
                 : "exited with status \(process.terminationStatus)")
+        let reason = "the service's worker process \(how)"
         let now = ContinuousClock.now
         let (opens, launches, channel, verdict) = state.withLock {
             state -> (
@@ -205,14 +316,16 @@ final class WorkerProcess: ServiceBackend, Sendable {
             let launches = Array(state.launches.values)
             state.opens.removeAll()
             state.launches.removeAll()
+            state.openChannels.removeAll()
             let channel = state.channel
             state.channel = nil
             state.process = nil
             state.timeoutsSinceAnswer = 0
             if state.shuttingDown {
-                state.phase = .failed(reason: "the host is shutting down")
+                state.phase = .failed(reason: "the package was stopped")
                 return (opens, launches, channel, nil)
             }
+            if case .failed = state.phase { return (opens, launches, channel, nil) }
             if case .starting = state.phase, let ready = state.ready {
                 // It died while loading: the load fails with the reason.
                 state.startError = state.startError ?? "the worker process \(how) while loading the plugin"
@@ -226,17 +339,17 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 state.crashes.count >= Self.maxCrashes
                 ? .failed(
                     reason:
-                        "its worker process crashed \(state.crashes.count) times within \(describe(Self.crashWindow)); it stays unavailable until the host restarts"
+                        "its worker process crashed \(state.crashes.count) times within \(describe(Self.crashWindow)); it stays unavailable until it is reloaded or the host restarts"
                 )
                 : .restarting(reason: "its worker process \(how); it is being restarted")
             return (opens, launches, channel, state.phase)
         }
         channel?.close(promise: nil)
-        guard let verdict else { return }
-        let reason = "the service's worker process \(how)"
-        logger.error("worker process (pid \(process.processIdentifier)) \(how)")
+        // Whoever waits on this worker hears at once, whatever comes next.
         for open in opens { open(.appUnavailable) }
         for launch in launches { launch(LaunchOutcome(status: .appUnavailable, error: reason)) }
+        guard let verdict else { return }
+        logger.error("worker process (pid \(process.processIdentifier)) \(how)")
         core.backendFailed(self, reason: reason)
         switch verdict {
         case .failed(let why):
@@ -250,11 +363,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func restart() {
-        let shuttingDown = state.withLock { $0.shuttingDown }
-        guard !shuttingDown else { return }
         if let error = launchWorker() {
             logger.error("the worker could not be restarted: \(error)")
-            state.withLock { $0.phase = .failed(reason: error) }
+            state.withLock { state in
+                if !state.shuttingDown { state.phase = .failed(reason: error) }
+            }
         }
     }
 
@@ -264,41 +377,71 @@ final class WorkerProcess: ServiceBackend, Sendable {
         guard state.withLock({ $0.generation == generation }) else { return }
         switch frame {
         case .ready(let error):
-            let ready = state.withLock { state -> DispatchSemaphore? in
+            let (ready, starting) = state.withLock { state -> (DispatchSemaphore?, Bool) in
+                guard case .starting = state.phase else { return (nil, false) }
                 if let error {
-                    state.startError = "the plugin did not load in its worker process: \(error)"
+                    let reason = "the plugin did not load in its worker process: \(untrusted(error, limit: 300))"
+                    state.startError = reason
+                    state.phase = .failed(reason: reason)
                 } else {
                     state.phase = .running
                 }
                 let ready = state.ready
                 state.ready = nil
-                return ready
+                return (ready, true)
             }
-            if let error, ready == nil { logger.error("the restarted worker could not load the plugin: \(error)") }
+            guard starting else {
+                violation("a second ready", generation: generation)
+                return
+            }
+            if let error, ready == nil {
+                logger.error("the restarted worker could not load the plugin: \(untrusted(error, limit: 300))")
+            }
             ready?.signal()
         case .opened(let channel, let status):
-            let completion = state.withLock { $0.opens.removeValue(forKey: channel) }
+            let completion = state.withLock { state -> (@Sendable (AppServiceConnectionStatus) -> Void)? in
+                guard let completion = state.opens.removeValue(forKey: channel) else { return nil }
+                if status == 0 { state.openChannels.insert(channel) }
+                return completion
+            }
             let checked = Int32(exactly: status).flatMap(AppServiceConnectionStatus.init(checking:)) ?? .unknown
             completion?(checked)
         case .respond(let id, let status, let message, let error):
-            state.withLock { $0.timeoutsSinceAnswer = 0 }
             let checked = Int32(exactly: status).flatMap(AppServiceResponseStatus.init(checking:)) ?? .unknown
-            _ = core.respond(to: id, from: self, status: checked, message: message?.buffer, error: error)
+            let result = core.respond(to: id, from: self, status: checked, message: message?.buffer, error: error)
+            if case .success = result { state.withLock { $0.timeoutsSinceAnswer = 0 } }
         case .send(let call, let channel, let message):
             switch core.send(message.buffer, on: channel, from: self) {
-            case .success(let id): reply(.reply(call: call, error: nil, id: id, status: nil, reason: nil))
+            case .success(let id): reply(.reply(call: call, error: nil, id: id, status: nil, reason: nil), generation)
             case .failure(let refusal):
-                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil))
+                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation)
             }
         case .close(let call, let channel, let status):
-            let result = core.closeChannel(
-                channel, from: self, status: AppServiceClosedStatus(rawValue: Int(clamping: status)))
+            let checked = Int32(exactly: status).flatMap(AppServiceClosedStatus.init(checking:)) ?? .unknown
+            let result = core.closeChannel(channel, from: self, status: checked)
             if case .failure(let refusal) = result {
-                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil))
+                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation)
             } else {
-                reply(.reply(call: call, error: nil, id: nil, status: nil, reason: nil))
+                reply(.reply(call: call, error: nil, id: nil, status: nil, reason: nil), generation)
             }
         case .launchUri(let call, let uri, let data, let channel):
+            let admitted = state.withLock { state -> Bool in
+                guard state.launchesFromWorker < Self.maxLaunchesFromWorker else { return false }
+                state.launchesFromWorker += 1
+                return true
+            }
+            guard admitted else {
+                core.breaches.record(
+                    "worker launches \(package)",
+                    "the worker of package \(package) has \(Self.maxLaunchesFromWorker) launches waiting, its limit")
+                reply(
+                    .reply(
+                        call: call, error: nil, id: nil,
+                        status: UInt64(RemoteLaunchUriStatus.deniedByRemoteSystem.rawValue),
+                        reason: "the plugin has \(Self.maxLaunchesFromWorker) launches waiting, its limit"),
+                    generation)
+                return
+            }
             // A launch may take a while: it runs on the launch threads.
             core.launchPool.submit { [self] poolState in
                 let outcome =
@@ -307,31 +450,49 @@ final class WorkerProcess: ServiceBackend, Sendable {
                         fromBackend: self, channel: channel, uri: uri,
                         data: data.map { Array($0.buffer.readableBytesView) })
                     : LaunchOutcome(status: .remoteSystemUnavailable, error: "the host is shutting down")
+                state.withLock { state in
+                    if state.generation == generation { state.launchesFromWorker -= 1 }
+                }
                 reply(
                     .reply(
                         call: call, error: nil, id: nil, status: UInt64(max(outcome.status.rawValue, 0)),
-                        reason: outcome.error))
+                        reason: outcome.error),
+                    generation)
             }
         case .launched(let call, let status, let reason):
             let completion = state.withLock { $0.launches.removeValue(forKey: call) }
             let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:)) ?? .unknown
-            completion?(LaunchOutcome(status: checked, error: reason))
+            completion?(LaunchOutcome(status: checked, error: reason.map { untrusted($0, limit: 300) }))
         default:
-            logger.notice("the worker sent an unexpected \(untrusted(frame.type, limit: 40)) frame; ignored")
+            violation("an unexpected \(untrusted(frame.type, limit: 40)) frame", generation: generation)
         }
     }
 
-    private func reply(_ frame: WorkerFrame) {
-        state.withLock { $0.channel }?.writeAndFlush(frame, promise: nil)
+    /// A frame the worker may not send: noted (rate-limited) and ignored.
+    private func violation(_ what: String, generation: Int) {
+        core.breaches.record(
+            "worker protocol \(package)", "the worker of package \(package) sent \(what); ignored",
+            metadata: ["package": "\(package)"])
     }
 
-    /// The worker's channel when it is running, or why it is not.
+    /// Writes the host's reply to a call, to the worker that made it (not to one started
+    /// since).
+    private func reply(_ frame: WorkerFrame, _ generation: Int) {
+        state.withLock { $0.generation == generation ? $0.channel : nil }?.writeAndFlush(frame, promise: nil)
+    }
+
+    /// The worker's channel when it is running and reading, or why not.
     private func running() -> Result<any Channel, PluginLoadError> {
         state.withLock { state in
             switch state.phase {
             case .running:
-                if let channel = state.channel { return .success(channel) }
-                return .failure(PluginLoadError(reason: "its worker process is not running"))
+                guard let channel = state.channel else {
+                    return .failure(PluginLoadError(reason: "its worker process is not running"))
+                }
+                if state.blocked {
+                    return .failure(PluginLoadError(reason: "its worker process is not reading what it is sent"))
+                }
+                return .success(channel)
             case .starting: return .failure(PluginLoadError(reason: "its worker process is starting"))
             case .restarting(let reason), .failed(let reason): return .failure(PluginLoadError(reason: reason))
             }
@@ -341,18 +502,28 @@ final class WorkerProcess: ServiceBackend, Sendable {
     // MARK: ServiceBackend
 
     func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
-        let link = state.withLock { state -> (any Channel)? in
-            guard case .running = state.phase, let link = state.channel else { return nil }
+        let taken = state.withLock { state -> (any Channel, Int)? in
+            guard case .running = state.phase, let link = state.channel, !state.blocked else { return nil }
             state.opens[channel.id] = completion
-            return link
+            return (link, state.generation)
         }
-        guard let link else {
+        guard let (link, generation) = taken else {
             if case .failure(let why) = running() {
                 core.breaches.record(
                     "package unavailable \(package)", level: .notice, "open refused: package \(package): \(why.reason)")
             }
             completion(.appUnavailable)
             return
+        }
+        // The connection answers the client at its timeout; this forgets the open here, and
+        // counts it as the worker not answering.
+        group.next().scheduleTask(in: .init(core.configuration.responseTimeout)) { [self] in
+            let forgotten = state.withLock { state -> Int? in
+                guard state.opens.removeValue(forKey: channel.id) != nil else { return nil }
+                state.timeoutsSinceAnswer += 1
+                return state.timeoutsSinceAnswer
+            }
+            if let silent = forgotten { noteSilence(silent, generation: generation) }
         }
         link.writeAndFlush(
             WorkerFrame.open(
@@ -362,6 +533,13 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
+        let accepted = state.withLock { $0.openChannels.contains(channel) }
+        guard accepted else {
+            // Opened with a worker that has died since: the new one never saw it.
+            core.answer(request, status: .appUnavailable, error: "package \(package): its worker process restarted")
+            _ = core.closeChannel(channel, from: self, status: .unknown)
+            return
+        }
         switch running() {
         case .success(let link):
             link.writeAndFlush(
@@ -382,43 +560,57 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser) {
-        guard case .success(let link) = running() else { return }
-        link.writeAndFlush(
+        let link = state.withLock { state -> (any Channel)? in
+            guard state.openChannels.remove(channel) != nil else { return nil }
+            return state.channel
+        }
+        link?.writeAndFlush(
             WorkerFrame.closed(channel: channel, status: UInt64(max(status.rawValue, 0)), by: UInt64(closer.rawValue)),
             promise: nil)
     }
 
     func abandoned(request: UInt64, timedOut: Bool) {
-        guard case .success(let link) = running() else { return }
-        link.writeAndFlush(WorkerFrame.answered(id: request), promise: nil)
+        if case .success(let link) = running() {
+            link.writeAndFlush(WorkerFrame.answered(id: request), promise: nil)
+        }
         guard timedOut else { return }
-        // A worker that lets request after request time out without answering any is
-        // taken as hung: it is killed, and restarted as after a crash.
         let (silent, generation) = state.withLock { state -> (Int, Int) in
             state.timeoutsSinceAnswer += 1
             return (state.timeoutsSinceAnswer, state.generation)
         }
-        if silent == Self.maxSilentTimeouts {
-            logger.error(
-                "the worker stopped answering: \(silent) requests in a row timed out with no answer between them; killing it"
-            )
-            state.withLock { $0.hungReason = "stopped answering (\(silent) requests in a row timed out)" }
-            linkClosed(generation: generation)
-        }
+        noteSilence(silent, generation: generation)
+    }
+
+    /// A worker that lets request after request (or open) time out without answering any is
+    /// taken as hung: it is killed, and restarted as after a crash.
+    private func noteSilence(_ silent: Int, generation: Int) {
+        guard silent == Self.maxSilentTimeouts else { return }
+        logger.error(
+            "the worker stopped answering: \(silent) requests in a row timed out with no answer between them; killing it"
+        )
+        kill(generation: generation, reason: "stopped answering (\(silent) requests in a row timed out)")
     }
 
     func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void) {
         let taken = state.withLock { state -> (UInt64, any Channel)? in
-            guard case .running = state.phase, let link = state.channel else { return nil }
+            guard case .running = state.phase, let link = state.channel, !state.blocked else { return nil }
             let call = state.nextLaunch
             state.nextLaunch += 1
             state.launches[call] = completion
             return (call, link)
         }
         guard let (call, link) = taken else {
-            let why = (try? running().get()).map { _ in "" } ?? "its worker process is not running"
+            let why: String
+            switch running() {
+            case .success: why = "its worker process is not running"
+            case .failure(let error): why = error.reason
+            }
             completion(LaunchOutcome(status: .appUnavailable, error: "package \"\(package)\": \(why)"))
             return
+        }
+        // The host stops waiting at the response timeout; the entry goes then too.
+        group.next().scheduleTask(in: .init(core.configuration.responseTimeout)) { [self] in
+            _ = state.withLock { $0.launches.removeValue(forKey: call) }
         }
         link.writeAndFlush(
             WorkerFrame.launch(
@@ -434,7 +626,12 @@ final class WorkerProcess: ServiceBackend, Sendable {
             return (state.channel, state.process)
         }
         guard let process else { return true }
-        link?.writeAndFlush(WorkerFrame.shutdown, promise: nil)
+        if let link {
+            link.writeAndFlush(WorkerFrame.shutdown, promise: nil)
+        } else {
+            // Still connecting: there is no one to tell.
+            Glibc.kill(process.processIdentifier, SIGKILL)
+        }
         let deadline = ContinuousClock.now + timeout
         while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
         if process.isRunning {
@@ -445,9 +642,13 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 }
 
-/// The host's end of a worker's socket.
-final class WorkerLinkHandler: ChannelInboundHandler, Sendable {
+/// The host's end of a worker's socket: frames go to the ``WorkerProcess``; while the host's
+/// output to the worker is over its high-water mark, the worker is not read (what it sends
+/// makes the host write replies).
+final class WorkerLinkHandler: ChannelDuplexHandler, Sendable {
     typealias InboundIn = WorkerFrame
+    typealias OutboundIn = WorkerFrame
+    typealias OutboundOut = WorkerFrame
     let worker: WorkerProcess
     let generation: Int
 
@@ -458,6 +659,21 @@ final class WorkerLinkHandler: ChannelInboundHandler, Sendable {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         worker.received(unwrapInboundIn(data), generation: generation)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if context.channel.isWritable { context.read() }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        let writable = context.channel.isWritable
+        worker.linkWritabilityChanged(writable: writable, generation: generation)
+        if writable {
+            context.read()
+        } else {
+            context.flush()
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
