@@ -7,7 +7,7 @@
 #   Scripts/fuzz.sh 30              # every target, 30 s each (what CI runs)
 #   Scripts/fuzz.sh 600 ValueSetFuzz
 #
-# Targets: FrameFuzz (the frame decoder), ValueSetFuzz (the ValueSet decoder against the
+# Targets: FrameFuzz (the frame decoders: clients' and workers'), ValueSetFuzz (the ValueSet decoder against the
 # host's validator), ManifestFuzz (the manifest parser), URIFuzz (the launch URI checks).
 set -euo pipefail
 cd "$(dirname "$0")/.."

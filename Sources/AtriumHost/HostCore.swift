@@ -341,8 +341,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// will come back under (``ServiceBackend/response(to:on:status:message:)``). Refused
     /// when the message is too large or not a ValueSet, the channel is not the backend's, the
     /// host is shutting down, or the client already has `maxInFlight` of the backend's
-    /// messages unanswered (`.busy`: a client that does not answer cannot make the host hold
-    /// messages without end). Any thread.
+    /// messages unanswered or is not reading what the host writes it (`.busy`: a client that
+    /// does not answer or read cannot make the host hold messages without end). Any thread.
     func send(_ message: ByteBuffer, on handle: UInt64, from backend: any ServiceBackend)
         -> Result<UInt64, BackendCallError>
     {
@@ -357,7 +357,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             guard let channel = state.channels[handle], channel.backend === backend else {
                 return .failure(.unknownChannel)
             }
-            guard channel.unanswered < maxUnanswered else { return .failure(.busy) }
+            guard channel.unanswered < maxUnanswered, !channel.connection.output.isBlocked else {
+                return .failure(.busy)
+            }
             state.channels[handle]!.unanswered += 1
             state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, backend: backend)
             return .success(channel)
@@ -368,7 +370,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         case .failure(let refusal):
             if refusal == .busy {
                 breaches.record(
-                    "client not answering", "a client has \(maxUnanswered) of a service's messages unanswered",
+                    "client not answering",
+                    "a client has \(maxUnanswered) of a service's messages unanswered, or is not reading its output",
                     metadata: ["package": "\(backend.package)"])
             }
             return .failure(refusal)

@@ -9,6 +9,9 @@ import Synchronization
 struct ConnectionLink: Sendable {
     let id: UInt64
     let handler: NIOLoopBound<ConnectionHandler>
+    /// Whether the connection's unsent output is over its high-water mark, readable from any
+    /// thread: a backend's messages to a client that is not reading are refused (busy).
+    let output: OutputGauge
 
     var eventLoop: any EventLoop { handler.eventLoop }
 
@@ -20,6 +23,16 @@ struct ConnectionLink: Sendable {
         } else {
             eventLoop.execute { body(handler.value) }
         }
+    }
+}
+
+/// Whether a connection's unsent output is over its high-water mark.
+final class OutputGauge: Sendable {
+    private let blocked = Atomic<Bool>(false)
+
+    var isBlocked: Bool {
+        get { blocked.load(ordering: .relaxed) }
+        set { blocked.store(newValue, ordering: .relaxed) }
     }
 }
 
@@ -94,7 +107,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop))
+        link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), output: output)
         if let remote = context.remoteAddress {
             logger[metadataKey: "peer"] = "\(remote)"
         }
@@ -232,6 +245,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// host buffer more of them); reading resumes once it is under the low-water mark. Done
     /// here rather than in a handler of its own, which would add a hop to every read and write.
     private var readHeld = false
+    let output = OutputGauge()
 
     func read(context: ChannelHandlerContext) {
         if context.channel.isWritable {
@@ -242,6 +256,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
+        output.isBlocked = !context.channel.isWritable
         if context.channel.isWritable {
             if readHeld {
                 readHeld = false
