@@ -155,10 +155,15 @@ def main():
                                     r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     previous, previous_port = None, None
     if arguments.previous:
-        # An earlier build knows only the flags it had: the manifests, the listener, the log.
+        # An earlier build knows only the flags it had: the manifests, the listener, the log, and
+        # the connection limits once it has them.
+        known = subprocess.run([arguments.previous, "--help"], capture_output=True, text=True).stdout
+        limits = (["--max-connections", "4000", "--max-connections-per-peer", "4000"]
+                  if "--max-connections-per-peer" in known else [])
         previous, previous_port = start([arguments.previous, "--manifests", os.path.join(ROOT, "manifests"),
                                          "--listen", "127.0.0.1:0", "--socket", "off", "--log-level", "error",
-                                         "--max-in-flight", "1024"], r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+                                         "--max-in-flight", "1024", *limits],
+                                        r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     try:
         if previous:
             run_against_previous(arguments, host_port, previous_port, pin)

@@ -301,8 +301,19 @@ import Testing
     }
 
     @Test func aWorkerRunsAsTheManifestsUser() async throws {
-        let host = try await startHost(
-            manifests: Fixtures.referenceManifests.merging(["w.json": Self.manifest(user: "nobody")]) { $1 })
+        // "nobody" must be able to read the library wherever the repository is: a copy of it
+        // goes to a folder anyone may enter.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-user-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        chmod(folder.path, 0o755)
+        let library = folder.appendingPathComponent("libAtriumTestCService.so")
+        try FileManager.default.copyItem(
+            at: TestHost.buildFolder.appendingPathComponent("libAtriumTestCService.so"), to: library)
+        chmod(library.path, 0o644)
+        let manifest = Self.manifest(user: "nobody").replacingOccurrences(
+            of: "\"libAtriumTestCService.so\"", with: "\"\(library.path)\"")
+        let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
         let client = try await connectedClient(host)
         let status = try await client.open(channel: 1, service: "c", package: Self.package)
         if getuid() == 0 {
