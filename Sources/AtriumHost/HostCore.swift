@@ -258,14 +258,19 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         message: ByteBuffer?,
         error: String?
     ) -> Result<Void, BackendCallError> {
-        // Whose request it is comes first: an answer to another backend's request, or to none,
-        // costs a lookup, not a check of its message.
-        guard state.withLock({ $0.pending[handle]?.backend === backend }) else {
+        // Whose request it is comes first, and taking it settles who answers: an answer to
+        // another backend's request, or to none, costs a lookup, not a check of its message.
+        let taken = state.withLock { state -> PendingRequest? in
+            guard let request = state.pending[handle], request.backend === backend else { return nil }
+            return state.pending.removeValue(forKey: handle)
+        }
+        guard let request = taken else {
             logger.debug(
                 "an answer to request \(handle) came too late or twice; ignored",
                 metadata: ["package": "\(backend.package)"])
             return .failure(.unknownRequest)
         }
+        request.timeout?.cancel()
         var status = status
         var error = error
         var message = message
@@ -286,17 +291,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         } else {
             message = nil
         }
-        let taken = state.withLock { state -> PendingRequest? in
-            guard let request = state.pending[handle], request.backend === backend else { return nil }
-            return state.pending.removeValue(forKey: handle)
-        }
-        guard let request = taken else {
-            logger.debug(
-                "an answer to request \(handle) came too late or twice; ignored",
-                metadata: ["package": "\(backend.package)"])
-            return .failure(.unknownRequest)
-        }
-        request.timeout?.cancel()
         if case .failure = result {
             logger.warning("\(error ?? "")", metadata: ["package": "\(backend.package)"])
         }

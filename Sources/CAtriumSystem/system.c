@@ -1,4 +1,10 @@
+#define _GNU_SOURCE
 #include "atrium_system.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <stdlib.h> /* defines __GLIBC__ on glibc */
 #if defined(__GLIBC__)
@@ -11,4 +17,66 @@ int atrium_release_free_memory(void) {
 #else
     return 0;
 #endif
+}
+
+int atrium_send_descriptors(int socket, const int *descriptors, int count) {
+    if (count < 0 || count > 16) {
+        errno = EINVAL;
+        return -1;
+    }
+    char byte = 'F';
+    struct iovec data = {.iov_base = &byte, .iov_len = 1};
+    char control[CMSG_SPACE(16 * sizeof(int))];
+    memset(control, 0, sizeof control);
+    struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
+                             .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int))};
+    if (count == 0) {
+        message.msg_control = NULL;
+        message.msg_controllen = 0;
+    } else {
+        struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+        header->cmsg_level = SOL_SOCKET;
+        header->cmsg_type = SCM_RIGHTS;
+        header->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+        memcpy(CMSG_DATA(header), descriptors, (size_t)count * sizeof(int));
+    }
+    ssize_t sent;
+    do {
+        sent = sendmsg(socket, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    return sent == 1 ? 0 : -1;
+}
+
+int atrium_receive_descriptors(int socket, int *descriptors, int max) {
+    if (max < 1 || max > 16) {
+        errno = EINVAL;
+        return -1;
+    }
+    char byte = 0;
+    struct iovec data = {.iov_base = &byte, .iov_len = 1};
+    char control[CMSG_SPACE(16 * sizeof(int))];
+    struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
+                             .msg_controllen = sizeof control};
+    ssize_t received;
+    do {
+        received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
+    } while (received < 0 && errno == EINTR);
+    if (received != 1) {
+        if (received >= 0) errno = EPROTO;
+        return -1;
+    }
+    int count = 0;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        int found = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        int *passed = (int *)CMSG_DATA(header);
+        for (int index = 0; index < found; index++) {
+            if (count < max) {
+                descriptors[count++] = passed[index];
+            } else {
+                close(passed[index]);
+            }
+        }
+    }
+    return count;
 }

@@ -7,4 +7,12 @@
  * was released, 0 otherwise (and always 0 where there is no malloc_trim). */
 int atrium_release_free_memory(void);
 
+/* Passes `count` open descriptors (0 to 16) over the Unix socket `socket` (SCM_RIGHTS), with
+ * one byte of data. Returns 0, or -1 with errno set. */
+int atrium_send_descriptors(int socket, const int *descriptors, int count);
+
+/* Receives the descriptors of one atrium_send_descriptors message from `socket` (blocking),
+ * at most `max` (at most 16), made close-on-exec. Returns how many, or -1 with errno set. */
+int atrium_receive_descriptors(int socket, int *descriptors, int max);
+
 #endif

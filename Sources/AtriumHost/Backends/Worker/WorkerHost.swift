@@ -19,10 +19,12 @@ import NIOPosix
 /// where a plugin's nonblocking `request` runs (ATRIUM_PLUGIN_NONBLOCKING): there, those
 /// three are refused at once (the reply could never be read), and the log says so.
 final class WorkerHost: BackendHost, @unchecked Sendable {
-    private let channel: any Channel
+    /// The links to the host, by number; each is attached as its channel is set up, before
+    /// anything is read from it, and never changes after.
+    private let links: NIOLockedValueBox<[WorkerLink?]>
     let maxQueuedPerService = Int.max
-    /// Requests handed to the plugin and not answered yet, by id.
-    private let pending = NIOLockedValueBox<Set<UInt64>>([])
+    /// Requests handed to the plugin and not answered yet: the link each came on, by id.
+    private let pending = NIOLockedValueBox<[UInt64: Int]>([:])
     /// Calls waiting for the host's reply.
     private let calls = NIOLockedValueBox<(next: UInt64, waiting: [UInt64: Reply])>((1, [:]))
     /// Set while the plugin's own serial queue waits for a launch: a launch of the plugin's
@@ -35,23 +37,37 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         var frame: WorkerFrame?
     }
 
-    init(channel: any Channel, logger: Logger) {
-        self.channel = channel
+    init(links: Int, logger: Logger) {
+        self.links = NIOLockedValueBox(Array(repeating: nil, count: links))
         self.logger = logger
     }
 
-    func write(_ frame: WorkerFrame) {
-        channel.writeAndFlush(frame, promise: nil)
+    func attach(_ channel: any Channel, as link: Int) {
+        links.withLockedValue { $0[link] = WorkerLink(channel) }
     }
 
-    /// A request is about to be handed to the plugin.
-    func received(_ request: UInt64) {
-        _ = pending.withLockedValue { $0.insert(request) }
+    private func channel(_ link: Int) -> WorkerLink? {
+        links.withLockedValue { $0.indices.contains(link) ? $0[link] : nil }
+    }
+
+    /// Sends `frame` on link `link`.
+    func write(_ frame: WorkerFrame, on link: Int) {
+        channel(link)?.send(frame)
+    }
+
+    /// Whether the calling thread is one of the links' event loops, where nothing may wait.
+    private var onALinksLoop: Bool {
+        links.withLockedValue { $0.contains { $0?.channel.eventLoop.inEventLoop ?? false } }
+    }
+
+    /// A request arrived on `link` and is about to be handed to the plugin.
+    func received(_ request: UInt64, on link: Int) {
+        pending.withLockedValue { $0[request] = link }
     }
 
     /// The host answered `request` itself.
     func answeredByHost(_ request: UInt64) {
-        _ = pending.withLockedValue { $0.remove(request) }
+        _ = pending.withLockedValue { $0.removeValue(forKey: request) }
     }
 
     /// The host's reply to call `call`.
@@ -65,7 +81,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     /// the call was made on the thread that reads the host's frames, where no reply could
     /// ever be read).
     private func call(_ name: String, _ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
-        if channel.eventLoop.inEventLoop {
+        if onALinksLoop {
             logger.warning(
                 "\(name) called from a nonblocking request: in a worker process that would wait on itself, so it is refused; call it from another thread"
             )
@@ -78,7 +94,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
             calls.waiting[id] = reply
             return id
         }
-        write(make(id))
+        write(make(id), on: 0)
         // The host answers every call; if it is gone, the worker exits with it.
         reply.done.wait()
         return reply.frame
@@ -94,7 +110,9 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     private func respond(to request: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?)
         -> Result<Void, BackendCallError>
     {
-        guard pending.withLockedValue({ $0.remove(request) }) != nil else { return .failure(.unknownRequest) }
+        guard let link = pending.withLockedValue({ $0.removeValue(forKey: request) }) else {
+            return .failure(.unknownRequest)
+        }
         var verdict = Result<Void, BackendCallError>.success(())
         if let message, message.readableBytes > 0, HostCore.invalidity(of: message) != nil {
             // The host checks it again and answers the client with the reason.
@@ -104,7 +122,8 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
             .respond(
                 id: request, status: UInt64(max(status.rawValue, 0)),
                 message: message.flatMap { $0.readableBytes > 0 ? EncodedValueSet(uncheckedBytes: $0) : nil },
-                error: error))
+                error: error),
+            on: link)
         return verdict
     }
 
@@ -113,7 +132,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     }
 
     func isPending(_ request: UInt64) -> Bool {
-        pending.withLockedValue { $0.contains(request) }
+        pending.withLockedValue { $0[request] != nil }
     }
 
     func queueWasFull(_ backend: any ServiceBackend, limit: Int) {}

@@ -1,6 +1,7 @@
 import AtriumProtocol
 import AtriumValues
 import CAtriumPlugin
+import CAtriumSystem
 import Foundation
 public import Logging
 import NIOCore
@@ -10,32 +11,46 @@ import NIOPosix
     import Glibc
 #endif
 
-/// The worker process's side: `atriumd --worker` runs this with its socket to the host as
-/// standard input. It reads `start`, sets its limits, loads the plugin through the same C
-/// ABI as in process, answers `ready`, then carries calls both ways until the host says
-/// `shutdown` or goes away.
+/// The worker process's side: `atriumd --worker` runs this with its first socket to the host
+/// as standard input. The first thing on it is a message carrying the other sockets: one link
+/// per event loop of the host, so that a request never leaves its connection's loop on the
+/// host's side; each link gets an event loop of the worker's own. Then the worker reads
+/// `start` (on link 0), sets its limits, loads the plugin through the same C ABI as in
+/// process, answers `ready`, and carries calls both ways until the host says `shutdown` or
+/// goes away. A channel's frames all travel on one link, in order.
 public enum WorkerMain {
     /// Runs the worker; returns its exit status.
     public static func run(logger: Logger) -> Int32 {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var passed = [Int32](repeating: -1, count: 16)
+        let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
+        guard count >= 0 else {
+            logger.error("worker: standard input is not the host's socket (errno \(errno))")
+            return 70
+        }
+        let sockets = [0] + passed.prefix(Int(count))
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: sockets.count)
+        let loops = Array(group.makeIterator())
         let done = DispatchSemaphore(value: 0)
         let dispatcher = WorkerDispatcher(logger: logger, done: done)
+        dispatcher.host = WorkerHost(links: sockets.count, logger: logger)
         do {
-            _ = try ClientBootstrap(group: group)
-                .channelInitializer { channel in
-                    // Before anything is read: the first frame needs it.
-                    dispatcher.host = WorkerHost(channel: channel, logger: logger)
-                    return channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers([
-                            ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: Int(UInt32.max >> 1))),
-                            MessageToByteHandler(FrameEncoder<WorkerFrame>()),
-                            WorkerInboundHandler(dispatcher: dispatcher),
-                        ])
+            for (index, socket) in sockets.enumerated() {
+                _ = try ClientBootstrap(group: loops[index])
+                    .channelInitializer { channel in
+                        // Before anything is read: the first frames need it.
+                        dispatcher.host.attach(channel, as: index)
+                        return channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHandlers([
+                                ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: Int(UInt32.max >> 1))),
+                                MessageToByteHandler(FrameEncoder<WorkerFrame>()),
+                                WorkerInboundHandler(dispatcher: dispatcher, link: index),
+                            ])
+                        }
                     }
-                }
-                .withConnectedSocket(0).wait()
+                    .withConnectedSocket(socket).wait()
+            }
         } catch {
-            logger.error("worker: standard input is not the host's socket: \(error)")
+            logger.error("worker: a socket from the host is not usable: \(error)")
             return 70
         }
         done.wait()
@@ -63,7 +78,8 @@ final class WorkerDispatcher: @unchecked Sendable {
         done.signal()
     }
 
-    func received(_ frame: WorkerFrame) {
+    /// A frame from the host, on link `link` (answers go back on it).
+    func received(_ frame: WorkerFrame, link: Int) {
         if case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu, let user) =
             frame
         {
@@ -81,10 +97,10 @@ final class WorkerDispatcher: @unchecked Sendable {
                 ChannelInfo(
                     id: channel, service: service, clientId: clientId, clientName: clientName, isRemote: isRemote)
             ) { status in
-                host.write(.opened(channel: channel, status: UInt64(max(status.rawValue, 0))))
+                host.write(.opened(channel: channel, status: UInt64(max(status.rawValue, 0))), on: link)
             }
         case .request(let channel, let id, let message):
-            host.received(id)
+            host.received(id, on: link)
             plugin.request(id, on: channel, message: message.buffer)
         case .response(let channel, let id, let status, let message):
             plugin.response(
@@ -102,14 +118,15 @@ final class WorkerDispatcher: @unchecked Sendable {
                         call: call, status: UInt64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue),
                         reason:
                             "package \"\(plugin.package)\" launched its own scheme from inside one of its callbacks, where it would wait on itself"
-                    ))
+                    ), on: link)
                 return
             }
             let info = LaunchInfo(
                 uri: uri, data: data.map { Array($0.buffer.readableBytesView) }, clientId: clientId, isRemote: isRemote)
             plugin.launch(info) { outcome in
                 host.write(
-                    .launched(call: call, status: UInt64(max(outcome.status.rawValue, 0)), reason: outcome.error))
+                    .launched(call: call, status: UInt64(max(outcome.status.rawValue, 0)), reason: outcome.error),
+                    on: link)
             }
         case .answered(let id):
             host.answeredByHost(id)
@@ -138,7 +155,7 @@ final class WorkerDispatcher: @unchecked Sendable {
                     .ready(
                         error:
                             "limits.memoryMB is \(memory >> 20), but the worker process already uses \(used >> 20) MiB of address space before loading the plugin; allow at least \((used >> 20) + 64)"
-                    ))
+                    ), on: 0)
                 finish(1)
                 return
             }
@@ -157,9 +174,9 @@ final class WorkerDispatcher: @unchecked Sendable {
                 logger: logger)
             try plugin.create()
             self.plugin = plugin
-            host.write(.ready(error: nil))
+            host.write(.ready(error: nil), on: 0)
         } catch {
-            host.write(.ready(error: error.reason))
+            host.write(.ready(error: error.reason), on: 0)
             finish(1)
         }
     }
@@ -204,13 +221,15 @@ final class WorkerDispatcher: @unchecked Sendable {
 final class WorkerInboundHandler: ChannelInboundHandler, Sendable {
     typealias InboundIn = WorkerFrame
     let dispatcher: WorkerDispatcher
+    let link: Int
 
-    init(dispatcher: WorkerDispatcher) {
+    init(dispatcher: WorkerDispatcher, link: Int) {
         self.dispatcher = dispatcher
+        self.link = link
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        dispatcher.received(unwrapInboundIn(data))
+        dispatcher.received(unwrapInboundIn(data), link: link)
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -1,5 +1,6 @@
 import AtriumProtocol
 import AtriumValues
+import CAtriumSystem
 import Dispatch
 import Foundation
 import Logging
@@ -37,6 +38,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
     private let logger: Logger
     private let executable: URL
     private let group: any EventLoopGroup
+    /// The host's event loops: the worker gets a link on each.
+    private let loops: [any EventLoop]
 
     static let maxCrashes = 5
     static let crashWindow = Duration.seconds(60)
@@ -64,7 +67,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     private struct State {
         var phase = Phase.starting
-        var channel: (any Channel)?
+        /// The links to the worker, one per event loop of the host (all set, or none).
+        var links: [WorkerLink] = []
+        /// Which link each channel's frames travel on (the one of the loop that opened it).
+        var channelLinks: [UInt64: Int] = [:]
         var process: Process?
         /// Which start of the worker this is: frames and exits of an earlier one are ignored.
         var generation = 0
@@ -85,8 +91,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         /// The first start, waited for by ``start()``.
         var ready: DispatchSemaphore?
         var startError: String?
-        /// Whether the link to the worker is over its high-water mark.
-        var blocked = false
+        /// The links over their high-water mark.
+        var blocked: Set<Int> = []
     }
 
     private let state = Mutex(State())
@@ -98,6 +104,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         self.executable = executable
         self.core = core
         self.group = group
+        loops = Array(group.makeIterator())
         var logger = logger
         logger[metadataKey: "package"] = "\(manifest.package)"
         self.logger = logger
@@ -137,11 +144,20 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     /// Starts a worker process; returns why it could not.
     private func launchWorker() -> String? {
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            return "cannot make a socket pair for the worker: errno \(errno)"
+        // One socket pair per event loop of the host: the first is the worker's standard input,
+        // and carries the others over to it before anything else.
+        var hostEnds: [Int32] = []
+        var workerEnds: [Int32] = []
+        func closeAll() { for descriptor in hostEnds + workerEnds { close(descriptor) } }
+        for _ in loops.indices {
+            var pair: [Int32] = [-1, -1]
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+                closeAll()
+                return "cannot make a socket pair for the worker: errno \(errno)"
+            }
+            hostEnds.append(pair[0])
+            workerEnds.append(pair[1])
         }
-        let (hostEnd, workerEnd) = (pair[0], pair[1])
         let process = Process()
         process.executableURL = executable
         process.arguments = ["--worker"]
@@ -154,15 +170,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
         environment["MALLOC_ARENA_MAX"] = "2"
         environment["SWIFT_BACKTRACE"] = environment["SWIFT_BACKTRACE"] ?? "enable=no"
         process.environment = environment
-        // The worker's end becomes its standard input (dup2 clears close-on-exec on the copy).
-        let workerHandle = FileHandle(fileDescriptor: workerEnd, closeOnDealloc: false)
-        process.standardInput = workerHandle
+        // The worker's first end becomes its standard input (dup2 clears close-on-exec on the
+        // copy).
+        process.standardInput = FileHandle(fileDescriptor: workerEnds[0], closeOnDealloc: false)
         // What the worker (its plugin included) prints goes to the host's log through a pipe,
         // escaped, cut and counted as a program's output is: never raw into the log.
         var output: [Int32] = [-1, -1]
         guard pipe(&output) == 0 else {
-            close(hostEnd)
-            close(workerEnd)
+            closeAll()
             return "cannot make a pipe for the worker's output: errno \(errno)"
         }
         _ = fcntl(output[0], F_SETFD, FD_CLOEXEC)
@@ -175,13 +190,17 @@ final class WorkerProcess: ServiceBackend, Sendable {
             state.generation += 1
             state.phase = .starting
             state.process = process
+            state.links = []
+            state.channelLinks.removeAll()
             state.openChannels.removeAll()
             state.launchesFromWorker = 0
-            state.blocked = false
+            state.blocked = []
             return state.generation
         }
         guard let generation else {
-            for descriptor in [hostEnd, workerEnd, output[0], output[1]] { close(descriptor) }
+            closeAll()
+            close(output[0])
+            close(output[1])
             return "the host is shutting down"
         }
         process.terminationHandler = { [weak self] ended in
@@ -190,15 +209,27 @@ final class WorkerProcess: ServiceBackend, Sendable {
         do {
             try process.run()
         } catch {
-            for descriptor in [hostEnd, workerEnd, output[0], output[1]] { close(descriptor) }
+            closeAll()
+            close(output[0])
+            close(output[1])
             return "cannot start the worker process (\(executable.path)): \(error.localizedDescription)"
         }
-        // The worker has its copies: with the host's closed, the worker closing its end (or
-        // dying) closes the link at once, and the output pipe ends with the worker.
-        close(workerEnd)
+        // The other links go over the first before anything else does.
+        let extra = Array(workerEnds.dropFirst())
+        let passed = extra.withUnsafeBufferPointer {
+            atrium_send_descriptors(hostEnds[0], $0.baseAddress, Int32($0.count))
+        }
+        // The worker has its copies: with the host's closed, the worker closing its ends (or
+        // dying) closes the links at once, and the output pipe ends with the worker.
+        for descriptor in workerEnds { close(descriptor) }
         close(output[1])
         logger.info("worker process started (pid \(process.processIdentifier))")
         OutputLog.attach(output[0], name: "worker \(process.processIdentifier)", logger: logger)
+        guard passed == 0 else {
+            for descriptor in hostEnds { close(descriptor) }
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            return nil
+        }
         // A worker that never says it is ready (the first start waits in ``start()``).
         group.next().scheduleTask(in: .init(Self.startTimeout)) { [self] in
             let stuck = state.withLock { state -> Bool in
@@ -216,43 +247,46 @@ final class WorkerProcess: ServiceBackend, Sendable {
             memoryBytes: UInt64(limits.memoryMB ?? 0) << 20, openFiles: UInt64(limits.openFiles ?? 0),
             cpuSeconds: UInt64(limits.cpuSeconds ?? 0), user: manifest.workerUser)
         // Nothing here waits: a restart may be made from anywhere. A worker that cannot be
-        // talked to is killed, and its end handled as any other.
-        ClientBootstrap(group: group)
-            .channelOption(
-                .writeBufferWaterMark, value: .init(low: Self.outputLowWater, high: Self.outputHighWater)
-            )
-            .channelInitializer { [self] channel in
-                channel.eventLoop.makeCompletedFuture {
-                    // A worker's frames are held to the clients' frame limit: one that sends
-                    // more breaks the framing, and is handled as crashed.
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: core.limits.maxFrameBytes)),
-                        MessageToByteHandler(FrameEncoder<WorkerFrame>()),
-                        WorkerLinkHandler(worker: self, generation: generation),
-                    ])
-                }
-            }
-            .withConnectedSocket(hostEnd)
-            .whenComplete { [self] result in
-                switch result {
-                case .success(let channel):
-                    let current = state.withLock { state -> Bool in
-                        guard state.generation == generation, !state.shuttingDown else { return false }
-                        state.channel = channel
-                        return true
+        // talked to is killed, and its end handled as any other. Each link lives on its loop.
+        let connections = hostEnds.enumerated().map { index, descriptor in
+            ClientBootstrap(group: loops[index])
+                .channelOption(
+                    .writeBufferWaterMark, value: .init(low: Self.outputLowWater, high: Self.outputHighWater)
+                )
+                .channelInitializer { [self] channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        // A worker's frames are held to the clients' frame limit: one that sends
+                        // more breaks the framing, and is handled as crashed.
+                        try channel.pipeline.syncOperations.addHandlers([
+                            ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: core.limits.maxFrameBytes)),
+                            MessageToByteHandler(FrameEncoder<WorkerFrame>()),
+                            WorkerLinkHandler(worker: self, generation: generation, link: index),
+                        ])
                     }
-                    if current {
-                        channel.writeAndFlush(start, promise: nil)
-                    } else {
-                        channel.close(promise: nil)
-                        Glibc.kill(process.processIdentifier, SIGKILL)
-                    }
-                case .failure(let error):
-                    // NIO closed the descriptor already.
-                    logger.error("cannot talk to the worker process: \(error)")
-                    Glibc.kill(process.processIdentifier, SIGKILL)
                 }
+                .withConnectedSocket(descriptor)
+        }
+        EventLoopFuture.whenAllComplete(connections, on: loops[0]).whenSuccess { [self] results in
+            let channels = results.compactMap { try? $0.get() }
+            guard channels.count == results.count else {
+                // NIO closed the descriptors it could not use.
+                logger.error("cannot talk to the worker process")
+                for channel in channels { channel.close(promise: nil) }
+                Glibc.kill(process.processIdentifier, SIGKILL)
+                return
             }
+            let current = state.withLock { state -> Bool in
+                guard state.generation == generation, !state.shuttingDown else { return false }
+                state.links = channels.map(WorkerLink.init)
+                return true
+            }
+            if current {
+                channels[0].writeAndFlush(start, promise: nil)
+            } else {
+                for channel in channels { channel.close(promise: nil) }
+                Glibc.kill(process.processIdentifier, SIGKILL)
+            }
+        }
         return nil
     }
 
@@ -273,11 +307,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
         kill(generation: generation, reason: nil)
     }
 
-    /// The link to the worker went over (or back under) its high-water mark.
-    func linkWritabilityChanged(writable: Bool, generation: Int) {
+    /// A link to the worker went over (or back under) its high-water mark.
+    func linkWritabilityChanged(writable: Bool, generation: Int, link: Int) {
         let changed = state.withLock { state -> Bool in
-            guard state.generation == generation, state.blocked == writable else { return false }
-            state.blocked = !writable
+            guard state.generation == generation, state.blocked.contains(link) == writable else { return false }
+            if writable { state.blocked.remove(link) } else { state.blocked.insert(link) }
             return true
         }
         guard changed, !writable else { return }
@@ -286,7 +320,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             metadata: ["package": "\(package)"])
         let timeout = core.configuration.responseTimeout
         group.next().scheduleTask(in: .init(timeout)) { [self] in
-            let still = state.withLock { $0.generation == generation && $0.blocked }
+            let still = state.withLock { $0.generation == generation && $0.blocked.contains(link) }
             if still {
                 kill(generation: generation, reason: "stopped reading its socket for \(describe(timeout))")
             }
@@ -306,33 +340,34 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 : "exited with status \(process.terminationStatus)")
         let reason = "the service's worker process \(how)"
         let now = ContinuousClock.now
-        let (opens, launches, channel, verdict) = state.withLock {
+        let (opens, launches, links, verdict) = state.withLock {
             state -> (
-                [@Sendable (AppServiceConnectionStatus) -> Void], [@Sendable (LaunchOutcome) -> Void], (any Channel)?,
+                [@Sendable (AppServiceConnectionStatus) -> Void], [@Sendable (LaunchOutcome) -> Void], [WorkerLink],
                 Phase?
             ) in
-            guard state.generation == generation else { return ([], [], nil, nil) }
+            guard state.generation == generation else { return ([], [], [], nil) }
             let opens = Array(state.opens.values)
             let launches = Array(state.launches.values)
             state.opens.removeAll()
             state.launches.removeAll()
             state.openChannels.removeAll()
-            let channel = state.channel
-            state.channel = nil
+            state.channelLinks.removeAll()
+            let links = state.links
+            state.links = []
             state.process = nil
             state.timeoutsSinceAnswer = 0
             if state.shuttingDown {
                 state.phase = .failed(reason: "the package was stopped")
-                return (opens, launches, channel, nil)
+                return (opens, launches, links, nil)
             }
-            if case .failed = state.phase { return (opens, launches, channel, nil) }
+            if case .failed = state.phase { return (opens, launches, links, nil) }
             if case .starting = state.phase, let ready = state.ready {
                 // It died while loading: the load fails with the reason.
                 state.startError = state.startError ?? "the worker process \(how) while loading the plugin"
                 state.phase = .failed(reason: state.startError!)
                 state.ready = nil
                 ready.signal()
-                return (opens, launches, channel, nil)
+                return (opens, launches, links, nil)
             }
             state.crashes = state.crashes.filter { now - $0 < Self.crashWindow } + [now]
             state.phase =
@@ -342,9 +377,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
                         "its worker process crashed \(state.crashes.count) times within \(describe(Self.crashWindow)); it stays unavailable until it is reloaded or the host restarts"
                 )
                 : .restarting(reason: "its worker process \(how); it is being restarted")
-            return (opens, launches, channel, state.phase)
+            return (opens, launches, links, state.phase)
         }
-        channel?.close(promise: nil)
+        for link in links { link.channel.close(promise: nil) }
         // Whoever waits on this worker hears at once, whatever comes next.
         for open in opens { open(.appUnavailable) }
         for launch in launches { launch(LaunchOutcome(status: .appUnavailable, error: reason)) }
@@ -373,7 +408,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     // MARK: Frames from the worker
 
-    func received(_ frame: WorkerFrame, generation: Int) {
+    /// A frame from the worker, on link `link` (replies go back on it).
+    func received(_ frame: WorkerFrame, generation: Int, link: Int) {
         guard state.withLock({ $0.generation == generation }) else { return }
         switch frame {
         case .ready(let error):
@@ -412,17 +448,18 @@ final class WorkerProcess: ServiceBackend, Sendable {
             if case .success = result { state.withLock { $0.timeoutsSinceAnswer = 0 } }
         case .send(let call, let channel, let message):
             switch core.send(message.buffer, on: channel, from: self) {
-            case .success(let id): reply(.reply(call: call, error: nil, id: id, status: nil, reason: nil), generation)
+            case .success(let id):
+                reply(.reply(call: call, error: nil, id: id, status: nil, reason: nil), generation, link)
             case .failure(let refusal):
-                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation)
+                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation, link)
             }
         case .close(let call, let channel, let status):
             let checked = Int32(exactly: status).flatMap(AppServiceClosedStatus.init(checking:)) ?? .unknown
             let result = core.closeChannel(channel, from: self, status: checked)
             if case .failure(let refusal) = result {
-                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation)
+                reply(.reply(call: call, error: refusal.name, id: nil, status: nil, reason: nil), generation, link)
             } else {
-                reply(.reply(call: call, error: nil, id: nil, status: nil, reason: nil), generation)
+                reply(.reply(call: call, error: nil, id: nil, status: nil, reason: nil), generation, link)
             }
         case .launchUri(let call, let uri, let data, let channel):
             let admitted = state.withLock { state -> Bool in
@@ -439,7 +476,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                         call: call, error: nil, id: nil,
                         status: UInt64(RemoteLaunchUriStatus.deniedByRemoteSystem.rawValue),
                         reason: "the plugin has \(Self.maxLaunchesFromWorker) launches waiting, its limit"),
-                    generation)
+                    generation, link)
                 return
             }
             // A launch may take a while: it runs on the launch threads.
@@ -457,7 +494,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                     .reply(
                         call: call, error: nil, id: nil, status: UInt64(max(outcome.status.rawValue, 0)),
                         reason: outcome.error),
-                    generation)
+                    generation, link)
             }
         case .launched(let call, let status, let reason):
             let completion = state.withLock { $0.launches.removeValue(forKey: call) }
@@ -476,39 +513,56 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     /// Writes the host's reply to a call, to the worker that made it (not to one started
-    /// since).
-    private func reply(_ frame: WorkerFrame, _ generation: Int) {
-        state.withLock { $0.generation == generation ? $0.channel : nil }?.writeAndFlush(frame, promise: nil)
+    /// since), on the link the call came on.
+    private func reply(_ frame: WorkerFrame, _ generation: Int, _ link: Int) {
+        state.withLock { state -> WorkerLink? in
+            guard state.generation == generation, state.links.indices.contains(link) else { return nil }
+            return state.links[link]
+        }?.send(frame)
     }
 
-    /// The worker's channel when it is running and reading, or why not.
-    private func running() -> Result<any Channel, PluginLoadError> {
+    /// Which link serves the calling thread: the one on its event loop (a connection's frames
+    /// then never change loops), else the first.
+    private var currentLink: Int {
+        loops.firstIndex { $0.inEventLoop } ?? 0
+    }
+
+    /// Link `link` when the worker is running and reading it, or why not.
+    private func running(link: Int = 0) -> Result<WorkerLink, PluginLoadError> {
         state.withLock { state in
             switch state.phase {
             case .running:
-                guard let channel = state.channel else {
+                guard state.links.indices.contains(link) else {
                     return .failure(PluginLoadError(reason: "its worker process is not running"))
                 }
-                if state.blocked {
+                if state.blocked.contains(link) {
                     return .failure(PluginLoadError(reason: "its worker process is not reading what it is sent"))
                 }
-                return .success(channel)
+                return .success(state.links[link])
             case .starting: return .failure(PluginLoadError(reason: "its worker process is starting"))
             case .restarting(let reason), .failed(let reason): return .failure(PluginLoadError(reason: reason))
             }
         }
     }
 
+    /// The link a channel's frames travel on.
+    private func link(of channel: UInt64) -> Int {
+        state.withLock { $0.channelLinks[channel] ?? 0 }
+    }
+
     // MARK: ServiceBackend
 
     func open(_ channel: ChannelInfo, completion: @escaping @Sendable (AppServiceConnectionStatus) -> Void) {
-        let taken = state.withLock { state -> (any Channel, Int)? in
-            guard case .running = state.phase, let link = state.channel, !state.blocked else { return nil }
+        let index = currentLink
+        let taken = state.withLock { state -> (WorkerLink, Int)? in
+            guard case .running = state.phase, state.links.indices.contains(index), !state.blocked.contains(index)
+            else { return nil }
             state.opens[channel.id] = completion
-            return (link, state.generation)
+            state.channelLinks[channel.id] = index
+            return (state.links[index], state.generation)
         }
         guard let (link, generation) = taken else {
-            if case .failure(let why) = running() {
+            if case .failure(let why) = running(link: index) {
                 core.breaches.record(
                     "package unavailable \(package)", level: .notice, "open refused: package \(package): \(why.reason)")
             }
@@ -520,58 +574,56 @@ final class WorkerProcess: ServiceBackend, Sendable {
         group.next().scheduleTask(in: .init(core.configuration.responseTimeout)) { [self] in
             let forgotten = state.withLock { state -> Int? in
                 guard state.opens.removeValue(forKey: channel.id) != nil else { return nil }
+                state.channelLinks.removeValue(forKey: channel.id)
                 state.timeoutsSinceAnswer += 1
                 return state.timeoutsSinceAnswer
             }
             if let silent = forgotten { noteSilence(silent, generation: generation) }
         }
-        link.writeAndFlush(
+        link.send(
             WorkerFrame.open(
                 channel: channel.id, service: channel.service, clientId: channel.clientId,
-                clientName: channel.clientName, isRemote: channel.isRemote),
-            promise: nil)
+                clientName: channel.clientName, isRemote: channel.isRemote))
     }
 
     func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
-        let accepted = state.withLock { $0.openChannels.contains(channel) }
-        guard accepted else {
+        let index = state.withLock { $0.openChannels.contains(channel) ? $0.channelLinks[channel] : nil }
+        guard let index else {
             // Opened with a worker that has died since: the new one never saw it.
             core.answer(request, status: .appUnavailable, error: "package \(package): its worker process restarted")
             _ = core.closeChannel(channel, from: self, status: .unknown)
             return
         }
-        switch running() {
+        switch running(link: index) {
         case .success(let link):
-            link.writeAndFlush(
-                WorkerFrame.request(channel: channel, id: request, message: EncodedValueSet(uncheckedBytes: message)),
-                promise: nil)
+            link.send(
+                WorkerFrame.request(channel: channel, id: request, message: EncodedValueSet(uncheckedBytes: message)))
         case .failure(let why):
             core.answer(request, status: .appUnavailable, error: "package \(package): \(why.reason)")
         }
     }
 
     func response(to request: UInt64, on channel: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?) {
-        guard case .success(let link) = running() else { return }
-        link.writeAndFlush(
+        guard case .success(let link) = running(link: link(of: channel)) else { return }
+        link.send(
             WorkerFrame.response(
                 channel: channel, id: request, status: UInt64(max(status.rawValue, 0)),
-                message: message.map { EncodedValueSet(uncheckedBytes: $0) }),
-            promise: nil)
+                message: message.map { EncodedValueSet(uncheckedBytes: $0) }))
     }
 
     func closed(channel: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser) {
-        let link = state.withLock { state -> (any Channel)? in
+        let link = state.withLock { state -> WorkerLink? in
             guard state.openChannels.remove(channel) != nil else { return nil }
-            return state.channel
+            let index = state.channelLinks.removeValue(forKey: channel) ?? 0
+            return state.links.indices.contains(index) ? state.links[index] : nil
         }
-        link?.writeAndFlush(
-            WorkerFrame.closed(channel: channel, status: UInt64(max(status.rawValue, 0)), by: UInt64(closer.rawValue)),
-            promise: nil)
+        link?.send(
+            WorkerFrame.closed(channel: channel, status: UInt64(max(status.rawValue, 0)), by: UInt64(closer.rawValue)))
     }
 
     func abandoned(request: UInt64, timedOut: Bool) {
         if case .success(let link) = running() {
-            link.writeAndFlush(WorkerFrame.answered(id: request), promise: nil)
+            link.send(.answered(id: request))
         }
         guard timedOut else { return }
         let (silent, generation) = state.withLock { state -> (Int, Int) in
@@ -592,8 +644,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func launch(_ launch: LaunchInfo, completion: @escaping @Sendable (LaunchOutcome) -> Void) {
-        let taken = state.withLock { state -> (UInt64, any Channel)? in
-            guard case .running = state.phase, let link = state.channel, !state.blocked else { return nil }
+        let taken = state.withLock { state -> (UInt64, WorkerLink)? in
+            guard case .running = state.phase, let link = state.links.first, !state.blocked.contains(0) else {
+                return nil
+            }
             let call = state.nextLaunch
             state.nextLaunch += 1
             state.launches[call] = completion
@@ -612,22 +666,21 @@ final class WorkerProcess: ServiceBackend, Sendable {
         group.next().scheduleTask(in: .init(core.configuration.responseTimeout)) { [self] in
             _ = state.withLock { $0.launches.removeValue(forKey: call) }
         }
-        link.writeAndFlush(
+        link.send(
             WorkerFrame.launch(
                 call: call, uri: launch.uri,
                 data: launch.data.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) },
-                clientId: launch.clientId, isRemote: launch.isRemote),
-            promise: nil)
+                clientId: launch.clientId, isRemote: launch.isRemote))
     }
 
     func shutDown(within timeout: Duration) -> Bool {
-        let (link, process) = state.withLock { state -> ((any Channel)?, Process?) in
+        let (link, process) = state.withLock { state -> (WorkerLink?, Process?) in
             state.shuttingDown = true
-            return (state.channel, state.process)
+            return (state.links.first, state.process)
         }
         guard let process else { return true }
         if let link {
-            link.writeAndFlush(WorkerFrame.shutdown, promise: nil)
+            link.send(.shutdown)
         } else {
             // Still connecting: there is no one to tell.
             Glibc.kill(process.processIdentifier, SIGKILL)
@@ -651,14 +704,16 @@ final class WorkerLinkHandler: ChannelDuplexHandler, Sendable {
     typealias OutboundOut = WorkerFrame
     let worker: WorkerProcess
     let generation: Int
+    let link: Int
 
-    init(worker: WorkerProcess, generation: Int) {
+    init(worker: WorkerProcess, generation: Int, link: Int) {
         self.worker = worker
         self.generation = generation
+        self.link = link
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        worker.received(unwrapInboundIn(data), generation: generation)
+        worker.received(unwrapInboundIn(data), generation: generation, link: link)
     }
 
     func read(context: ChannelHandlerContext) {
@@ -667,7 +722,7 @@ final class WorkerLinkHandler: ChannelDuplexHandler, Sendable {
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         let writable = context.channel.isWritable
-        worker.linkWritabilityChanged(writable: writable, generation: generation)
+        worker.linkWritabilityChanged(writable: writable, generation: generation, link: link)
         if writable {
             context.read()
         } else {
