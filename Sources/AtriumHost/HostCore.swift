@@ -235,7 +235,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     private func timeOut(_ handle: UInt64) {
         guard let request = takePending(handle) else { return }
-        request.backend.abandoned(request: handle, timedOut: true)
+        request.backend.abandoned(request: handle, on: request.channel, timedOut: true)
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
         breaches.record(
             "response timeout \(request.backend.package)", reason, metadata: ["package": "\(request.backend.package)"])
@@ -466,7 +466,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     ) {
         for (handle, request) in pending {
             request.timeout?.cancel()
-            request.backend.abandoned(request: handle, timedOut: false)
+            request.backend.abandoned(request: handle, on: request.channel, timedOut: false)
             if answerClients {
                 request.connection.run { connection in
                     connection.finish(request, status: .failure, message: nil, error: reason)

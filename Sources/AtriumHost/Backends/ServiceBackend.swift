@@ -42,7 +42,7 @@ protocol ServiceBackend: AnyObject, Sendable {
     /// The host answered `request` itself (it timed out, or its channel closed): the
     /// backend's own answer will be refused, and it may drop the request if it has not
     /// started on it.
-    func abandoned(request: UInt64, timedOut: Bool)
+    func abandoned(request: UInt64, on channel: UInt64, timedOut: Bool)
 
     /// Stops the backend once the work it has is done; nothing is called on it afterwards.
     /// Returns false when it did not finish within `timeout` (the host then exits without it).
@@ -51,7 +51,7 @@ protocol ServiceBackend: AnyObject, Sendable {
 
 extension ServiceBackend {
     /// A backend in the host's process asks the host table (`isPending`) instead.
-    func abandoned(request: UInt64, timedOut: Bool) {}
+    func abandoned(request: UInt64, on channel: UInt64, timedOut: Bool) {}
 }
 
 /// A channel a client asks to open.

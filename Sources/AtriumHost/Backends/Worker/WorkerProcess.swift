@@ -621,8 +621,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
             WorkerFrame.closed(channel: channel, status: UInt64(max(status.rawValue, 0)), by: UInt64(closer.rawValue)))
     }
 
-    func abandoned(request: UInt64, timedOut: Bool) {
-        if case .success(let link) = running() {
+    func abandoned(request: UInt64, on channel: UInt64, timedOut: Bool) {
+        // On the channel's link, behind the request itself.
+        if case .success(let link) = running(link: link(of: channel)) {
             link.send(.answered(id: request))
         }
         guard timedOut else { return }
