@@ -677,13 +677,22 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         logger.info("connections left in memory: \(ConnectionHandler.live.load(ordering: .relaxed))")
         // Under the reload lock: a reload under way finishes first, and none starts after.
         let stopping = reloading.withLock { _ in packages }
-        for package in stopping {
-            guard let backend = package.backend else { continue }
-            if !backend.shutDown(within: .seconds(5)) {
-                logger.warning(
-                    "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it"
-                )
+        // Each package stops on a thread of its own, all at once: the exit waits for the
+        // slowest (at most 5 seconds), not for all of them added up.
+        let logger = self.logger
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let group = DispatchGroup()
+            for package in stopping {
+                guard let backend = package.backend else { continue }
+                DispatchQueue.global().async(group: group) {
+                    if !backend.shutDown(within: .seconds(5)) {
+                        logger.warning(
+                            "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it"
+                        )
+                    }
+                }
             }
+            group.notify(queue: .global()) { done.resume() }
         }
         // Launches still queued are answered as the host going away; running ones finish on
         // their own threads without holding up the exit.

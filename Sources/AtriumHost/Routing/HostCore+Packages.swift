@@ -67,10 +67,17 @@ extension HostCore {
             var next: [LoadedPackage] = []
             var retired: [(LoadedPackage, String)] = []
             var seen: Set<String> = []
+            // The new and changed packages start together.
+            let starting = directory.manifests.filter { manifest in
+                old.package(manifest.package).map { $0.manifest != manifest } ?? true
+            }
+            let started = Dictionary(
+                zip(starting.map(\.package), makePackages(starting, libraryQueues: &queues))
+            ) { first, _ in first }
             for manifest in directory.manifests {
                 seen.insert(manifest.package)
                 guard let current = old.package(manifest.package) else {
-                    next.append(makePackage(manifest, libraryQueues: &queues))
+                    next.append(started[manifest.package] ?? makePackage(manifest, libraryQueues: &queues))
                     report.added.append(manifest.package)
                     continue
                 }
@@ -79,7 +86,7 @@ extension HostCore {
                     report.unchanged += 1
                     continue
                 }
-                let replacement = makePackage(manifest, libraryQueues: &queues)
+                let replacement = started[manifest.package] ?? makePackage(manifest, libraryQueues: &queues)
                 if let error = replacement.loadError, current.loadError == nil {
                     next.append(current)
                     report.keptRunning.append((manifest.package, "its new version does not load: \(error)"))
@@ -118,6 +125,43 @@ extension HostCore {
         }
     }
 
+    /// The packages for `manifests`, in order: each backend started, or why it could not be.
+    /// Worker processes start together and are waited for together.
+    func makePackages(_ manifests: [Manifest], libraryQueues: inout [String: DispatchQueue]) -> [LoadedPackage] {
+        var packages: [LoadedPackage] = []
+        var pending: [(index: Int, start: WorkerProcess.PendingStart)] = []
+        for manifest in manifests {
+            if manifest.isolation == .process, manifest.functions.isEmpty, let library = manifest.library {
+                do {
+                    let worker = try makeWorker(manifest, library: library)
+                    pending.append((packages.count, try worker.begin()))
+                    packages.append(
+                        LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker))
+                } catch {
+                    packages.append(notAvailable(manifest, error))
+                }
+                continue
+            }
+            packages.append(makePackage(manifest, libraryQueues: &libraryQueues))
+        }
+        for (index, start) in pending {
+            do {
+                try start.finish()
+            } catch {
+                packages[index] = notAvailable(packages[index].manifest, error)
+            }
+        }
+        return packages
+    }
+
+    private func notAvailable(_ manifest: Manifest, _ error: PluginLoadError) -> LoadedPackage {
+        logger.error(
+            "package not available: \(error.reason)",
+            metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
+        )
+        return LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, backend: nil)
+    }
+
     /// The package for one manifest: its backend started, or why it could not be.
     func makePackage(_ manifest: Manifest, libraryQueues: inout [String: DispatchQueue]) -> LoadedPackage {
         guard let library = manifest.library else {
@@ -143,7 +187,8 @@ extension HostCore {
                 return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend)
             }
             if manifest.isolation == .process {
-                let worker = try startWorker(manifest, library: library, folder: folder)
+                let worker = try makeWorker(manifest, library: library)
+                try worker.start()
                 return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker)
             }
             let (path, descriptor) = try PluginLibrary.open(
@@ -156,19 +201,14 @@ extension HostCore {
             try plugin.create()
             return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin)
         } catch {
-            logger.error(
-                "package not available: \(error.reason)",
-                metadata: ["package": "\(manifest.package)", "manifest": "\(manifest.file.lastPathComponent)"]
-            )
-            return LoadedPackage(manifest: manifest, loadError: error.reason, libraryPath: nil, backend: nil)
+            return notAvailable(manifest, error)
         }
     }
 
-    /// Finds and checks a package's library (without loading it into the host) and starts
-    /// the worker process that loads it.
-    private func startWorker(_ manifest: Manifest, library: String, folder: URL) throws(PluginLoadError)
-        -> WorkerProcess
-    {
+    /// Finds and checks a package's library (without loading it into the host), for the
+    /// worker process that will load it.
+    private func makeWorker(_ manifest: Manifest, library: String) throws(PluginLoadError) -> WorkerProcess {
+        let folder = manifest.file.deletingLastPathComponent()
         guard let executable = configuration.workerExecutable else {
             throw PluginLoadError(
                 reason: "\"isolation\": \"process\" needs atriumd to start worker processes; this host cannot")
@@ -180,11 +220,9 @@ extension HostCore {
         {
             throw PluginLoadError(reason: problem)
         }
-        let worker = WorkerProcess(
+        return WorkerProcess(
             manifest: manifest, library: path, executable: executable, core: self,
             group: MultiThreadedEventLoopGroup.singleton, logger: logger)
-        try worker.start()
-        return worker
     }
 
     /// A backend is gone (its worker process died): its channels are closed with status

@@ -115,12 +115,34 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// Starts the worker and waits for it to load the plugin (at most ``startTimeout``).
     /// When it fails, the object is given up for good: nothing restarts it.
     func start() throws(PluginLoadError) {
+        try begin().finish()
+    }
+
+    /// A worker started and not yet known to be ready: several start at once, and are then
+    /// waited for together (a host with many worker packages starts in the time of the
+    /// slowest, not of all of them added up).
+    struct PendingStart {
+        let worker: WorkerProcess
+        let ready: DispatchSemaphore
+
+        /// Waits for the worker to load its plugin (at most ``startTimeout`` from now).
+        func finish() throws(PluginLoadError) {
+            try worker.awaitReady(ready)
+        }
+    }
+
+    /// Starts the worker without waiting for it.
+    func begin() throws(PluginLoadError) -> PendingStart {
         let ready = DispatchSemaphore(value: 0)
         state.withLock { $0.ready = ready }
         if let error = launchWorker() {
             giveUp(error)
             throw PluginLoadError(reason: error)
         }
+        return PendingStart(worker: self, ready: ready)
+    }
+
+    private func awaitReady(_ ready: DispatchSemaphore) throws(PluginLoadError) {
         let loaded = ready.wait(timeout: .now() + Self.startTimeout.seconds) == .success
         let error = state.withLock { state -> String? in
             if !loaded { return "the worker process did not load the plugin within \(describe(Self.startTimeout))" }
