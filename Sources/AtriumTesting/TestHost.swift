@@ -36,7 +36,8 @@ public final class TestHost: @unchecked Sendable {
         manifests: [String: String],
         arguments: [String] = [],
         environment: [String: String] = [:],
-        descriptorLimit: Int? = nil
+        descriptorLimit: Int? = nil,
+        executable: URL? = nil
     ) async throws -> TestHost {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -44,19 +45,22 @@ public final class TestHost: @unchecked Sendable {
             try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
         return try await start(
-            manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit)
+            manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit,
+            executable: executable)
     }
 
     /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits
     /// until it says it is ready. With `descriptorLimit`, the host runs under that
-    /// RLIMIT_NOFILE, soft and hard (set by `sh -c 'ulimit -n N'` before it starts).
+    /// RLIMIT_NOFILE, soft and hard (set by `sh -c 'ulimit -n N'` before it starts); with
+    /// `executable`, that program runs instead of the build's `atriumd`.
     public static func start(
         manifestsFolder: URL,
         arguments: [String] = [],
         environment: [String: String] = [:],
-        descriptorLimit: Int? = nil
+        descriptorLimit: Int? = nil,
+        executable: URL? = nil
     ) async throws -> TestHost {
-        let executable = buildFolder.appendingPathComponent("atriumd")
+        let executable = executable ?? buildFolder.appendingPathComponent("atriumd")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
             throw StartError(
                 description: "\(executable.path) is missing: run `swift build` before the tests (Scripts/test.sh does)")

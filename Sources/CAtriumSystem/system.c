@@ -61,7 +61,7 @@ int atrium_receive_descriptors(int socket, int *descriptors, int max) {
     do {
         received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
     } while (received < 0 && errno == EINTR);
-    if (received != 1) {
+    if (received != 1 || (message.msg_flags & MSG_CTRUNC) != 0) {
         if (received >= 0) errno = EPROTO;
         return -1;
     }

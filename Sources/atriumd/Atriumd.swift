@@ -177,6 +177,9 @@ struct Atriumd: AsyncParsableCommand {
     @Flag(help: .private)
     var worker = false
 
+    @Option(help: .private)
+    var workerLinks = 1
+
     @Flag(help: "With --check: check manifests and files only, without loading any plugin library.")
     var noLoad = false
 
@@ -325,7 +328,7 @@ struct Atriumd: AsyncParsableCommand {
         }
         if worker {
             // A package's worker process (`"isolation": "process"`), started by atriumd itself.
-            Foundation.exit(WorkerMain.run(logger: Logger(label: "atriumd.worker")))
+            Foundation.exit(WorkerMain.run(links: workerLinks, logger: Logger(label: "atriumd.worker")))
         }
         let logger = Logger(label: "atriumd")
         var configuration = try makeConfiguration()

@@ -274,6 +274,35 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func aWorkerThatCannotBeRestartedLeavesTheHostAndEveryoneElseAlone() async throws {
+        // A copy of atriumd, deleted once it runs: the worker's restart cannot start anything.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-exe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let copy = folder.appendingPathComponent("atriumd")
+        try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("atriumd"), to: copy)
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests.merging(["w.json": Self.manifest()]) { $1 },
+            arguments: ["--plugin-path", TestHost.buildFolder.path], executable: copy)
+        let bystander = try await Self.bystander(host)
+        try FileManager.default.removeItem(at: copy)
+        let pid = try #require(Self.workerPid(in: host.log))
+        kill(pid, SIGKILL)
+        #expect(await host.waitForLog("the worker could not be restarted", timeout: .seconds(5)), "\(host.log)")
+        // The package is unavailable, says why, and the rest of the host serves.
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .appUnavailable)
+        #expect(try await Self.echoes(bystander, 1))
+        // Removing the package (a reload) and stopping the host signal no process that is
+        // not running: this test, in the host's process group, lives on to see the exit.
+        try FileManager.default.removeItem(at: host.manifestsFolder.appendingPathComponent("w.json"))
+        #expect(await host.waitForLog("removed \(Self.package)", timeout: .seconds(5)))
+        #expect(try await Self.echoes(bystander, 2))
+        await client.close()
+        await bystander.close()
+        #expect(await host.stop() == 0)
+    }
+
     /// The pid of the first worker the host started, from its log.
     static func workerPid(in log: String) -> pid_t? {
         guard let range = log.range(of: "worker process started (pid ") else { return nil }

@@ -92,7 +92,11 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// never reach the destroyed instance.
     private let destroyed = Atomic<Bool>(false)
 
-    private var isDestroyed: Bool { destroyed.load(ordering: .acquiring) }
+    private var isDestroyed: Bool { destroyed.load(ordering: .sequentiallyConsistent) }
+
+    /// Requests being delivered inline (on a network thread, outside the queues): `destroy`
+    /// waits for them to return, as the queues' drain cannot.
+    private let inlineCalls = Atomic<Int>(0)
 
     /// How many of the plugin's serial callbacks are waiting for a launch they made (at most
     /// one: the queue is serial). While one is, the plugin's queue cannot run a launch
@@ -149,6 +153,10 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// The message bytes are read in place, not copied.
     func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
         if requestsInline {
+            // Counted before the check of `destroyed`, which `destroy` sets before it waits
+            // for the count to fall to zero: a request is delivered before destroy, or not at all.
+            inlineCalls.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            defer { inlineCalls.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
             deliver(request, on: channel, message: message)
             return
         }
@@ -259,7 +267,10 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// called again.
     func shutDown(within timeout: Duration) -> Bool {
         queues.drain(within: timeout) {
-            guard !self.destroyed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            guard !self.destroyed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+            // Inline requests that passed the check before the flag was set finish first (a
+            // nonblocking request returns within microseconds).
+            while self.inlineCalls.load(ordering: .sequentiallyConsistent) > 0 { usleep(50) }
             if self.descriptor.has(\.destroy), let destroy = self.descriptor.pointee.destroy {
                 destroy(self.instance)
             }

@@ -438,8 +438,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 channels[open.channel] = (handle, backend)
                 logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
             } else {
-                // The package was reloaded while it answered: that version is gone.
+                // The package was reloaded while it answered: that version is gone (if it is
+                // still winding down, it hears the channel is closed).
                 status = .appUnavailable
+                backend.closed(channel: handle, status: .canceled, by: .host)
             }
         }
         if status != .success {

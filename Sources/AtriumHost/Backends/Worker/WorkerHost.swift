@@ -55,9 +55,38 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         channel(link)?.send(frame)
     }
 
+    /// Sends `frame` on link `link`, then runs `then` once it has gone out (or could not):
+    /// for the last thing a worker says before it exits.
+    func write(_ frame: WorkerFrame, on link: Int, then: @escaping @Sendable () -> Void) {
+        guard let channel = channel(link)?.channel else {
+            then()
+            return
+        }
+        channel.writeAndFlush(frame).whenComplete { _ in then() }
+    }
+
     /// Whether the calling thread is one of the links' event loops, where nothing may wait.
     private var onALinksLoop: Bool {
         links.withLockedValue { $0.contains { $0?.channel.eventLoop.inEventLoop ?? false } }
+    }
+
+    /// Which link each channel's frames came on: the plugin's calls about a channel go back
+    /// on it, so that they keep their order with its answers.
+    private let channelLinks = NIOLockedValueBox<[UInt64: Int]>([:])
+
+    /// A channel is being opened on `link`.
+    func opened(_ channel: UInt64, on link: Int) {
+        channelLinks.withLockedValue { $0[channel] = link }
+    }
+
+    /// A channel is closed.
+    func closed(_ channel: UInt64) {
+        _ = channelLinks.withLockedValue { $0.removeValue(forKey: channel) }
+    }
+
+    private func link(of channel: UInt64?) -> Int {
+        guard let channel else { return 0 }
+        return channelLinks.withLockedValue { $0[channel] ?? 0 }
     }
 
     /// A request arrived on `link` and is about to be handed to the plugin.
@@ -80,7 +109,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     /// Sends a call and waits for the host's reply (nil if the host went away meanwhile, or
     /// the call was made on the thread that reads the host's frames, where no reply could
     /// ever be read).
-    private func call(_ name: String, _ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
+    private func call(_ name: String, on link: Int = 0, _ make: (UInt64) -> WorkerFrame) -> WorkerFrame? {
         if onALinksLoop {
             logger.warning(
                 "\(name) called from a nonblocking request: in a worker process that would wait on itself, so it is refused; call it from another thread"
@@ -94,7 +123,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
             calls.waiting[id] = reply
             return id
         }
-        write(make(id), on: 0)
+        write(make(id), on: link)
         // The host answers every call; if it is gone, the worker exits with it.
         reply.done.wait()
         return reply.frame
@@ -141,7 +170,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         -> Result<UInt64, BackendCallError>
     {
         guard HostCore.invalidity(of: message) == nil else { return .failure(.notAValueSet) }
-        let reply = call("send") {
+        let reply = call("send", on: link(of: channel)) {
             .send(call: $0, channel: channel, message: EncodedValueSet(uncheckedBytes: message))
         }
         guard case .reply(_, let error, let id, _, _) = reply else { return .failure(.busy) }
@@ -152,7 +181,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     func closeChannel(_ channel: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
         -> Result<Void, BackendCallError>
     {
-        let reply = call("close_channel") {
+        let reply = call("close_channel", on: link(of: channel)) {
             .close(call: $0, channel: channel, status: UInt64(max(status.rawValue, 0)))
         }
         guard case .reply(_, let error, _, _, _) = reply else { return .failure(.busy) }
@@ -167,7 +196,9 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 += 1 } }
         defer { if fromOwnQueue { launchingFromOwnQueue.withLockedValue { $0 -= 1 } } }
         let payload = data.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) }
-        let reply = call("launch_uri") { .launchUri(call: $0, uri: uri, data: payload, channel: channel) }
+        let reply = call("launch_uri", on: link(of: channel)) {
+            .launchUri(call: $0, uri: uri, data: payload, channel: channel)
+        }
         guard case .reply(_, _, _, let status, let reason) = reply, let status,
             let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:))
         else {

@@ -4,6 +4,7 @@ import CAtriumPlugin
 import CAtriumSystem
 import Foundation
 public import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 
@@ -19,19 +20,31 @@ import NIOPosix
 /// process, answers `ready`, and carries calls both ways until the host says `shutdown` or
 /// goes away. A channel's frames all travel on one link, in order.
 public enum WorkerMain {
-    /// Runs the worker; returns its exit status.
-    public static func run(logger: Logger) -> Int32 {
+    /// Runs the worker with `links` links to the host; returns its exit status.
+    public static func run(links: Int, logger: Logger) -> Int32 {
+        // atriumd ignores SIGHUP (it reloads on it); a worker and what it starts do not.
+        signal(SIGHUP, SIG_DFL)
         var passed = [Int32](repeating: -1, count: 16)
         let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
-        guard count >= 0 else {
-            logger.error("worker: standard input is not the host's socket (errno \(errno))")
+        guard count >= 0, Int(count) == links - 1 else {
+            logger.error("worker: expected \(links - 1) sockets from the host on standard input, got \(count)")
             return 70
         }
-        let sockets = [0] + passed.prefix(Int(count))
+        // The first link moves off standard input (to a descriptor children do not inherit),
+        // and standard input becomes /dev/null: a plugin that reads or writes it, or a
+        // program it starts, cannot touch the link.
+        let first = fcntl(0, F_DUPFD_CLOEXEC, 3)
+        let null = open("/dev/null", O_RDWR)
+        guard first >= 0, null >= 0, dup2(null, 0) == 0 else {
+            logger.error("worker: cannot move the first link off standard input (errno \(errno))")
+            return 70
+        }
+        if null != 0 { close(null) }
+        let sockets = [first] + passed.prefix(Int(count))
         let group = MultiThreadedEventLoopGroup(numberOfThreads: sockets.count)
         let loops = Array(group.makeIterator())
         let done = DispatchSemaphore(value: 0)
-        let dispatcher = WorkerDispatcher(logger: logger, done: done)
+        let dispatcher = WorkerDispatcher(logger: logger, done: done, links: sockets.count)
         dispatcher.host = WorkerHost(links: sockets.count, logger: logger)
         do {
             for (index, socket) in sockets.enumerated() {
@@ -62,19 +75,24 @@ public enum WorkerMain {
 final class WorkerDispatcher: @unchecked Sendable {
     let logger: Logger
     let done: DispatchSemaphore
-    /// Set once, as the socket's channel is set up, before the first frame is read.
+    /// Set once, before any link is set up.
     var host: WorkerHost!
-    /// Set by `start`, on the event loop, before any frame that uses it.
-    private var plugin: InProcessPlugin?
-    private(set) var exitStatus: Int32 = 0
+    /// Set by `start` (on link 0's loop); read from every link's loop.
+    private let loaded = NIOLockedValueBox<InProcessPlugin?>(nil)
+    private let status = NIOLockedValueBox<(exit: Int32, shutdowns: Int)>((0, 0))
+    /// How many links the host says `shutdown` on before the plugin stops.
+    private let links: Int
 
-    init(logger: Logger, done: DispatchSemaphore) {
+    init(logger: Logger, done: DispatchSemaphore, links: Int) {
         self.logger = logger
         self.done = done
+        self.links = links
     }
 
-    func finish(_ status: Int32) {
-        exitStatus = status
+    var exitStatus: Int32 { status.withLockedValue { $0.exit } }
+
+    func finish(_ exit: Int32) {
+        status.withLockedValue { $0.exit = exit }
         done.signal()
     }
 
@@ -86,13 +104,14 @@ final class WorkerDispatcher: @unchecked Sendable {
             start(package, library, config, concurrent, memory: memory, files: files, cpu: cpu, user: user)
             return
         }
-        guard let plugin else {
+        guard let plugin = loaded.withLockedValue({ $0 }) else {
             logger.error("worker: \(frame.type) before start")
             return
         }
         switch frame {
         case .open(let channel, let service, let clientId, let clientName, let isRemote):
             let host = self.host!
+            host.opened(channel, on: link)
             plugin.open(
                 ChannelInfo(
                     id: channel, service: service, clientId: clientId, clientName: clientName, isRemote: isRemote)
@@ -107,6 +126,7 @@ final class WorkerDispatcher: @unchecked Sendable {
                 to: id, on: channel, status: AppServiceResponseStatus(rawValue: Int(clamping: status)),
                 message: message?.buffer)
         case .closed(let channel, let status, let by):
+            host.closed(channel)
             plugin.closed(
                 channel: channel, status: AppServiceClosedStatus(rawValue: Int(clamping: status)),
                 by: ChannelCloser(rawValue: Int32(clamping: by)) ?? .host)
@@ -133,8 +153,16 @@ final class WorkerDispatcher: @unchecked Sendable {
         case .reply(let call, _, _, _, _):
             host.replied(call, frame)
         case .shutdown:
-            _ = plugin.shutDown(within: .seconds(5))
-            finish(0)
+            // Once every link has said so (each after what it carried), off the links' loops.
+            let all = status.withLockedValue { status -> Bool in
+                status.shutdowns += 1
+                return status.shutdowns == links
+            }
+            guard all else { return }
+            DispatchQueue.global().async {
+                _ = plugin.shutDown(within: .seconds(5))
+                self.finish(0)
+            }
         default:
             logger.notice("worker: unexpected \(frame.type) frame from the host; ignored")
         }
@@ -155,8 +183,8 @@ final class WorkerDispatcher: @unchecked Sendable {
                     .ready(
                         error:
                             "limits.memoryMB is \(memory >> 20), but the worker process already uses \(used >> 20) MiB of address space before loading the plugin; allow at least \((used >> 20) + 64)"
-                    ), on: 0)
-                finish(1)
+                    ), on: 0
+                ) { self.finish(1) }
                 return
             }
             setLimit(Int32(RLIMIT_AS.rawValue), memory, "memory")
@@ -173,11 +201,10 @@ final class WorkerDispatcher: @unchecked Sendable {
                 package: package, config: config, concurrent: concurrent, descriptor: descriptor, host: host,
                 logger: logger)
             try plugin.create()
-            self.plugin = plugin
+            loaded.withLockedValue { $0 = plugin }
             host.write(.ready(error: nil), on: 0)
         } catch {
-            host.write(.ready(error: error.reason), on: 0)
-            finish(1)
+            host.write(.ready(error: error.reason), on: 0) { self.finish(1) }
         }
     }
 

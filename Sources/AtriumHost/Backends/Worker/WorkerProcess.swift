@@ -4,6 +4,7 @@ import CAtriumSystem
 import Dispatch
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -104,7 +105,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         self.executable = executable
         self.core = core
         self.group = group
-        loops = Array(group.makeIterator())
+        // At most 16 links (what one message passes over); loops past that share them.
+        loops = Array(Array(group.makeIterator()).prefix(16))
         var logger = logger
         logger[metadataKey: "package"] = "\(manifest.package)"
         self.logger = logger
@@ -154,6 +156,13 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
+    /// SIGKILL for a worker process that runs (never for one that did not start: its pid
+    /// would be 0, the host's own process group).
+    private static func kill(_ process: Process?) {
+        guard let process, process.isRunning, process.processIdentifier > 0 else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+    }
+
     /// Marks the package failed and kills its worker: no restart follows.
     private func giveUp(_ reason: String) {
         let process = state.withLock { state -> Process? in
@@ -161,7 +170,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             state.ready = nil
             return state.process
         }
-        if let process, process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        Self.kill(process)
     }
 
     /// Starts a worker process; returns why it could not.
@@ -182,7 +191,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
         let process = Process()
         process.executableURL = executable
-        process.arguments = ["--worker"]
+        process.arguments = ["--worker", "--worker-links", "\(loops.count)"]
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
         // worker's address space, which its memory limit counts, near what it really uses.
         // Swift's crash backtracer would hold a crashed worker for a second or more while it
@@ -211,7 +220,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
             guard !state.shuttingDown else { return nil }
             state.generation += 1
             state.phase = .starting
-            state.process = process
             state.links = []
             state.channelLinks.removeAll()
             state.openChannels.removeAll()
@@ -236,6 +244,20 @@ final class WorkerProcess: ServiceBackend, Sendable {
             close(output[1])
             return "cannot start the worker process (\(executable.path)): \(error.localizedDescription)"
         }
+        // Published only once it runs (a process that never started has no pid to signal),
+        // and only if shutdown did not begin meanwhile.
+        let current = state.withLock { state -> Bool in
+            guard state.generation == generation, !state.shuttingDown else { return false }
+            state.process = process
+            return true
+        }
+        guard current else {
+            Self.kill(process)
+            closeAll()
+            close(output[0])
+            close(output[1])
+            return "the host is shutting down"
+        }
         // The other links go over the first before anything else does.
         let extra = Array(workerEnds.dropFirst())
         let passed = extra.withUnsafeBufferPointer {
@@ -249,7 +271,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         OutputLog.attach(output[0], name: "worker \(process.processIdentifier)", logger: logger)
         guard passed == 0 else {
             for descriptor in hostEnds { close(descriptor) }
-            Glibc.kill(process.processIdentifier, SIGKILL)
+            Self.kill(process)
             return nil
         }
         // A worker that never says it is ready (the first start waits in ``start()``).
@@ -261,7 +283,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 state.killReason = "did not load the plugin within \(describe(Self.startTimeout))"
                 return true
             }
-            if stuck { Glibc.kill(process.processIdentifier, SIGKILL) }
+            if stuck { Self.kill(process) }
         }
         let limits = manifest.workerLimits
         let start = WorkerFrame.start(
@@ -294,7 +316,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 // NIO closed the descriptors it could not use.
                 logger.error("cannot talk to the worker process")
                 for channel in channels { channel.close(promise: nil) }
-                Glibc.kill(process.processIdentifier, SIGKILL)
+                Self.kill(process)
                 return
             }
             let current = state.withLock { state -> Bool in
@@ -306,7 +328,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 channels[0].writeAndFlush(start, promise: nil)
             } else {
                 for channel in channels { channel.close(promise: nil) }
-                Glibc.kill(process.processIdentifier, SIGKILL)
+                Self.kill(process)
             }
         }
         return nil
@@ -320,7 +342,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             if let reason, state.killReason == nil { state.killReason = reason }
             return state.process
         }
-        if let process, process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+        Self.kill(process)
     }
 
     /// The worker's socket closed: if the process is still there (it closed the socket, or
@@ -349,7 +371,30 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
+    /// The worker process ended. What it wrote before it went (an answer, or why the plugin
+    /// did not load) is read first: its links are left to reach their end (at most a second)
+    /// before the end is handled.
     private func workerEnded(_ process: Process, generation: Int) {
+        let links = state.withLock { $0.generation == generation ? $0.links : [] }
+        guard let first = links.first else {
+            handleEnd(process, generation: generation)
+            return
+        }
+        let handled = NIOLockedValueBox(false)
+        let handle: @Sendable () -> Void = { [self] in
+            guard
+                !handled.withLockedValue({
+                    let was = $0; $0 = true; return was
+                })
+            else { return }
+            handleEnd(process, generation: generation)
+        }
+        EventLoopFuture.whenAllComplete(links.map(\.channel.closeFuture), on: first.channel.eventLoop)
+            .whenComplete { _ in handle() }
+        first.channel.eventLoop.scheduleTask(in: .seconds(1)) { handle() }
+    }
+
+    private func handleEnd(_ process: Process, generation: Int) {
         let killed = state.withLock { state -> String? in
             guard state.generation == generation else { return nil }
             defer { state.killReason = nil }
@@ -459,11 +504,27 @@ final class WorkerProcess: ServiceBackend, Sendable {
         case .opened(let channel, let status):
             let completion = state.withLock { state -> (@Sendable (AppServiceConnectionStatus) -> Void)? in
                 guard let completion = state.opens.removeValue(forKey: channel) else { return nil }
-                if status == 0 { state.openChannels.insert(channel) }
+                if status == 0 {
+                    state.openChannels.insert(channel)
+                } else {
+                    state.channelLinks.removeValue(forKey: channel)
+                }
                 return completion
             }
             let checked = Int32(exactly: status).flatMap(AppServiceConnectionStatus.init(checking:)) ?? .unknown
-            completion?(checked)
+            guard let completion else {
+                // Accepted after the host stopped waiting (the client was told Unknown): the
+                // plugin hears the channel is closed.
+                if status == 0 {
+                    reply(
+                        .closed(
+                            channel: channel, status: UInt64(AppServiceClosedStatus.canceled.rawValue),
+                            by: UInt64(ChannelCloser.host.rawValue)),
+                        generation, link)
+                }
+                return
+            }
+            completion(checked)
         case .respond(let id, let status, let message, let error):
             let checked = Int32(exactly: status).flatMap(AppServiceResponseStatus.init(checking:)) ?? .unknown
             let result = core.respond(to: id, from: self, status: checked, message: message?.buffer, error: error)
@@ -546,18 +607,24 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// Which link serves the calling thread: the one on its event loop (a connection's frames
     /// then never change loops), else the first.
     private var currentLink: Int {
-        loops.firstIndex { $0.inEventLoop } ?? 0
+        guard let index = loops.firstIndex(where: { $0.inEventLoop }) else {
+            // A loop past the 16th (or no loop): spread by the thread, consistently per loop.
+            return loops.isEmpty ? 0 : Int(UInt(bitPattern: Int(bitPattern: pthread_self())) % UInt(loops.count))
+        }
+        return index
     }
 
-    /// Link `link` when the worker is running and reading it, or why not.
-    private func running(link: Int = 0) -> Result<WorkerLink, PluginLoadError> {
+    /// Link `link` when the worker is running (and, for new work, reading it), or why not.
+    /// What the host owes the worker (answers to its messages, requests answered meanwhile)
+    /// goes even to a link over its high-water mark.
+    private func running(link: Int = 0, newWork: Bool = true) -> Result<WorkerLink, PluginLoadError> {
         state.withLock { state in
             switch state.phase {
             case .running:
                 guard state.links.indices.contains(link) else {
                     return .failure(PluginLoadError(reason: "its worker process is not running"))
                 }
-                if state.blocked.contains(link) {
+                if newWork, state.blocked.contains(link) {
                     return .failure(PluginLoadError(reason: "its worker process is not reading what it is sent"))
                 }
                 return .success(state.links[link])
@@ -626,7 +693,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func response(to request: UInt64, on channel: UInt64, status: AppServiceResponseStatus, message: ByteBuffer?) {
-        guard case .success(let link) = running(link: link(of: channel)) else { return }
+        guard case .success(let link) = running(link: link(of: channel), newWork: false) else { return }
         link.send(
             WorkerFrame.response(
                 channel: channel, id: request, status: UInt64(max(status.rawValue, 0)),
@@ -645,7 +712,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     func abandoned(request: UInt64, on channel: UInt64, timedOut: Bool) {
         // On the channel's link, behind the request itself.
-        if case .success(let link) = running(link: link(of: channel)) {
+        if case .success(let link) = running(link: link(of: channel), newWork: false) {
             link.send(.answered(id: request))
         }
         guard timedOut else { return }
@@ -697,21 +764,23 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func shutDown(within timeout: Duration) -> Bool {
-        let (link, process) = state.withLock { state -> (WorkerLink?, Process?) in
+        let (links, process) = state.withLock { state -> ([WorkerLink], Process?) in
             state.shuttingDown = true
-            return (state.links.first, state.process)
+            return (state.links, state.process)
         }
         guard let process else { return true }
-        if let link {
-            link.send(.shutdown)
+        if !links.isEmpty {
+            // On every link, behind what each carries (the channels' `closed` among them): the
+            // worker stops the plugin once all of them said so.
+            for link in links { link.send(.shutdown) }
         } else {
             // Still connecting: there is no one to tell.
-            Glibc.kill(process.processIdentifier, SIGKILL)
+            Self.kill(process)
         }
         let deadline = ContinuousClock.now + timeout
         while process.isRunning, ContinuousClock.now < deadline { usleep(10_000) }
         if process.isRunning {
-            Glibc.kill(process.processIdentifier, SIGKILL)
+            Self.kill(process)
             return false
         }
         return true
