@@ -4,7 +4,7 @@ import CAtriumSystem
 import Dispatch
 public import Foundation
 public import Logging
-import NIOCore
+public import NIOCore
 import NIOPosix
 import Synchronization
 
@@ -99,9 +99,14 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         var shuttingDown = false
     }
 
-    public init(configuration: HostConfiguration, logger: Logger) {
+    /// The event loops the connections run on: a worker process gets a link on each.
+    let group: any EventLoopGroup
+
+    /// `group`: the connections' event loops (by default NIO's shared ones).
+    public init(configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil) {
         self.configuration = configuration
         self.logger = logger
+        self.group = group ?? MultiThreadedEventLoopGroup.singleton
         admission = configuration.admission
         limits = configuration.limits
         breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval)

@@ -222,7 +222,7 @@ extension HostCore {
         }
         return WorkerProcess(
             manifest: manifest, library: path, executable: executable, core: self,
-            group: MultiThreadedEventLoopGroup.singleton, logger: logger)
+            group: group, logger: logger)
     }
 
     /// A backend is gone (its worker process died): its channels are closed with status

@@ -48,7 +48,7 @@ public final class AtriumServer: Service, Sendable {
         for warning in manifests.warnings {
             logger.warning("\(warning)")
         }
-        core = HostCore(configuration: configuration, logger: logger)
+        core = HostCore(configuration: configuration, logger: logger, group: self.group)
         core.load(manifests)
     }
 
