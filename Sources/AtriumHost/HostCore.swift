@@ -689,7 +689,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             let group = DispatchGroup()
             for package in stopping {
                 guard let backend = package.backend else { continue }
-                DispatchQueue.global().async(group: group) {
+                // A queue of its own (not the shared pool, whose few threads would all be
+                // blocked here waiting for work the plugins' queues need those threads for).
+                DispatchQueue(label: "atrium.shutdown.\(package.manifest.package)").async(group: group) {
                     if !backend.shutDown(within: .seconds(5)) {
                         logger.warning(
                             "package \(package.manifest.package) is still busy in a callback after 5 seconds; exiting without destroying it"

@@ -159,7 +159,8 @@ final class WorkerDispatcher: @unchecked Sendable {
                 return status.shutdowns == links
             }
             guard all else { return }
-            DispatchQueue.global().async {
+            // A queue of its own: the wait below needs the shared pool's threads free.
+            DispatchQueue(label: "atrium.worker.shutdown").async {
                 _ = plugin.shutDown(within: .seconds(5))
                 self.finish(0)
             }
