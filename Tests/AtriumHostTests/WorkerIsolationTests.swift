@@ -303,6 +303,34 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func whatAPluginStartedGoesWithItsWorker() async throws {
+        let host = try await Self.startWorkerHost()
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        let answer = try await client.request(channel: 1, id: 1, ["Fork": true])
+        let child = pid_t(try #require(try answer.decoded["Child"]?.int))
+        #expect(Self.isAlive(child))
+        try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Crash": "exit"]))))
+        // The child keeps the worker's sockets open: the host finds the worker's end all the
+        // same (within a second or two), answers, and ends the child with it.
+        #expect(try await client.response(timeout: .seconds(10)).status == .appUnavailable)
+        // The worker is gone, and so is the child it left behind (within 5 s).
+        let deadline = ContinuousClock.now + .seconds(5)
+        while Self.isAlive(child), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(!Self.isAlive(child))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// Whether `pid` runs (a zombie waiting for its parent to reap it does not).
+    static func isAlive(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        let state = stat[stat.index(close, offsetBy: 2)]
+        return state != "Z" && state != "X"
+    }
+
     /// The pid of the first worker the host started, from its log.
     static func workerPid(in log: String) -> pid_t? {
         guard let range = log.range(of: "worker process started (pid ") else { return nil }

@@ -21,6 +21,8 @@
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
  *     until none is left, then aborts;
  *   - a request {"Uid": anything} answers {"Uid": the process's user id};
+ *   - a request {"Fork": anything} starts a child process that waits for ever, and answers
+ *     {"Child": its pid};
  *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
  *     (an unknown type, and an answer to request 0) straight to the worker's socket (fd 0),
  *     as a hostile plugin could, then answers {"Forged": n}.
@@ -83,6 +85,16 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, NULL, 0, NULL);
         host->builder_free(host, out);
         host->message_free(host, in);
+        return;
+    }
+
+    if (host->message_kind(host, in, "Fork") != ATRIUM_KIND_NONE) {
+        pid_t child = fork();
+        if (child == 0) {
+            for (;;) pause();
+        }
+        host->builder_put_int(host, out, "Child", (int64_t)child);
+        finish(host, request, out, in);
         return;
     }
 

@@ -89,6 +89,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var timeoutsSinceAnswer = 0
         /// Set when the host killed the worker: the reason it gives.
         var killReason: String?
+        /// Looks every second for the worker having ended unnoticed (see ``watchForEnd``).
+        var watch: RepeatedTask?
         /// The first start, waited for by ``start()``.
         var ready: DispatchSemaphore?
         var startError: String?
@@ -156,11 +158,12 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
-    /// SIGKILL for a worker process that runs (never for one that did not start: its pid
-    /// would be 0, the host's own process group).
+    /// SIGKILL for a worker process that runs, and everything it started (a worker leads a
+    /// process group of its own); never for one that did not start: its pid would be 0, the
+    /// host's own group.
     private static func kill(_ process: Process?) {
         guard let process, process.isRunning, process.processIdentifier > 0 else { return }
-        Glibc.kill(process.processIdentifier, SIGKILL)
+        if Glibc.kill(-process.processIdentifier, SIGKILL) != 0 { Glibc.kill(process.processIdentifier, SIGKILL) }
     }
 
     /// Marks the package failed and kills its worker: no restart follows.
@@ -258,6 +261,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             close(output[1])
             return "the host is shutting down"
         }
+        watchForEnd(process, generation: generation)
         // The other links go over the first before anything else does.
         let extra = Array(workerEnds.dropFirst())
         let passed = extra.withUnsafeBufferPointer {
@@ -371,6 +375,35 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
+    /// A worker whose plugin started processes of its own can end without the host hearing
+    /// of it: those processes keep the worker's sockets (and what Foundation watches for its
+    /// end) open. Once a second, a worker that has exited but not been reaped (a zombie) gets
+    /// its process group killed, which closes them, and its end is then handled as any other.
+    private func watchForEnd(_ process: Process, generation: Int) {
+        let pid = process.processIdentifier
+        let task = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { task in
+            guard pid > 0, Self.isZombie(pid) else { return }
+            task.cancel()
+            Glibc.kill(-pid, SIGKILL)
+        }
+        let stale = state.withLock { state -> RepeatedTask? in
+            // A start that is no longer the current one stops its own watch.
+            guard state.generation == generation else { return task }
+            let previous = state.watch
+            state.watch = task
+            return previous
+        }
+        stale?.cancel()
+    }
+
+    /// Whether `pid` has exited and waits to be reaped.
+    static func isZombie(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")"), stat.index(close, offsetBy: 2) < stat.endIndex
+        else { return false }
+        return stat[stat.index(close, offsetBy: 2)] == "Z"
+    }
+
     /// The worker process ended. What it wrote before it went (an answer, or why the plugin
     /// did not load) is read first: its links are left to reach their end (at most a second)
     /// before the end is handled.
@@ -395,6 +428,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func handleEnd(_ process: Process, generation: Int) {
+        state.withLock { state -> RepeatedTask? in
+            guard state.generation == generation else { return nil }
+            defer { state.watch = nil }
+            return state.watch
+        }?.cancel()
+        // What the plugin started goes with its worker (they share the worker's process
+        // group, which outlives the worker only while they run).
+        if process.processIdentifier > 0 { Glibc.kill(-process.processIdentifier, SIGKILL) }
         let killed = state.withLock { state -> String? in
             guard state.generation == generation else { return nil }
             defer { state.killReason = nil }
