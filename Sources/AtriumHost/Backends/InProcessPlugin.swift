@@ -263,6 +263,15 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         }
     }
 
+    /// The host table lives until `destroy` has returned (the ABI's promise); after that, with
+    /// the plugin gone, it goes too. A plugin never destroyed (its `create` failed, or it was
+    /// still busy when the host stopped waiting) may still hold it: it is then kept.
+    deinit {
+        guard isDestroyed else { return }
+        table.deinitialize(count: 1)
+        table.deallocate()
+    }
+
     /// Calls `destroy` once the plugin's queues are idle, after which the plugin is never
     /// called again.
     func shutDown(within timeout: Duration) -> Bool {
