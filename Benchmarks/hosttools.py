@@ -2,7 +2,9 @@
 process's memory and descriptors from /proc."""
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -27,6 +29,14 @@ def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests")):
             break
     process.kill()
     sys.exit("atriumd did not start")
+
+
+def copy_of_reference_manifests():
+    """A fresh temporary folder holding the reference manifests, for a benchmark to add to."""
+    folder = tempfile.mkdtemp(prefix="atrium-bench-")
+    for name in os.listdir(os.path.join(ROOT, "manifests")):
+        shutil.copy(os.path.join(ROOT, "manifests", name), folder)
+    return folder
 
 
 def rss_bytes(pid):

@@ -15,11 +15,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-from hosttools import RELEASE, ROOT, descriptors, rss_bytes
+from hosttools import RELEASE, ROOT, copy_of_reference_manifests, descriptors, rss_bytes
 
 
 def main():
@@ -27,9 +26,7 @@ def main():
     parser.add_argument("--reloads", type=int, default=200, help="reloads measured for each kind (default 200)")
     arguments = parser.parse_args()
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    folder = tempfile.mkdtemp(prefix="atrium-reloads-")
-    for name in os.listdir(os.path.join(ROOT, "manifests")):
-        shutil.copy(os.path.join(ROOT, "manifests", name), folder)
+    folder = copy_of_reference_manifests()
 
     def write(version, isolated):
         manifest = {"manifestVersion": 1, "package": "bench.reloaded", "library": os.path.join(RELEASE, "libEcho.so"),

@@ -17,25 +17,20 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-from compare import ROUNDS, alternating, bench, median_result
-from hosttools import RELEASE, ROOT, rss_bytes, start_host
+from compare import CONFIGURATIONS, ROUNDS, alternating, bench, median_result
+from hosttools import RELEASE, ROOT, copy_of_reference_manifests, rss_bytes, start_host
 
 sys.path.insert(0, os.path.join(ROOT, "Scripts"))
 from contract_client import Client  # noqa: E402
 
 WORKER_ECHO = "atrium.examples.echo.worker"
-CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
-                  ("1 connection, pipelined 64", 1, 64)]
 
 
 def manifests_with_worker_echo():
     """The reference manifests, plus Echo again as a package of its own in a worker."""
-    folder = tempfile.mkdtemp(prefix="atrium-workers-")
-    for name in os.listdir(os.path.join(ROOT, "manifests")):
-        shutil.copy(os.path.join(ROOT, "manifests", name), folder)
+    folder = copy_of_reference_manifests()
     with open(os.path.join(folder, "echo-worker.json"), "w") as manifest:
         json.dump({"manifestVersion": 1, "package": WORKER_ECHO, "library": os.path.join(RELEASE, "libEcho.so"),
                    "isolation": "process", "services": [{"name": "atrium.echo", "supportsRemoteSystems": True}]},

@@ -322,6 +322,27 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test(arguments: [true, false])
+    func anOpenTheServiceDoesNotAnswerInTimeIsRefusedAsUnknown(inWorker: Bool) async throws {
+        let manifest =
+            inWorker ? Self.manifest() : Self.manifest().replacingOccurrences(of: #""isolation": "process","#, with: "")
+        let host = try await startHost(
+            arguments: ["--response-timeout", "0.3"],
+            manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
+        let client = try await connectedClient(host)
+        // The service takes 600 ms to accept: the client hears Unknown at the response timeout.
+        try await client.send(.open(OpenFrame(channel: 1, service: "sleep.600", package: Self.package)))
+        #expect(try await client.next(timeout: .seconds(5)) == .opened(OpenedFrame(channel: 1, status: .unknown)))
+        #expect(await host.waitForLog("did not answer open within 0.3 seconds"))
+        // Its late acceptance (at 600 ms; the serial plugin is busy until then) opens nothing:
+        // the next frame is the answer to the next open.
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .success)
+        #expect(try await client.request(channel: 2, id: 1, ["Int": 1]).status == .success)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     /// Whether `pid` runs (a zombie waiting for its parent to reap it does not).
     static func isAlive(_ pid: pid_t) -> Bool {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

@@ -46,8 +46,7 @@ extension HostCore {
     /// Loads the packages of `directory`'s manifests, in order. A plugin that fails to load is
     /// recorded with its reason; the others load regardless. Call once, before serving.
     public func load(_ directory: ManifestDirectory) {
-        let loaded = reloading.withLock { queues in directory.manifests.map { makePackage($0, libraryQueues: &queues) }
-        }
+        let loaded = reloading.withLock { queues in makePackages(directory.manifests, libraryQueues: &queues) }
         registry.withLock { $0 = PackageRegistry(loaded) }
     }
 
