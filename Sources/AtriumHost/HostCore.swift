@@ -19,13 +19,14 @@ public struct LoadedPackage: Sendable {
     let backend: (any ServiceBackend)?
 }
 
-/// The heart of the host: the packages and their plugins, and the routing tables that tie
-/// clients' channels and requests to plugins. Every method is thread-safe: connections call
-/// it from their event loops, plugins from any thread.
+/// The heart of the host: the packages and their backends, the connections, and the
+/// host's side of the service seam (what backends call). Every method is thread-safe:
+/// connections call it from their event loops, backends from any thread.
 ///
-/// Exactly-once answers rest on one rule: a request is answered by whoever removes it from
-/// ``State/pending`` (the plugin's `respond`, the timeout, the channel closing, shutdown),
-/// and removal happens under the lock.
+/// A connection's channels and requests are not here but in its ``ConnectionSlot``, behind
+/// the connection's own lock; every id the host hands a backend says which slot it belongs
+/// to. The lock here guards only what is counted across connections (admission, the list
+/// of connections for shutdown), and the request path never takes it.
 public final class HostCore: BackendHost, @unchecked Sendable {
     let configuration: HostConfiguration
     let logger: Logger
@@ -37,6 +38,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let reloading = Mutex<[String: DispatchQueue]>([:])
     let state = Mutex(State())
     private let nextId = Atomic<UInt64>(1)
+    /// One slot per connection the host may hold (TCP and local), handed out at admission.
+    let slots: [ConnectionSlot]
+    /// Read on every request: an atomic, not the state lock.
+    private let stoppingFlag = Atomic<Bool>(false)
     /// Refusals and limits reached, logged at most once per interval each.
     let breaches: BreachLog
     /// Where launches run: a few threads of their own, so that handlers that take a while
@@ -50,41 +55,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let admission: AdmissionLimits
     let limits: ProtocolLimits
 
-    struct OpenChannel {
-        var connection: ConnectionLink
-        var clientChannel: UInt64
-        var backend: any ServiceBackend
-        var service: String
-        /// The client that opened it, for what a plugin does on its behalf (launches).
-        var clientId: String
-        var isRemote: Bool
-        /// The plugin's messages on it that the client has not answered yet.
-        var unanswered = 0
-    }
-
-    struct PendingRequest {
-        var connection: ConnectionLink
-        var clientChannel: UInt64
-        var clientRequest: UInt64
-        var channel: UInt64
-        var backend: any ServiceBackend
-        /// The size of the request's message, counted against the connection's budget.
-        var messageBytes: Int
-        var timeout: Scheduled<Void>?
-    }
-
-    struct OutgoingRequest {
-        var connection: ConnectionLink
-        var channel: UInt64
-        var backend: any ServiceBackend
-        var timeout: Scheduled<Void>?
-    }
-
     struct State {
-        var channels: [UInt64: OpenChannel] = [:]
-        var pending: [UInt64: PendingRequest] = [:]
-        var outgoing: [UInt64: OutgoingRequest] = [:]
         var connections: [UInt64: ConnectionLink] = [:]
+        /// Slots no connection holds, taken from the end.
+        var freeSlots: [UInt32] = []
         /// Open TCP connections per peer address (an IPv6 address's /64).
         var peers: [String: Int] = [:]
         /// Admitted connections still open, through TCP and through the local socket (counted
@@ -112,6 +86,16 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval)
         launchPool = NIOThreadPool(numberOfThreads: min(max(configuration.admission.maxLaunches, 1), 16))
         launchPool.start()
+        let slotCount = max(configuration.admission.maxConnections, 1) + AdmissionLimits.maxLocalConnections
+        slots = (0..<slotCount).map { ConnectionSlot(index: UInt32($0)) }
+        state.withLock { $0.freeSlots = (0..<UInt32(slotCount)).reversed() }
+    }
+
+    /// The slot that handed out `id`, a channel's or a request's (any value: a backend's
+    /// ids are not trusted).
+    func slot(of id: UInt64) -> ConnectionSlot? {
+        let index = ConnectionSlot.index(of: id)
+        return index < slots.count ? slots[index] : nil
     }
 
     /// Takes one of the launch slots, or says why there is none.
@@ -131,7 +115,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         launchesInFlight.wrappingSubtract(1, ordering: .acquiringAndReleasing)
     }
 
-    /// A fresh id, unique in this host, for a channel, a request or a connection.
+    /// A fresh id, unique in this host, for a connection.
     func makeId() -> UInt64 {
         nextId.wrappingAdd(1, ordering: .relaxed).oldValue
     }
@@ -174,56 +158,27 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
-    /// Records an open channel; false when its backend is no longer its package's (a reload
-    /// retired it while the open was answered): the channel is then not opened. Checked under
-    /// the lock that a reload's closing of the retired backend's channels takes after it
-    /// swapped the packages, so no channel of a retired backend outlives the reload.
-    func addChannel(_ handle: UInt64, _ channel: OpenChannel) -> Bool {
-        state.withLock { state in
-            guard registry.withLock({ $0.package(channel.backend.package)?.backend === channel.backend }) else {
-                return false
-            }
-            state.channels[handle] = channel
-            return true
-        }
-    }
-
-    /// Removes a channel and everything waiting on it: its unanswered client requests and
-    /// the plugin's unanswered messages to the client.
-    func removeChannel(_ handle: UInt64) -> (OpenChannel, [UInt64: PendingRequest], [UInt64: OutgoingRequest])? {
-        state.withLock { state in
-            guard let channel = state.channels.removeValue(forKey: handle) else { return nil }
-            let pending = state.pending.filter { $0.value.channel == handle }
-            for key in pending.keys { state.pending.removeValue(forKey: key) }
-            let outgoing = state.outgoing.filter { $0.value.channel == handle }
-            for key in outgoing.keys { state.outgoing.removeValue(forKey: key) }
-            return (channel, pending, outgoing)
-        }
+    /// Whether `backend` is still its package's (a reload has not retired it). A channel a
+    /// backend accepts is recorded only if it is, on the connection's loop; a reload closes
+    /// a retired backend's channels on each connection's loop after it swapped the
+    /// packages, so no channel of a retired backend outlives the reload.
+    func isCurrent(_ backend: any ServiceBackend) -> Bool {
+        registry.withLock { $0.package(backend.package)?.backend === backend }
     }
 
     // MARK: - Requests from clients
 
-    /// Records a request about to be handed to a plugin; returns the plugin's id for it. Its
-    /// timeout is armed by ``armTimeout(_:on:)`` once the plugin has it.
-    /// Nil when the channel is closed by now (its `closed` is on its way to the client).
-    func addPending(_ request: PendingRequest) -> UInt64? {
-        let handle = makeId()
-        return state.withLock { state in
-            guard state.channels[request.channel] != nil else { return nil }
-            state.pending[handle] = request
-            return handle
-        }
-    }
-
-    /// Arms the response timeout of a request the plugin now has, unless it has answered
+    /// Arms the response timeout of a request the backend now has, unless it has answered
     /// already: a plugin called inline (Echo) answers before this, and then no timer is made
     /// and cancelled for every request (each would cost the event loop's timer queue a search).
-    func armTimeout(_ handle: UInt64, on eventLoop: any EventLoop) {
-        guard isPending(handle) else { return }
-        let timeout = eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) { self.timeOut(handle) }
-        let stillPending = state.withLock { state -> Bool in
-            guard state.pending[handle] != nil else { return false }
-            state.pending[handle]!.timeout = timeout
+    func armTimeout(_ handle: UInt64, in slot: ConnectionSlot, on eventLoop: any EventLoop) {
+        guard slot.isPending(handle) else { return }
+        let timeout = eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
+            self.timeOut(handle, in: slot)
+        }
+        let stillPending = slot.book.withLock { book -> Bool in
+            guard book.pending[handle] != nil else { return false }
+            book.pending[handle]!.timeout = timeout
             return true
         }
         if !stillPending { timeout.cancel() }
@@ -231,20 +186,16 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// Whether request `handle` still waits for its answer.
     func isPending(_ handle: UInt64) -> Bool {
-        state.withLock { $0.pending[handle] != nil }
+        slot(of: handle)?.isPending(handle) ?? false
     }
 
-    func takePending(_ handle: UInt64) -> PendingRequest? {
-        state.withLock { $0.pending.removeValue(forKey: handle) }
-    }
-
-    private func timeOut(_ handle: UInt64) {
-        guard let request = takePending(handle) else { return }
+    private func timeOut(_ handle: UInt64, in slot: ConnectionSlot) {
+        guard let (request, link) = slot.takePending(handle) else { return }
         request.backend.abandoned(request: handle, on: request.channel, timedOut: true)
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
         breaches.record(
             "response timeout \(request.backend.package)", reason, metadata: ["package": "\(request.backend.package)"])
-        request.connection.run { connection in
+        link.run { connection in
             connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
         }
     }
@@ -265,11 +216,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     ) -> Result<Void, BackendCallError> {
         // Whose request it is comes first, and taking it settles who answers: an answer to
         // another backend's request, or to none, costs a lookup, not a check of its message.
-        let taken = state.withLock { state -> PendingRequest? in
-            guard let request = state.pending[handle], request.backend === backend else { return nil }
-            return state.pending.removeValue(forKey: handle)
-        }
-        guard let request = taken else {
+        guard let (request, link) = slot(of: handle)?.takePending(handle, of: backend) else {
             logger.debug(
                 "an answer to request \(handle) came too late or twice; ignored",
                 metadata: ["package": "\(backend.package)"])
@@ -300,7 +247,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             logger.warning("\(error ?? "")", metadata: ["package": "\(backend.package)"])
         }
         let (finalStatus, finalMessage, finalError) = (status, message, error)
-        request.connection.run { connection in
+        link.run { connection in
             connection.finish(request, status: finalStatus, message: finalMessage, error: finalError)
         }
         return result
@@ -327,9 +274,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// Answers a request on its backend's behalf (when the backend cannot take it at all).
     func answer(_ handle: UInt64, status: AppServiceResponseStatus, error: String) {
-        guard let request = takePending(handle) else { return }
+        guard let (request, link) = slot(of: handle)?.takePending(handle) else { return }
         request.timeout?.cancel()
-        request.connection.run { connection in
+        link.run { connection in
             connection.finish(request, status: status, message: nil, error: error)
         }
     }
@@ -349,23 +296,22 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         guard Self.invalidity(of: message) == nil else {
             return .failure(.notAValueSet)
         }
-        let id = makeId()
         let maxUnanswered = limits.maxInFlight
-        let taken = state.withLock { state -> Result<OpenChannel, BackendCallError> in
-            guard !state.shuttingDown else { return .failure(.shuttingDown) }
-            guard let channel = state.channels[handle], channel.backend === backend else {
+        guard !isShuttingDown else { return .failure(.shuttingDown) }
+        guard let slot = slot(of: handle) else { return .failure(.unknownChannel) }
+        let taken = slot.book.withLock { book -> Result<(UInt64, UInt64, ConnectionLink), BackendCallError> in
+            guard let channel = book.channel(handle, of: backend), let link = book.link else {
                 return .failure(.unknownChannel)
             }
-            guard channel.unanswered < maxUnanswered, !channel.connection.output.isBlocked else {
-                return .failure(.busy)
-            }
-            state.channels[handle]!.unanswered += 1
-            state.outgoing[id] = OutgoingRequest(connection: channel.connection, channel: handle, backend: backend)
-            return .success(channel)
+            guard channel.unanswered < maxUnanswered, !link.output.isBlocked else { return .failure(.busy) }
+            book.channels[handle]!.unanswered += 1
+            let id = book.makeId()
+            book.outgoing[id] = ConnectionSlot.OutgoingRequest(channel: handle, backend: backend)
+            return .success((id, channel.number, link))
         }
-        let channel: OpenChannel
+        let (id, number, link): (UInt64, UInt64, ConnectionLink)
         switch taken {
-        case .success(let open): channel = open
+        case .success(let sent): (id, number, link) = sent
         case .failure(let refusal):
             if refusal == .busy {
                 breaches.record(
@@ -375,38 +321,22 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             }
             return .failure(refusal)
         }
-        let timeout = channel.connection.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
-            guard let outgoing = self.takeOutgoing(id, from: nil) else { return }
+        let timeout = link.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
+            guard let outgoing = slot.book.withLock({ $0.takeOutgoing(id) }) else { return }
             outgoing.backend.response(to: id, on: handle, status: .resourceLimitsExceeded, message: nil)
         }
-        state.withLock { state in
-            if state.outgoing[id] != nil { state.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
+        slot.book.withLock { book in
+            if book.outgoing[id] != nil { book.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
         }
-        channel.connection.run { connection in
-            connection.write(
-                .request(
-                    RequestFrame(
-                        channel: channel.clientChannel, id: id, message: EncodedValueSet(uncheckedBytes: message))))
+        link.run { connection in
+            connection.sendServiceRequest(id, number: number, channel: handle, message: message)
         }
         return .success(id)
     }
 
-    /// Removes a plugin's message waiting for its answer (only if it went to `connection`,
-    /// when given), and counts it off its channel.
-    private func takeOutgoing(_ id: UInt64, from connection: UInt64?) -> OutgoingRequest? {
-        state.withLock { state -> OutgoingRequest? in
-            guard let outgoing = state.outgoing[id], connection == nil || outgoing.connection.id == connection else {
-                return nil
-            }
-            state.outgoing.removeValue(forKey: id)
-            state.channels[outgoing.channel]?.unanswered -= 1
-            return outgoing
-        }
-    }
-
-    /// A client's answer to a plugin's message.
-    func clientResponded(_ response: ResponseFrame, on connection: UInt64) -> Bool {
-        guard let outgoing = takeOutgoing(response.id, from: connection) else { return false }
+    /// A client's answer to a backend's message, on the connection's loop.
+    func clientResponded(_ response: ResponseFrame, in slot: ConnectionSlot) -> Bool {
+        guard let outgoing = slot.book.withLock({ $0.takeOutgoing(response.id) }) else { return false }
         outgoing.timeout?.cancel()
         var status = response.status
         var message: ByteBuffer? = response.message.buffer
@@ -445,40 +375,41 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     }
 
     /// A backend closes one of its channels: the client is told with `status`, requests
-    /// waiting on the channel are answered. `.unknownChannel` when it is not the backend's,
-    /// or is closed already.
+    /// waiting on the channel are answered, on the connection's loop. From now on the channel
+    /// takes nothing more from the backend. `.unknownChannel` when it is not the backend's,
+    /// or is closed or closing already.
     func closeChannel(_ handle: UInt64, from backend: any ServiceBackend, status: AppServiceClosedStatus)
         -> Result<Void, BackendCallError>
     {
-        let owned = state.withLock { $0.channels[handle]?.backend === backend }
-        guard owned, let (channel, pending, outgoing) = removeChannel(handle) else { return .failure(.unknownChannel) }
-        settle(pending: pending, outgoing: outgoing, reason: "the service closed the channel", outgoingStatus: .failure)
-        channel.connection.run { connection in
-            connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: status)
+        let link = slot(of: handle)?.book.withLock { book -> ConnectionLink? in
+            guard book.channel(handle, of: backend) != nil else { return nil }
+            book.channels[handle]!.closing = true
+            return book.link
         }
-        backend.closed(channel: handle, status: status, by: .service)
+        guard let link else { return .failure(.unknownChannel) }
+        link.run { connection in
+            connection.closeChannel(
+                handle, status: status, by: .service, requestStatus: .failure, reason: "the service closed the channel")
+        }
         return .success(())
     }
 
-    /// Answers requests left on a channel that is going away: the client's with status 1,
-    /// the plugin's own messages with `outgoingStatus`.
+    /// Answers what was waiting on a channel that is going away: the client's requests with
+    /// `requestStatus` (unless the client is gone), the backend's own messages with
+    /// `outgoingStatus`. On the connection's loop.
     func settle(
-        pending: [UInt64: PendingRequest],
-        outgoing: [UInt64: OutgoingRequest],
+        _ closed: ConnectionSlot.ClosedChannel,
+        on connection: ConnectionHandler?,
+        requestStatus: AppServiceResponseStatus,
         reason: String,
-        outgoingStatus: AppServiceResponseStatus,
-        answerClients: Bool = true
+        outgoingStatus: AppServiceResponseStatus
     ) {
-        for (handle, request) in pending {
+        for (handle, request) in closed.pending {
             request.timeout?.cancel()
             request.backend.abandoned(request: handle, on: request.channel, timedOut: false)
-            if answerClients {
-                request.connection.run { connection in
-                    connection.finish(request, status: .failure, message: nil, error: reason)
-                }
-            }
+            connection?.finish(request, status: requestStatus, message: nil, error: reason)
         }
-        for (id, request) in outgoing {
+        for (id, request) in closed.outgoing {
             request.timeout?.cancel()
             request.backend.response(to: id, on: request.channel, status: outgoingStatus, message: nil)
         }
@@ -519,42 +450,53 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// client's address) already has `maxConnectionsPerPeer`. Called by ``AdmissionGate`` on
     /// the listener's loop, so connections are counted in the order they were accepted; an
     /// admitted connection is counted until ``leave(peer:isLocal:)``.
-    func admit(peer: String?, isLocal: Bool) -> FrameError? {
+    func admit(peer: String?, isLocal: Bool) -> Result<ConnectionSlot, FrameError> {
         let limits = admission
-        return state.withLock { state -> FrameError? in
-            guard !state.shuttingDown else { return FrameError(.shuttingDown, "the host is shutting down") }
+        let slots = self.slots
+        return state.withLock { state -> Result<ConnectionSlot, FrameError> in
+            guard !state.shuttingDown else { return .failure(FrameError(.shuttingDown, "the host is shutting down")) }
             if isLocal {
                 guard state.localConnections < AdmissionLimits.maxLocalConnections else {
-                    return FrameError(
-                        .tooManyConnections,
-                        "the host has \(AdmissionLimits.maxLocalConnections) local connections open, its limit")
+                    return .failure(
+                        FrameError(
+                            .tooManyConnections,
+                            "the host has \(AdmissionLimits.maxLocalConnections) local connections open, its limit"))
                 }
+            } else {
+                guard state.tcpConnections < limits.maxConnections else {
+                    return .failure(
+                        FrameError(
+                            .tooManyConnections,
+                            "the host has \(limits.maxConnections) connections open, its limit (--max-connections)"))
+                }
+                if let peer, state.peers[peer, default: 0] >= limits.maxConnectionsPerPeer {
+                    return .failure(
+                        FrameError(
+                            .tooManyConnections,
+                            "\(peer) has \(limits.maxConnectionsPerPeer) connections open, the limit per address (--max-connections-per-peer)"
+                        ))
+                }
+            }
+            // There is a slot for every connection the limits allow.
+            guard let index = state.freeSlots.popLast() else {
+                return .failure(FrameError(.tooManyConnections, "the host has no room for another connection"))
+            }
+            if isLocal {
                 state.localConnections += 1
-                return nil
+            } else {
+                if let peer { state.peers[peer, default: 0] += 1 }
+                state.tcpConnections += 1
             }
-            guard state.tcpConnections < limits.maxConnections else {
-                return FrameError(
-                    .tooManyConnections,
-                    "the host has \(limits.maxConnections) connections open, its limit (--max-connections)")
-            }
-            if let peer {
-                let count = state.peers[peer, default: 0]
-                guard count < limits.maxConnectionsPerPeer else {
-                    return FrameError(
-                        .tooManyConnections,
-                        "\(peer) has \(limits.maxConnectionsPerPeer) connections open, the limit per address (--max-connections-per-peer)"
-                    )
-                }
-                state.peers[peer] = count + 1
-            }
-            state.tcpConnections += 1
-            return nil
+            return .success(slots[Int(index)])
         }
     }
 
-    /// An admitted connection has closed: it no longer counts against the limits.
-    func leave(peer: String?, isLocal: Bool) {
+    /// An admitted connection has closed: it no longer counts against the limits, and its
+    /// slot is free (emptied by the connection as it closed).
+    func leave(peer: String?, isLocal: Bool, slot: ConnectionSlot) {
+        slot.book.withLock { $0.link = nil }
         state.withLock { state in
+            state.freeSlots.append(slot.index)
             if isLocal {
                 state.localConnections -= 1
                 return
@@ -577,22 +519,15 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
-    /// A connection is gone: close its channels (plugins are told, as canceled), forget its
-    /// requests (late answers are refused), and fail the plugins' messages to it.
-    func connectionClosed(_ id: UInt64, channels: [UInt64]) {
-        state.withLock { state in
-            guard state.connections.removeValue(forKey: id) != nil else { return }
-        }
-        for handle in channels {
-            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            settle(
-                pending: pending, outgoing: outgoing, reason: "", outgoingStatus: .remoteSystemUnavailable,
-                answerClients: false)
-            channel.backend.closed(channel: handle, status: .canceled, by: .network)
-        }
+    /// A connection is gone: it no longer counts for shutdown.
+    func connectionClosed(_ id: UInt64) {
+        _ = state.withLock { $0.connections.removeValue(forKey: id) }
     }
 
-    var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+    /// The connections open now.
+    var openConnections: [ConnectionLink] { state.withLock { Array($0.connections.values) } }
+
+    var isShuttingDown: Bool { stoppingFlag.load(ordering: .relaxed) }
 
     /// Gives the memory of connections that have gone back to the system once most of them
     /// are gone (at least 64 fewer than the peak, and fewer than half of it). glibc's
@@ -631,41 +566,32 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     func shutDown() async {
         let connections = state.withLock { state -> [ConnectionLink] in
             state.shuttingDown = true
+            stoppingFlag.store(true, ordering: .relaxed)
             return Array(state.connections.values)
         }
         logger.info("shutting down: \(connections.count) connections open")
         let deadline = ContinuousClock.now + configuration.drainTimeout
-        while ContinuousClock.now < deadline, state.withLock({ !$0.pending.isEmpty }) {
+        func waiting() -> Int {
+            connections.reduce(0) { sum, link in sum + link.slot.book.withLock { $0.pending.count } }
+        }
+        while ContinuousClock.now < deadline, waiting() > 0 {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        let leftover = state.withLock { state in
-            let pending = state.pending
-            state.pending.removeAll()
-            return pending
+        let leftover = waiting()
+        if leftover > 0 {
+            logger.warning("\(leftover) requests still unanswered at shutdown; answering them with status 4")
         }
-        if !leftover.isEmpty {
-            logger.warning("\(leftover.count) requests still unanswered at shutdown; answering them with status 4")
-        }
-        for (_, request) in leftover {
-            request.timeout?.cancel()
-            request.connection.run { connection in
-                connection.finish(
-                    request, status: .remoteSystemUnavailable, message: nil,
-                    error: "the host shut down before the service answered")
+        // Each connection answers what it still waits for and closes its channels, on its loop.
+        var answered: [EventLoopFuture<Void>] = []
+        for link in connections {
+            let promise = link.eventLoop.makePromise(of: Void.self)
+            link.run { connection in
+                connection.hostIsStopping()
+                promise.succeed()
             }
+            answered.append(promise.futureResult)
         }
-        let channels = state.withLock { Array($0.channels.keys) }
-        for handle in channels {
-            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            settle(
-                pending: pending, outgoing: outgoing, reason: "the host is shutting down",
-                outgoingStatus: .remoteSystemUnavailable)
-            channel.connection.run { connection in
-                connection.channelClosedByService(
-                    clientChannel: channel.clientChannel, handle: handle, status: .canceled)
-            }
-            channel.backend.closed(channel: handle, status: .canceled, by: .host)
-        }
+        for future in answered { try? await future.get() }
         var closes: [EventLoopFuture<Void>] = []
         for link in connections {
             let promise = link.eventLoop.makePromise(of: Void.self)

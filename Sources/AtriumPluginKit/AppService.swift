@@ -10,9 +10,10 @@ public import AtriumValues
 /// and build the target as a dynamic library product. The host creates one instance when it
 /// loads the library, then calls it for every channel and request of the package's services.
 ///
-/// Isolation: methods are called on Swift concurrency's global executor, never on a network
-/// thread, and may run concurrently with each other (make the type an `actor`, or protect
-/// its state, if that matters). A method that blocks only delays its own caller.
+/// Isolation: methods run on an executor of the plugin's own (a serial queue), never on a
+/// network thread or Swift's shared cooperative pool. Calls interleave at their suspension
+/// points (make the type an `actor`, or protect its state, if that matters). A method that
+/// blocks holds up only this plugin, never the host or another plugin.
 public protocol AppService: AnyObject, Sendable {
     /// Called once, when the host loads the plugin. Throwing fails the load: the package
     /// stays listed and answers `open` with status 2 (AppUnavailable).

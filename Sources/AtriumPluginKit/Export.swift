@@ -31,7 +31,10 @@ public func exportAppService(_ service: any AppService.Type, name: String? = nil
         descriptor.pointee.name = UnsafePointer(strdup(name ?? String(describing: service)))
         descriptor.pointee.version = UnsafePointer(strdup(version))
         // Swift services are async and guard their own state: the host may call at once.
-        descriptor.pointee.flags = UInt64(ATRIUM_PLUGIN_CONCURRENT)
+        // And `request` only decodes the message and starts a task on the plugin's executor,
+        // never waiting: the host may call it where the request arrived, saving a hop to the
+        // plugin's queue before the hop to its executor.
+        descriptor.pointee.flags = UInt64(ATRIUM_PLUGIN_CONCURRENT) | UInt64(ATRIUM_PLUGIN_NONBLOCKING)
         descriptor.pointee.create = pluginCreate
         descriptor.pointee.destroy = pluginDestroy
         descriptor.pointee.open = pluginOpen

@@ -69,15 +69,14 @@ extension HostCore {
         var description = "plugin \(backend.package)"
         if let channel {
             guard
-                let open = state.withLock({ state in
-                    state.channels[channel].flatMap { $0.backend === backend ? $0 : nil }
+                let client = slot(of: channel)?.book.withLock({ book in
+                    book.channel(channel, of: backend).map { _ in (book.clientId, book.isRemote) }
                 })
             else {
                 return LaunchOutcome(
                     status: .unknown, error: "channel \(channel) is not an open channel of package \(backend.package)")
             }
-            clientId = open.clientId
-            isRemote = open.isRemote
+            (clientId, isRemote) = client
             description += " for client \(untrusted(clientId, limit: 64))"
         }
         guard takeLaunchSlot() else {

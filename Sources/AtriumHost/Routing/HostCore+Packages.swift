@@ -3,6 +3,7 @@ import AtriumValues
 import Dispatch
 import Foundation
 import Logging
+import NIOCore
 import NIOPosix
 import Synchronization
 
@@ -230,32 +231,27 @@ extension HostCore {
         closeChannels(of: backend, status: .unknown, requestStatus: .appUnavailable, reason: reason)
     }
 
-    /// Closes every channel of `backend`: clients get `closed` with `status`, requests waiting
-    /// on them `requestStatus` with `reason`.
+    /// Closes every channel of `backend`, each on its connection's loop: clients get
+    /// `closed` with `status`, requests waiting on them `requestStatus` with `reason`; the
+    /// backend is told only when `status` is canceled (a backend that failed hears nothing).
+    /// Waits until every connection has done it, unless called on an event loop (a failed
+    /// worker's link): a reload then destroys the retired backend only after it heard of
+    /// every channel.
     func closeChannels(
         of backend: any ServiceBackend, status: AppServiceClosedStatus, requestStatus: AppServiceResponseStatus,
         reason: String
     ) {
-        let handles = state.withLock { state in
-            state.channels.filter { $0.value.backend === backend }.map(\.key)
+        var done: [EventLoopFuture<Void>] = []
+        for link in openConnections {
+            let promise = link.eventLoop.makePromise(of: Void.self)
+            link.run { connection in
+                connection.closeChannels(of: backend, status: status, requestStatus: requestStatus, reason: reason)
+                promise.succeed()
+            }
+            done.append(promise.futureResult)
         }
-        for handle in handles {
-            guard let (channel, pending, outgoing) = removeChannel(handle) else { continue }
-            for (_, request) in pending {
-                request.timeout?.cancel()
-                request.connection.run { connection in
-                    connection.finish(request, status: requestStatus, message: nil, error: reason)
-                }
-            }
-            for (id, request) in outgoing {
-                request.timeout?.cancel()
-                request.backend.response(to: id, on: request.channel, status: .failure, message: nil)
-            }
-            channel.connection.run { connection in
-                connection.channelClosedByService(clientChannel: channel.clientChannel, handle: handle, status: status)
-            }
-            if status == .canceled { backend.closed(channel: handle, status: status, by: .host) }
-        }
+        guard MultiThreadedEventLoopGroup.currentEventLoop == nil else { return }
+        for future in done { try? future.wait() }
     }
 
     func package(_ name: String) -> LoadedPackage? {

@@ -6,11 +6,12 @@ import NIOCore
 /// per-address limit counts it as) and, when it may not stay, why.
 final class AdmissionTicket: Sendable {
     let peer: String?
-    let refusal: FrameError?
+    /// The connection's slot when it may stay, else why not.
+    let admission: Result<ConnectionSlot, FrameError>
 
-    init(peer: String?, refusal: FrameError?) {
+    init(peer: String?, admission: Result<ConnectionSlot, FrameError>) {
         self.peer = peer
-        self.refusal = refusal
+        self.admission = admission
     }
 }
 
@@ -39,14 +40,14 @@ final class AdmissionGate: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let child = unwrapInboundIn(data)
         let peer = isLocal ? nil : child.remoteAddress.flatMap(ConnectionHandler.peerKey)
-        let refusal = core.admit(peer: peer, isLocal: isLocal)
-        let ticket = AdmissionTicket(peer: peer, refusal: refusal)
+        let admission = core.admit(peer: peer, isLocal: isLocal)
+        let ticket = AdmissionTicket(peer: peer, admission: admission)
         let key = ObjectIdentifier(child)
         tickets.withLockedValue { $0[key] = ticket }
         let (core, isLocal, tickets) = (self.core, self.isLocal, self.tickets)
         child.closeFuture.whenComplete { _ in
             tickets.withLockedValue { if $0[key] === ticket { $0[key] = nil } }
-            if refusal == nil { core.leave(peer: peer, isLocal: isLocal) }
+            if case .success(let slot) = admission { core.leave(peer: peer, isLocal: isLocal, slot: slot) }
         }
         context.fireChannelRead(data)
     }

@@ -9,6 +9,8 @@ import Synchronization
 struct ConnectionLink: Sendable {
     let id: UInt64
     let handler: NIOLoopBound<ConnectionHandler>
+    /// The connection's channels and requests, which backends reach from their threads.
+    let slot: ConnectionSlot
     /// Whether the connection's unsent output is over its high-water mark, readable from any
     /// thread: a backend's messages to a client that is not reading are refused (busy).
     let output: OutputGauge
@@ -36,10 +38,13 @@ final class OutputGauge: Sendable {
     }
 }
 
-/// One client connection: the `hello` handshake, its channels, its requests in flight.
+/// One client connection: reads its frames, carries out what its ``ConnectionStateMachine``
+/// decides, routes opens and requests to backends, and writes the answers.
 ///
 /// Everything here runs on the connection's event loop; backends are called only through
-/// ``ServiceBackend`` (which never blocks the loop), and reach back through ``ConnectionLink``.
+/// ``ServiceBackend`` (which never blocks the loop), and from this loop only, in the order
+/// things happened: a backend never gets a request on a channel after its `closed`. They
+/// reach back through ``HostCore`` and the connection's ``ConnectionSlot``.
 final class ConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ClientFrame
     typealias OutboundIn = HostFrame
@@ -53,25 +58,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var context: ChannelHandlerContext?
     private(set) var link: ConnectionLink?
 
-    private var helloReceived = false
     private var clientId = ""
     private var clientName: String?
     /// Whether the connection may stay, decided as it was accepted (``AdmissionGate``).
     private let ticket: AdmissionTicket
-    /// Open channels: the client's channel number → the host's channel id and its backend.
-    private var channels: [UInt64: (handle: UInt64, backend: any ServiceBackend)] = [:]
-    /// Channel numbers whose `open` the backend has not answered yet, and the host's id for
-    /// each attempt (an answer for an attempt that timed out is told apart by it).
-    private var opening: [UInt64: (handle: UInt64, timeout: Scheduled<Void>)] = [:]
-    /// Client requests handed to plugins and not answered yet, and their message bytes.
-    private var inFlight = 0
-    private var inFlightBytes = 0
-    /// Launches started and not answered yet.
-    private var launchesInFlight = 0
-    private var isClosed = false
-    /// Whether the client shut down its sending side: answers still due go out, then the
-    /// connection closes.
-    private var inputClosed = false
+    private var machine: ConnectionStateMachine
+    /// Set once the pipeline is gone: nothing is written any more.
+    private var isRemoved = false
+    private var isClosed: Bool { machine.isClosed || isRemoved }
     /// When the last whole frame arrived, and the task that closes the connection when the
     /// hello deadline or the idle timeout passes.
     private var lastFrame = NIODeadline.now()
@@ -97,6 +91,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.id = core.makeId()
         limits = core.limits
         admission = core.admission
+        machine = ConnectionStateMachine(
+            budgets: .init(
+                maxChannels: core.limits.maxChannels, maxInFlight: core.limits.maxInFlight,
+                maxInFlightBytes: core.admission.maxInFlightBytes,
+                maxLaunches: core.admission.maxLaunchesPerConnection))
         var logger = logger
         logger[metadataKey: "connection"] = "\(id)"
         self.logger = logger
@@ -107,7 +106,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        link = ConnectionLink(id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), output: output)
+        if case .success(let slot) = ticket.admission {
+            link = ConnectionLink(
+                id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), slot: slot, output: output)
+        }
         if let remote = context.remoteAddress {
             logger[metadataKey: "peer"] = "\(remote)"
         }
@@ -118,7 +120,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// stay in memory for good after it closed. Whoever still has a copy of the link (a
     /// request or launch in flight) keeps the handler only until it is done with it.
     func handlerRemoved(context: ChannelHandlerContext) {
-        isClosed = true
+        isRemoved = true
         deadline?.cancel()
         deadline = nil
         link = nil
@@ -139,15 +141,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        guard let link else { return }
-        if let refusal = ticket.refusal ?? core.connectionOpened(link) {
+        let refusal: FrameError?
+        switch ticket.admission {
+        case .failure(let error): refusal = error
+        case .success: refusal = link.flatMap { core.connectionOpened($0) }
+        }
+        if let refusal {
             core.breaches.record(
                 "connection refused", "connection refused: \(refusal.message)",
                 metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"])
             protocolError(refusal, log: false)
             return
         }
+        guard let link else { return }
         admitted = true
+        link.slot.book.withLock { book in
+            book.link = link
+            book.isRemote = !isLocal
+        }
         logger.debug("connected", metadata: ["local": "\(isLocal)"])
         armDeadline(after: admission.helloTimeout)
         context.fireChannelActive()
@@ -157,15 +168,29 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var admitted = false
 
     func channelInactive(context: ChannelHandlerContext) {
-        isClosed = true
+        let requests = machine.inFlight
+        // Opens still unanswered keep their attempts: a late success is then told it closed.
+        machine.connectionEnded()
         deadline?.cancel()
-        // Opens still unanswered keep their entries: a late success is then told it closed.
-        for attempt in opening.values { attempt.timeout.cancel() }
-        let handles = channels.values.map(\.handle)
-        channels.removeAll()
-        if admitted { core.connectionClosed(id, channels: handles) }
-        logger.debug(
-            "disconnected", metadata: ["channels closed": "\(handles.count)", "requests dropped": "\(inFlight)"])
+        var channels = 0
+        if admitted, let slot = link?.slot {
+            core.connectionClosed(id)
+            // Every channel closes (backends are told, as canceled by the network), the
+            // client's requests are forgotten (late answers are refused), and the backends'
+            // messages to the client fail.
+            let closed = slot.book.withLock { book in
+                book.link = nil
+                return book.channels.keys.compactMap { book.removeChannel($0) }
+            }
+            channels = closed.count
+            for channel in closed {
+                core.settle(
+                    channel, on: nil, requestStatus: .failure, reason: "",
+                    outgoingStatus: .remoteSystemUnavailable)
+                channel.channel.backend.closed(channel: channel.handle, status: .canceled, by: .network)
+            }
+        }
+        logger.debug("disconnected", metadata: ["channels closed": "\(channels)", "requests dropped": "\(requests)"])
         context.fireChannelInactive()
     }
 
@@ -180,24 +205,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func deadlinePassed() {
-        guard !isClosed else { return }
-        guard helloReceived else {
+        guard !isRemoved else { return }
+        switch machine.deadlinePassed(
+            idle: NIODeadline.now() - lastFrame, idleTimeout: TimeAmount(admission.idleTimeout))
+        {
+        case .none:
+            return
+        case .helloTimeout:
             core.breaches.record("hello timeout", level: .notice, "a connection sent no hello in time; closed")
             protocolError(
                 FrameError(.timedOut, "no hello within \(describe(admission.helloTimeout)) of connecting"), log: false)
-            return
-        }
-        let idle = NIODeadline.now() - lastFrame
-        let timeout = TimeAmount(admission.idleTimeout)
-        // Someone waiting for an answer is not idle.
-        if idle < timeout || inFlight > 0 || launchesInFlight > 0 || !opening.isEmpty {
-            let remaining = idle < timeout ? timeout - idle : timeout
+        case .idleTimeout:
+            core.breaches.record(
+                "idle timeout", level: .notice, "a connection sent nothing for the idle timeout; closed")
+            protocolError(
+                FrameError(.timedOut, "no frame for \(describe(admission.idleTimeout)), the idle timeout"), log: false)
+        case .rearm(let remaining):
             armDeadline(after: .nanoseconds(remaining.nanoseconds))
-            return
         }
-        core.breaches.record("idle timeout", level: .notice, "a connection sent nothing for the idle timeout; closed")
-        protocolError(
-            FrameError(.timedOut, "no frame for \(describe(admission.idleTimeout)), the idle timeout"), log: false)
     }
 
     // MARK: - Half-close and backpressure
@@ -205,7 +230,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
             // The client will send nothing more but may still read: answer what is due first.
-            inputClosed = true
+            machine.inputDidClose()
             closeIfDrained()
             return
         }
@@ -214,10 +239,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// After a half-close, closes the connection once nothing is left to answer.
     private func closeIfDrained() {
-        guard inputClosed, !isClosed, inFlight == 0, launchesInFlight == 0, opening.isEmpty, let context else {
-            return
-        }
-        isClosed = true
+        guard !isRemoved, let context, machine.shouldCloseWhenDrained() else { return }
         context.flush()
         closeWhenFlushed(context.channel, giveUpAt: .now() + TimeAmount(admission.idleTimeout))
     }
@@ -292,27 +314,28 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // After a protocol error, frames that were decoded in the same read are not acted on.
-        guard !isClosed else { return }
+        guard !isRemoved else { return }
+        let frame = unwrapInboundIn(data)
+        let isHello: Bool
+        if case .hello = frame { isHello = true } else { isHello = false }
+        switch machine.frameReceived(isHello: isHello, type: frame.type) {
+        case .ignore: return
+        case .protocolError(let error):
+            protocolError(error)
+            return
+        case .handle: break
+        }
         inReadBurst = true
         lastFrame = .now()
-        let frame = unwrapInboundIn(data)
-        guard helloReceived else {
-            guard case .hello(let hello) = frame else {
-                protocolError(FrameError(.helloRequired, "the first frame must be hello, not \(frame.type)"))
-                return
-            }
-            handleHello(hello)
-            return
-        }
         switch frame {
-        case .hello:
-            protocolError(FrameError(.duplicateHello, "hello was already received on this connection"))
+        case .hello(let hello):
+            handleHello(hello)
         case .open(let open):
             handleOpen(open)
         case .request(let request):
             handleRequest(request)
         case .response(let response):
-            if !core.clientResponded(response, on: id) {
+            if let slot = link?.slot, !core.clientResponded(response, in: slot) {
                 logger.debug("a response to request \(response.id), which is not waiting for one; ignored")
             }
         case .close(let channel):
@@ -347,7 +370,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             protocolError(FrameError(.notAuthorized, refusal), log: false)
             return
         }
-        helloReceived = true
+        machine.helloAccepted()
+        link?.slot.book.withLock { $0.clientId = hello.clientId }
         clientId = hello.clientId
         clientName = hello.clientName
         logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
@@ -361,10 +385,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func handleOpen(_ open: OpenFrame) {
-        if channels[open.channel] != nil || opening[open.channel] != nil {
-            write(.error(ErrorFrame(code: "channelInUse", message: "channel \(open.channel) is already open")))
-            return
-        }
+        guard let link else { return }
+        let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
         let refuse = { (status: AppServiceConnectionStatus, reason: String) in
             self.core.breaches.record(
                 "open refused", level: .info,
@@ -372,28 +394,32 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 metadata: ["status": "\(status)"])
             self.write(.opened(OpenedFrame(channel: open.channel, status: status)))
         }
+        switch machine.openReceived(open.channel, isOpen: isOpen, openChannels: openChannels) {
+        case .numberInUse:
+            write(.error(ErrorFrame(code: "channelInUse", message: "channel \(open.channel) is already open")))
+            return
+        case .tooManyChannels:
+            refuse(.unknown, "the connection already has \(limits.maxChannels) channels, the limit")
+            return
+        case .proceed:
+            break
+        }
         if core.isShuttingDown {
             refuse(.remoteSystemUnavailable, "the host is shutting down")
-            return
-        }
-        if channels.count + opening.count >= limits.maxChannels {
-            refuse(.unknown, "the connection already has \(limits.maxChannels) channels, the limit")
             return
         }
         switch core.route(package: open.package, service: open.service, isRemote: !isLocal) {
         case .failure(let refusal):
             refuse(refusal.status, refusal.reason)
         case .success(let backend):
-            let handle = core.makeId()
-            guard let link = self.link else { return }
+            let handle = link.slot.book.withLock { $0.makeId() }
             let info = ChannelInfo(
                 id: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal)
             // A backend that never answers `open` gets the response timeout, as a request does.
             let timeout = core.configuration.responseTimeout
             let timer = link.eventLoop.scheduleTask(in: .init(timeout)) {
                 link.run { connection in
-                    guard connection.opening[open.channel]?.handle == handle else { return }
-                    connection.opening.removeValue(forKey: open.channel)
+                    guard connection.machine.openEnded(open.channel, handle: handle) else { return }
                     connection.core.breaches.record(
                         "open timeout \(backend.package)",
                         "package \(backend.package) did not answer open within \(describe(timeout)); refused as Unknown",
@@ -402,7 +428,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                     connection.closeIfDrained()
                 }
             }
-            opening[open.channel] = (handle, timer)
+            machine.openStarted(open.channel, handle: handle, timeout: timer)
             backend.open(info) { status in
                 link.run { connection in
                     connection.opened(open, handle: handle, backend: backend, status: status)
@@ -415,27 +441,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func opened(
         _ open: OpenFrame, handle: UInt64, backend: any ServiceBackend, status: AppServiceConnectionStatus
     ) {
-        guard let attempt = opening[open.channel], attempt.handle == handle else {
-            // Answered after the host gave up on it (the client was told Unknown).
+        guard machine.openEnded(open.channel, handle: handle) else {
+            // Answered after the host gave up on it (the client was told Unknown), or after
+            // the connection closed.
             if status == .success { backend.closed(channel: handle, status: .canceled, by: .host) }
             return
         }
-        attempt.timeout.cancel()
-        opening.removeValue(forKey: open.channel)
         guard !isClosed, let link else {
             if status == .success { backend.closed(channel: handle, status: .canceled, by: .network) }
             return
         }
         var status = status
         if status == .success {
-            let added = core.addChannel(
-                handle,
-                HostCore.OpenChannel(
-                    connection: link, clientChannel: open.channel, backend: backend, service: open.service,
-                    clientId: clientId, isRemote: !isLocal)
-            )
-            if added {
-                channels[open.channel] = (handle, backend)
+            // Recorded only if the backend is still its package's: a reload that retired it
+            // closes its channels on this loop after it swapped the packages.
+            if core.isCurrent(backend) {
+                link.slot.book.withLock {
+                    $0.insertChannel(handle, ConnectionSlot.Channel(number: open.channel, backend: backend))
+                }
                 logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
             } else {
                 // The package was reloaded while it answered: that version is gone (if it is
@@ -458,21 +481,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
         func reply(_ status: AppServiceResponseStatus, _ reason: String) {
             write(.response(ResponseFrame(channel: request.channel, id: request.id, status: status, error: reason)))
         }
-        guard let channel = channels[request.channel] else {
-            reply(.failure, "channel \(request.channel) is not open")
-            return
-        }
+        guard let link else { return }
         if core.isShuttingDown {
             reply(.remoteSystemUnavailable, "the host is shutting down")
             return
         }
-        guard inFlight < limits.maxInFlight else {
+        let bytes = request.message.byteCount
+        switch machine.requestReceived(bytes: bytes) {
+        case .proceed:
+            break
+        case .tooManyInFlight:
             core.breaches.record("requests in flight", level: .notice, "a connection reached --max-in-flight")
             reply(.resourceLimitsExceeded, "more than \(limits.maxInFlight) requests in flight on this connection")
             return
-        }
-        let bytes = request.message.byteCount
-        guard inFlightBytes + bytes <= admission.maxInFlightBytes || inFlight == 0 else {
+        case .tooManyBytes:
             core.breaches.record("bytes in flight", level: .notice, "a connection reached --max-in-flight-bytes")
             reply(
                 .resourceLimitsExceeded,
@@ -480,73 +502,133 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         if let refusal = core.checkMessage(request.message) {
+            machine.requestEnded(bytes: bytes)
             reply(refusal.status, refusal.reason)
             return
         }
-        guard let link else { return }
-        inFlight += 1
-        inFlightBytes += bytes
-        guard
-            let handle = core.addPending(
-                HostCore.PendingRequest(
-                    connection: link, clientChannel: request.channel, clientRequest: request.id,
-                    channel: channel.handle, backend: channel.backend, messageBytes: bytes
-                )
-            )
-        else {
-            inFlight -= 1
-            inFlightBytes -= bytes
-            reply(.failure, "channel \(request.channel) is closing")
-            return
+        // Recorded under the connection's lock, with the check that the channel is open and
+        // not closing: a channel closes on this loop, so no request reaches a backend after
+        // its `closed`.
+        enum Routed {
+            case delivered(UInt64, UInt64, any ServiceBackend)
+            case notOpen
+            case closing
         }
-        channel.backend.request(handle, on: channel.handle, message: request.message.buffer)
-        core.armTimeout(handle, on: link.eventLoop)
+        let routed = link.slot.book.withLock { book -> Routed in
+            guard let handle = book.numbers[request.channel], let channel = book.channels[handle] else {
+                return .notOpen
+            }
+            guard !channel.closing else { return .closing }
+            let id = book.makeId()
+            book.pending[id] = ConnectionSlot.PendingRequest(
+                number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
+                messageBytes: bytes)
+            return .delivered(id, handle, channel.backend)
+        }
+        switch routed {
+        case .notOpen:
+            machine.requestEnded(bytes: bytes)
+            reply(.failure, "channel \(request.channel) is not open")
+        case .closing:
+            machine.requestEnded(bytes: bytes)
+            reply(.failure, "channel \(request.channel) is closing")
+        case .delivered(let id, let handle, let backend):
+            backend.request(id, on: handle, message: request.message.buffer)
+            core.armTimeout(id, in: link.slot, on: link.eventLoop)
+        }
     }
 
-    /// Sends the answer to a client request (from the plugin, a timeout, or the host).
+    /// Sends the answer to a client request (from the backend, a timeout, or the host).
     func finish(
-        _ request: HostCore.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?, error: String?
+        _ request: ConnectionSlot.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
     ) {
-        inFlight -= 1
-        inFlightBytes -= request.messageBytes
+        machine.requestEnded(bytes: request.messageBytes)
         defer { closeIfDrained() }
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
         write(
             .response(
                 ResponseFrame(
-                    channel: request.clientChannel, id: request.clientRequest, status: status, message: body,
+                    channel: request.number, id: request.clientRequest, status: status, message: body,
                     error: error
                 )
             )
         )
     }
 
-    private func handleClose(_ clientChannel: UInt64) {
-        guard let channel = channels.removeValue(forKey: clientChannel) else {
-            logger.debug("close of channel \(clientChannel), which is not open; ignored")
-            return
-        }
-        guard let (_, pending, outgoing) = core.removeChannel(channel.handle) else { return }
-        core.settle(pending: pending, outgoing: outgoing, reason: "the channel was closed", outgoingStatus: .failure)
-        channel.backend.closed(channel: channel.handle, status: .completed, by: .client)
+    /// A backend's own message to the client, sent unless its channel closed meanwhile (the
+    /// backend was then answered as the channel closed).
+    func sendServiceRequest(_ id: UInt64, number: UInt64, channel handle: UInt64, message: ByteBuffer) {
+        guard let slot = link?.slot, slot.book.withLock({ $0.outgoing[id] != nil }) else { return }
+        write(.request(RequestFrame(channel: number, id: id, message: EncodedValueSet(uncheckedBytes: message))))
     }
 
-    /// The service (or the host, shutting down) closed a channel: tell the client.
-    func channelClosedByService(clientChannel: UInt64, handle: UInt64, status: AppServiceClosedStatus) {
-        // Only if the number still names that channel: the client may have closed it and
-        // opened another under the same number meanwhile, which stays open.
-        if let current = channels[clientChannel] {
-            guard current.handle == handle else { return }
-            channels.removeValue(forKey: clientChannel)
+    private func handleClose(_ number: UInt64) {
+        guard let slot = link?.slot, let handle = slot.book.withLock({ $0.numbers[number] }) else {
+            logger.debug("close of channel \(number), which is not open; ignored")
+            return
         }
-        write(.closed(ClosedFrame(channel: clientChannel, status: status)))
+        closeChannel(
+            handle, status: .completed, by: .client, requestStatus: .failure, reason: "the channel was closed",
+            tellClient: false)
+    }
+
+    /// Closes channel `handle` of this connection, if it is still open: what waits on it is
+    /// answered (the client's requests with `requestStatus` and `reason`), the client is told
+    /// with `status` (unless it closed the channel itself), and the backend with `closer`
+    /// (unless it failed: then it hears nothing).
+    func closeChannel(
+        _ handle: UInt64, status: AppServiceClosedStatus, by closer: ChannelCloser,
+        requestStatus: AppServiceResponseStatus, reason: String, outgoingStatus: AppServiceResponseStatus = .failure,
+        tellClient: Bool = true, tellBackend: Bool = true
+    ) {
+        guard let slot = link?.slot, let closed = slot.book.withLock({ $0.removeChannel(handle) }) else { return }
+        core.settle(closed, on: self, requestStatus: requestStatus, reason: reason, outgoingStatus: outgoingStatus)
+        if tellClient { write(.closed(ClosedFrame(channel: closed.channel.number, status: status))) }
+        if tellBackend { closed.channel.backend.closed(channel: handle, status: status, by: closer) }
+    }
+
+    /// Closes every channel of `backend` on this connection (a reload retired it, or it failed).
+    func closeChannels(
+        of backend: any ServiceBackend, status: AppServiceClosedStatus, requestStatus: AppServiceResponseStatus,
+        reason: String
+    ) {
+        guard let slot = link?.slot else { return }
+        let handles = slot.book.withLock { book in book.channels.filter { $0.value.backend === backend }.map(\.key) }
+        for handle in handles {
+            closeChannel(
+                handle, status: status, by: .host, requestStatus: requestStatus, reason: reason,
+                tellBackend: status == .canceled)
+        }
+    }
+
+    /// The host is shutting down: requests still waiting are answered with status 4, and
+    /// every channel closes as canceled.
+    func hostIsStopping() {
+        guard let slot = link?.slot else { return }
+        let waiting = slot.book.withLock { book in
+            let waiting = book.pending
+            book.pending.removeAll()
+            return waiting
+        }
+        for (_, request) in waiting {
+            request.timeout?.cancel()
+            finish(
+                request, status: .remoteSystemUnavailable, message: nil,
+                error: "the host shut down before the service answered")
+        }
+        for handle in slot.book.withLock({ Array($0.channels.keys) }) {
+            closeChannel(
+                handle, status: .canceled, by: .host, requestStatus: .failure, reason: "the host is shutting down",
+                outgoingStatus: .remoteSystemUnavailable)
+        }
     }
 
     private func handleLaunch(_ launch: LaunchFrame) {
         let answer = { (outcome: LaunchOutcome) in
             self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
         }
-        guard launchesInFlight < admission.maxLaunchesPerConnection else {
+        guard machine.launchReceived() else {
             core.breaches.record(
                 "launches per connection", level: .notice, "a connection reached --max-launches-per-connection")
             answer(
@@ -556,6 +638,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         guard core.takeLaunchSlot() else {
+            machine.launchEnded()
             core.breaches.record("launches", "the host reached --max-launches")
             answer(
                 LaunchOutcome(
@@ -564,6 +647,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         if let data = launch.data, data.byteCount > core.configuration.launchDataLimit {
+            machine.launchEnded()
             core.releaseLaunchSlot()
             answer(
                 LaunchOutcome(
@@ -573,7 +657,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 ))
             return
         }
-        launchesInFlight += 1
         let request = LaunchRequestInfo(
             uri: launch.uri, package: launch.package, fallbackUri: launch.fallbackUri,
             preferredPackages: launch.preferredPackages,
@@ -592,7 +675,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 : LaunchOutcome(status: .remoteSystemUnavailable, error: "the host is shutting down")
             core.releaseLaunchSlot()
             link.run { connection in
-                connection.launchesInFlight -= 1
+                connection.machine.launchEnded()
                 connection.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
                 connection.closeIfDrained()
             }
@@ -625,7 +708,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // A client that does not read would keep the write, and so the connection, pending
         // for ever: it gets a moment to read the error, then the connection closes anyway.
         channel.eventLoop.scheduleTask(in: Self.errorGrace) { channel.close(promise: nil) }
-        isClosed = true
+        machine.close()
     }
 
     /// How long a client has to read an `error` frame before its connection is closed.

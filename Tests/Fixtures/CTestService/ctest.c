@@ -23,6 +23,10 @@
  *   - a request {"Uid": anything} answers {"Uid": the process's user id};
  *   - a request {"Fork": anything} starts a child process that waits for ever, and answers
  *     {"Child": its pid};
+ *   - a request {"CloseChannel": n} closes its own channel with status n from inside the
+ *     request callback, and answers {"Closed": what close_channel returned}; a request
+ *     {"AfterClosed": anything} answers {"AfterClosed": how many requests arrived on a
+ *     channel after its `closed`} (which the host must never let happen);
  *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
  *     (an unknown type, and an answer to request 0) straight to the worker's socket (fd 0),
  *     as a hostile plugin could, then answers {"Forged": n}.
@@ -35,6 +39,27 @@
 #include "atrium_plugin.h"
 
 static const atrium_host_api *host_api;
+
+/* The channels `closed` was called for (the latest 256), and the requests that arrived on
+ * one of them afterwards. The plugin is serial: its callbacks never overlap. */
+static uint64_t closed_channels[256];
+static unsigned closed_count;
+static int64_t after_closed;
+
+static void ctest_closed(void *instance, uint64_t channel, int32_t status, int32_t closed_by) {
+    (void)instance;
+    (void)status;
+    (void)closed_by;
+    closed_channels[closed_count++ % 256] = channel;
+}
+
+static int was_closed(uint64_t channel) {
+    unsigned n = closed_count < 256 ? closed_count : 256;
+    for (unsigned i = 0; i < n; i++) {
+        if (closed_channels[i] == channel) return 1;
+    }
+    return 0;
+}
 
 static int32_t ctest_create(const atrium_host_api *host, const char *config_json, void **instance) {
     (void)config_json;
@@ -78,6 +103,19 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         return;
     }
     atrium_builder *out = host->builder_new(host);
+
+    if (was_closed(channel)) after_closed++;
+    int64_t close_status = 0;
+    if (host->message_get_int(host, in, "CloseChannel", &close_status) == ATRIUM_OK) {
+        host->builder_put_int(host, out, "Closed", host->close_channel(host, channel, (int32_t)close_status));
+        finish(host, request, out, in);
+        return;
+    }
+    if (host->message_kind(host, in, "AfterClosed") != ATRIUM_KIND_NONE) {
+        host->builder_put_int(host, out, "AfterClosed", after_closed);
+        finish(host, request, out, in);
+        return;
+    }
 
     int64_t sleep_ms = 0;
     if (host->message_get_int(host, in, "SleepMs", &sleep_ms) == ATRIUM_OK) {
@@ -206,6 +244,7 @@ static const atrium_plugin ctest_plugin = {
     .create = ctest_create,
     .open = ctest_open,
     .request = ctest_request,
+    .closed = ctest_closed,
     .launch = ctest_launch,
 };
 
