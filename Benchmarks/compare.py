@@ -2,7 +2,7 @@
 """Measures atriumd against the raw SwiftNIO baseline in one run, and prints the tables of
 BENCHMARKS.md.
 
-    Benchmarks/compare.py [--pinned] [--duration SECONDS] [--previous PATH/TO/atriumd]
+    Benchmarks/compare.py [--pinned] [--duration SECONDS] [--previous PATH/TO/atriumd] [--service roman]
 
 Builds the release products, starts atriumd (with the reference services) and atrium-baseline
 on free ports, and runs `atrium bench` against each, alternating in three rounds (each figure
@@ -13,6 +13,8 @@ start to ready with 100 generated manifests. With --pinned, the host, the baseli
 load generator all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine.
 With --previous, it measures this atriumd against another build of it instead (an earlier
 commit's, built in a git worktree), in the same alternating rounds: the cost of a change.
+With --service roman, the host's side is the Roman ping service (a Swift plugin, through
+PluginKit) instead of Echo (a C plugin that answers inline); the baseline stays the same.
 """
 import argparse
 import json
@@ -30,6 +32,9 @@ from hosttools import rss_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
+SERVICES = {"echo": ("Echo", []),
+            "roman": ("Roman ping", ["--package", "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce",
+                                     "--service", "com.microsoft.test.cdppingpongservice"])}
 CONFIGURATIONS = [("1 connection, sequential", 1, 1), ("8 connections", 8, 1), ("64 connections", 64, 1),
                   ("1 connection, pipelined 64", 1, 64)]
 
@@ -117,12 +122,14 @@ def startup_with_manifests(count, pin, runs=5):
 def run_against_previous(arguments, port, previous_port, pin):
     """The table of this build against an earlier one, in alternating rounds."""
     mode = "pinned to core 0" if arguments.pinned else "unpinned"
-    print(f"## This atriumd against {arguments.previous}, Echo, {mode}, {arguments.duration:g} s each\n")
+    service_name, service_arguments = SERVICES[arguments.service]
+    print(f"## This atriumd against {arguments.previous}, {service_name}, {mode}, {arguments.duration:g} s each\n")
     print("| configuration | this req/s | previous req/s | throughput ratio | this p50 µs | previous p50 µs "
           "| p50 ratio | this p99 µs | previous p99 µs |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, connections, pipeline in CONFIGURATIONS:
-        rounds = alternating(lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin),
+        rounds = alternating(lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin,
+                                                  service_arguments),
                              port, previous_port)
         ours, theirs = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
         print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
@@ -137,11 +144,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
     parser.add_argument("--duration", type=float, default=5, help="seconds per measurement (default 5)")
+    parser.add_argument("--service", choices=sorted(SERVICES), default="echo",
+                        help="the service the host answers with (default echo)")
     parser.add_argument("--previous", metavar="ATRIUMD",
                         help="another build of atriumd (an earlier commit's) to measure in the same rounds, "
                              "for the cost of a change: new ÷ previous")
     arguments = parser.parse_args()
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
+    service_name, service_arguments = SERVICES[arguments.service]
 
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -169,7 +179,7 @@ def main():
             run_against_previous(arguments, host_port, previous_port, pin)
             return
         mode = "pinned to core 0" if arguments.pinned else "unpinned"
-        print(f"## Round trips against Echo, {mode}, {arguments.duration:g} s each\n")
+        print(f"## Round trips against {service_name}, {mode}, {arguments.duration:g} s each\n")
         print("| configuration | atriumd req/s | baseline req/s | throughput ratio | atriumd p50 µs | baseline p50 µs "
               "| p50 ratio | atriumd p99 µs | baseline p99 µs | atriumd p99.9 µs |")
         print("|---|---|---|---|---|---|---|---|---|---|")
@@ -177,7 +187,8 @@ def main():
             # Alternate short rounds and keep each side's median, so that a burst of noise
             # from the shared machine lands on both rather than on one.
             rounds = alternating(
-                lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin),
+                lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin,
+                                     service_arguments if target == host_port else ()),
                 host_port, baseline_port)
             ours, theirs = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
             print(f"| {name} | {ours['requestsPerSecond']:.0f} | {theirs['requestsPerSecond']:.0f} "
