@@ -329,7 +329,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             if book.outgoing[id] != nil { book.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
         }
         link.run { connection in
-            connection.sendServiceRequest(id, number: number, channel: handle, message: message)
+            connection.sendServiceRequest(id, number: number, message: message)
         }
         return .success(id)
     }
@@ -494,7 +494,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// An admitted connection has closed: it no longer counts against the limits, and its
     /// slot is free (emptied by the connection as it closed).
     func leave(peer: String?, isLocal: Bool, slot: ConnectionSlot) {
-        slot.book.withLock { $0.link = nil }
         state.withLock { state in
             state.freeSlots.append(slot.index)
             if isLocal {

@@ -558,7 +558,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// A backend's own message to the client, sent unless its channel closed meanwhile (the
     /// backend was then answered as the channel closed).
-    func sendServiceRequest(_ id: UInt64, number: UInt64, channel handle: UInt64, message: ByteBuffer) {
+    func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer) {
         guard let slot = link?.slot, slot.book.withLock({ $0.outgoing[id] != nil }) else { return }
         write(.request(RequestFrame(channel: number, id: id, message: EncodedValueSet(uncheckedBytes: message))))
     }
