@@ -13,6 +13,8 @@ import AtriumValues
 
 final class RomanPing: AppService {
     let host: ServiceHost
+    /// A ping is answered at once; a launch awaits the host off this thread.
+    let requestsNeverBlock = true
 
     init(host: ServiceHost) {
         self.host = host

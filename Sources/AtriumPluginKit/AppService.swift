@@ -13,7 +13,9 @@ public import AtriumValues
 /// Isolation: methods run on an executor of the plugin's own (a serial queue), never on a
 /// network thread or Swift's shared cooperative pool. Calls interleave at their suspension
 /// points (make the type an `actor`, or protect its state, if that matters). A method that
-/// blocks holds up only this plugin, never the host or another plugin.
+/// blocks holds up only this plugin, never the host or another plugin. A service whose
+/// `request` never blocks may say so (``requestsNeverBlock``) and skip the hop to that
+/// executor.
 public protocol AppService: AnyObject, Sendable {
     /// Called once, when the host loads the plugin. Throwing fails the load: the package
     /// stays listed and answers `open` with status 2 (AppUnavailable).
@@ -34,12 +36,25 @@ public protocol AppService: AnyObject, Sendable {
     /// A URI whose scheme the package declares is launched on this machine. The default
     /// answers `.protocolUnavailable`.
     func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus
+
+    /// Whether ``request(_:)`` never blocks a thread: no locks held for long, no synchronous
+    /// I/O, no `sleep`, nothing that waits except at an `await`. The default is `false`.
+    /// Read once, just after `init(host:)`, so a service may take it from its configuration.
+    ///
+    /// When it is `true`, each request starts where it arrives, on the host's network thread,
+    /// and runs there until its first suspension point (`Task.immediate`); whatever follows an
+    /// `await` runs on the plugin's own executor as usual. A request that answers without
+    /// suspending then costs no thread hop at all, as a C plugin's nonblocking `request` does
+    /// (`ATRIUM_PLUGIN_NONBLOCKING`). The price of a broken promise is high: a request that
+    /// blocks while this is `true` holds up every connection on that network thread.
+    var requestsNeverBlock: Bool { get }
 }
 
 extension AppService {
     public func open(_ channel: ServiceChannel) async -> AppServiceConnectionStatus { .success }
     public func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {}
     public func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus { .protocolUnavailable }
+    public var requestsNeverBlock: Bool { false }
 }
 
 /// One message from a client, with the channel it came on.

@@ -60,9 +60,23 @@ let exported = Mutex(ExportedState())
 /// every Swift plugin in the host, and the host's own shutdown with them.
 final class PluginExecutor: TaskExecutor, @unchecked Sendable {
     let queue: DispatchQueue
+    private static let key = DispatchSpecificKey<ObjectIdentifier>()
 
     init(label: String) {
         queue = DispatchQueue(label: label)
+        queue.setSpecific(key: Self.key, value: ObjectIdentifier(self))
+    }
+
+    /// Whether the calling thread is running this executor's queue.
+    var isCurrent: Bool { DispatchQueue.getSpecific(key: Self.key) == ObjectIdentifier(self) }
+
+    /// Continues the calling task on this executor's queue (a task whose executor preference
+    /// is this one resumes here).
+    func hop() async {
+        guard !isCurrent else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async { continuation.resume() }
+        }
     }
 
     func enqueue(_ job: consuming ExecutorJob) {
@@ -79,10 +93,26 @@ final class PluginRuntime: Sendable {
     let service: any AppService
     let awaiting = Mutex(Awaiting())
     let executor: PluginExecutor
+    /// The service's ``AppService/requestsNeverBlock``: requests start where they arrive.
+    let requestsInline: Bool
 
     /// Runs `body` as a task on the plugin's own executor.
     func run(_ body: @escaping @Sendable () async -> Void) {
         Task(executorPreference: executor) { await body() }
+    }
+
+    /// Runs `body` as a task that starts on the calling thread, until its first suspension,
+    /// when the service never blocks in `request`; otherwise as `run` does.
+    func runRequest(_ body: @escaping @Sendable () async -> Void) {
+        guard requestsInline else { return run(body) }
+        Task.immediate(executorPreference: executor) { await body() }
+    }
+
+    /// Moves the calling task off the host's network thread before a call into the host that
+    /// may wait for the host (in a worker process, `send` and `close_channel` wait for the
+    /// host's reply, which that very thread reads).
+    func leaveNetworkThread() async {
+        if requestsInline { await executor.hop() }
     }
 
     struct Awaiting {
@@ -95,9 +125,11 @@ final class PluginRuntime: Sendable {
         self.table = table
         self.service = service
         self.executor = executor
+        requestsInline = service.requestsNeverBlock
     }
 
     func send(_ message: ValueSet, on channel: UInt64) async throws -> ServiceResponse {
+        await leaveNetworkThread()
         let bytes = message.cborBytes()
         var requestId: UInt64 = 0
         let result = bytes.withUnsafeBufferPointer {
@@ -230,7 +262,7 @@ let pluginRequest: @convention(c) (UnsafeMutableRawPointer?, UInt64, UInt64, Uns
         runtime.respond(request, .failure("channel \(channelId) is not open"))
         return
     }
-    runtime.run {
+    runtime.runRequest {
         do {
             let message = try decoded.get()
             let response = try await runtime.service.request(

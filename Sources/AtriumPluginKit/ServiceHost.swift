@@ -122,8 +122,15 @@ public struct ServiceChannel: Sendable, Hashable {
 
     /// Closes the channel from the service side; the client is told `status`.
     public func close(status: AppServiceClosedStatus = .completed) {
-        let table = runtime.value.table
-        _ = table.api.pointee.close_channel(table.api, id, status.int32Value)
+        let runtime = runtime.value
+        let (table, id) = (runtime.table, id)
+        let close: @Sendable () -> Void = { _ = table.api.pointee.close_channel(table.api, id, status.int32Value) }
+        // Never from the host's network thread, where the host's reply may have to be read.
+        if runtime.requestsInline && !runtime.executor.isCurrent {
+            runtime.executor.queue.async(execute: close)
+        } else {
+            close()
+        }
     }
 }
 

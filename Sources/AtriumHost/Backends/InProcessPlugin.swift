@@ -34,12 +34,12 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// The host, for the table's functions. Set before `create` and never changed.
     unowned let host: any BackendHost
 
-    /// `allowInline`: whether `request` may be called on the calling thread at all (a worker
-    /// says no: there, a plugin blocked in a call to the host would hold up the very thread
-    /// that reads the host's reply).
+    /// In a worker process too, a nonblocking `request` is called where the request arrived:
+    /// on the thread that reads the host's socket, from which the worker's host refuses the
+    /// calls that would wait for the host's reply (see ``WorkerHost``).
     init(
         package: String, config: String, concurrent: Bool, descriptor: UnsafePointer<atrium_plugin>,
-        host: any BackendHost, logger: Logger, allowInline: Bool = true
+        host: any BackendHost, logger: Logger
     ) {
         self.package = package
         self.config = config
@@ -50,7 +50,7 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         self.logger = logger
         let flags = descriptor.pointee.flags
         requestsInline =
-            allowInline && flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
+            flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0
             && flags & UInt64(ATRIUM_PLUGIN_NONBLOCKING) != 0
         queues = BackendQueues(
             package: package, concurrent: concurrent || flags & UInt64(ATRIUM_PLUGIN_CONCURRENT) != 0)

@@ -11,9 +11,12 @@
 //   "block"    block the thread for "DelayMs" milliseconds, then answer
 //   "flood"    send "Count" messages to the client at once; answer {"Sent": n, "Busy": m} with
 //              how many the client answered and how many the host refused as busy
+//   "closeNow" close the channel with status "Status" at once, from the request itself
+//   "thread"   answer {"Thread": the name of the thread the request runs on}
 //
 // Opening the service "refuse.<n>" is refused with status n. Closed channels are logged. The manifest's config
-// {"greeting": text} comes back in every "echo" answer as "Greeting".
+// {"greeting": text} comes back in every "echo" answer as "Greeting"; {"requestsNeverBlock": true}
+// makes the service say so (actions "block" and "hang" then break that promise).
 
 import AtriumPluginKit
 import AtriumValues
@@ -21,15 +24,19 @@ import Foundation
 
 struct Config: Decodable {
     var greeting: String?
+    var requestsNeverBlock: Bool?
 }
 
 final class TestService: AppService {
     let host: ServiceHost
     let greeting: String?
+    let requestsNeverBlock: Bool
 
     init(host: ServiceHost) throws {
         self.host = host
-        greeting = try host.config(as: Config.self).greeting
+        let config = try host.config(as: Config.self)
+        greeting = config.greeting
+        requestsNeverBlock = config.requestsNeverBlock ?? false
     }
 
     func open(_ channel: ServiceChannel) async -> AppServiceConnectionStatus {
@@ -104,6 +111,12 @@ final class TestService: AppService {
             }
             let sent = outcomes.filter { $0 }.count
             return .success(["Sent": .int(Int64(sent)), "Busy": .int(Int64(count - sent))])
+        case "closeNow":
+            request.channel.close(status: AppServiceClosedStatus(rawValue: Int(message["Status"]?.int ?? 0)))
+            return .deferred
+        case "thread":
+            let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
+            return .success(["Thread": .string(name.trimmingCharacters(in: .whitespacesAndNewlines))])
         case "close":
             let channel = request.channel
             let status = AppServiceClosedStatus(rawValue: Int(message["Status"]?.int ?? 0))
