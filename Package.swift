@@ -45,6 +45,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
     ],
     targets: [
         // The values every message carries: ValueSet, Value, statuses, and their CBOR codec.
@@ -57,21 +59,36 @@ let package = Package(
         .target(name: "CAtriumSystem"),
         // libffi, for calling the C functions that manifests declare (apt: libffi-dev).
         .target(name: "CAtriumFFI", linkerSettings: [.linkedLibrary("ffi")]),
+        // Identities (a key pair and a self-signed certificate each) and TLS contexts whose
+        // trust comes from pairing, for the host and its clients (CONTRACT section 7).
+        .target(
+            name: "AtriumTLS",
+            dependencies: [
+                nioCore, .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
         // The Swift SDK for writing plugins.
         .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
         // Manifests, plugin loading, routing, the server.
         .target(
             name: "AtriumHost",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "CAtriumPlugin", "CAtriumFFI", "CAtriumSystem", nioCore, nioPosix,
-                logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", "CAtriumPlugin", "CAtriumFFI", "CAtriumSystem", nioCore,
+                nioPosix, logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict
         ),
         // The client library: connections, AppServiceConnection, apps, ping.
         .target(
             name: "AtriumClient",
-            dependencies: ["AtriumValues", "AtriumProtocol", nioCore, nioPosix],
+            dependencies: [
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", nioCore, nioPosix,
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -85,6 +102,7 @@ let package = Package(
             dependencies: [
                 "AtriumProtocol", "AtriumValues", nioCore, nioPosix,
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict
         ),
@@ -102,7 +120,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "atrium",
-            dependencies: ["AtriumClient", "AtriumBench", "AtriumProtocol", "AtriumValues", argumentParser],
+            dependencies: [
+                "AtriumClient", "AtriumBench", "AtriumProtocol", "AtriumValues", "AtriumTLS", argumentParser,
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strict
         ),
         .target(name: "RomanPing", dependencies: ["AtriumPluginKit"], path: "Plugins/RomanPing", swiftSettings: strict),
@@ -150,7 +171,10 @@ let package = Package(
         ),
         .testTarget(
             name: "AtriumClientTests",
-            dependencies: ["AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol"],
+            dependencies: [
+                "AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol", "AtriumTLS", nioCore, nioPosix,
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strict
         ),
     ],

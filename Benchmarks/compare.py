@@ -15,6 +15,9 @@ With --previous, it measures this atriumd against another build of it instead (a
 commit's, built in a git worktree), in the same alternating rounds: the cost of a change.
 With --service roman, the host's side is the Roman ping service (a Swift plugin, through
 PluginKit) instead of Echo (a C plugin that answers inline); the baseline stays the same.
+With --tls, it measures atriumd over TLS against the same atriumd over plain TCP instead (in
+the same alternating rounds), then the connection setup (connect to welcome, the TLS
+handshake included) and the memory of 1,000 idle connections, each both ways.
 """
 import argparse
 import json
@@ -85,9 +88,11 @@ def wait_ready(process):
             return
 
 
-def bench(port, connections, pipeline, duration, pin, extra=()):
+def bench(port, connections, pipeline, duration, pin, extra=(), tls=False):
     command = pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--connections", str(connections),
                      "--pipeline", str(pipeline), "--duration", str(duration), "--json-output", *extra]
+    if not tls:
+        command.append("--insecure")
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     return json.loads(output)
 
@@ -140,12 +145,59 @@ def run_against_previous(arguments, port, previous_port, pin):
         sys.stdout.flush()
 
 
+def idle_memory_kib(host, port, pin, tls, connections=1000):
+    """The host's RSS growth while `connections` idle connections are held, in KiB."""
+    before = rss_kib(host.pid)
+    holder = subprocess.Popen(pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--idle",
+                                     "--connections", str(connections), "--duration", "8"]
+                              + ([] if tls else ["--insecure"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder.stdout.readline()  # "holding N idle connections ..."
+    time.sleep(2)
+    loaded = rss_kib(host.pid)
+    holder.wait()
+    time.sleep(1)
+    return loaded - before
+
+
+def run_tls(arguments, host, port, pin):
+    """atriumd over TLS against the same atriumd over plain TCP."""
+    mode = "pinned to core 0" if arguments.pinned else "unpinned"
+    service_name, service_arguments = SERVICES[arguments.service]
+    print(f"## TLS against plain TCP, the same atriumd, {service_name}, {mode}, {arguments.duration:g} s each\n")
+    print("| configuration | TLS req/s | plain req/s | throughput ratio | TLS p50 µs | plain p50 µs "
+          "| p50 ratio | TLS p99 µs | plain p99 µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, connections, pipeline in CONFIGURATIONS:
+        rounds = alternating(lambda tls: bench(port, connections, pipeline, arguments.duration / ROUNDS, pin,
+                                               service_arguments, tls=tls), True, False)
+        secure, plain = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
+        print(f"| {name} | {secure['requestsPerSecond']:.0f} | {plain['requestsPerSecond']:.0f} "
+              f"| {secure['requestsPerSecond'] / plain['requestsPerSecond']:.2f} "
+              f"| {secure['p50Microseconds']:.1f} | {plain['p50Microseconds']:.1f} "
+              f"| {secure['p50Microseconds'] / plain['p50Microseconds']:.2f} "
+              f"| {secure['p99Microseconds']:.1f} | {plain['p99Microseconds']:.1f} |")
+        sys.stdout.flush()
+    setups = alternating(lambda tls: [bench(port, 1, 1, 0.05, pin, service_arguments, tls=tls)["setupP50Microseconds"]
+                                      for _ in range(5)], True, False)
+    secure = statistics.median(value for pair in setups for value in pair[0])
+    plain = statistics.median(value for pair in setups for value in pair[1])
+    print(f"\n## Connection setup and memory, TLS and plain ({mode})\n")
+    print(f"- connect to welcome, one connection at a time (median of {5 * ROUNDS} each): TLS {secure / 1000:.2f} ms, "
+          f"plain {plain / 1000:.2f} ms: the TLS handshake adds {(secure - plain) / 1000:.2f} ms")
+    secure_kib = idle_memory_kib(host, port, pin, True)
+    plain_kib = idle_memory_kib(host, port, pin, False)
+    print(f"- 1,000 idle connections: TLS {secure_kib / 1000:.1f} KiB each, plain {plain_kib / 1000:.1f} KiB each")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
     parser.add_argument("--duration", type=float, default=5, help="seconds per measurement (default 5)")
     parser.add_argument("--service", choices=sorted(SERVICES), default="echo",
                         help="the service the host answers with (default echo)")
+    parser.add_argument("--tls", action="store_true",
+                        help="measure atriumd over TLS against the same atriumd over plain TCP")
     parser.add_argument("--previous", metavar="ATRIUMD",
                         help="another build of atriumd (an earlier commit's) to measure in the same rounds, "
                              "for the cost of a change: new ÷ previous")
@@ -178,6 +230,9 @@ def main():
         if previous:
             run_against_previous(arguments, host_port, previous_port, pin)
             return
+        if arguments.tls:
+            run_tls(arguments, host, host_port, pin)
+            return
         mode = "pinned to core 0" if arguments.pinned else "unpinned"
         print(f"## Round trips against {service_name}, {mode}, {arguments.duration:g} s each\n")
         print("| configuration | atriumd req/s | baseline req/s | throughput ratio | atriumd p50 µs | baseline p50 µs "
@@ -200,7 +255,7 @@ def main():
 
         idle = rss_kib(host.pid)
         holder = subprocess.Popen(pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{host_port}", "--idle",
-                                         "--connections", "1000", "--duration", "8"],
+                                         "--connections", "1000", "--duration", "8", "--insecure"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         holder.stdout.readline()  # "holding 1000 idle connections ..."
         time.sleep(2)

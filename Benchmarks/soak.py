@@ -61,7 +61,7 @@ def main():
         # Phase 1: hold the connections (hello done) for 6 s, sampling the peak.
         before = sample(host.pid)
         holder = subprocess.Popen(
-            pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--idle", "--connections",
+            pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--insecure", "--idle", "--connections",
                    str(arguments.connections), "--duration", "6", "--timeout", "60"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         holder.stdout.readline()  # "holding N idle connections ..." once all said hello
@@ -85,7 +85,7 @@ def main():
         give_up = time.time() + 600
         while done < arguments.requests and time.time() < give_up:
             result = subprocess.run(
-                pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--connections", "64",
+                pin + [os.path.join(RELEASE, "atrium"), "bench", f"127.0.0.1:{port}", "--insecure", "--connections", "64",
                        "--pipeline", "16", "--duration", "5", "--json-output"],
                 capture_output=True, text=True, check=True)
             outcome = json.loads(result.stdout)

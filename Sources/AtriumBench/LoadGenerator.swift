@@ -3,6 +3,7 @@ public import AtriumValues
 public import Histogram
 public import NIOCore
 import NIOPosix
+public import NIOSSL
 import Synchronization
 
 /// What to measure: request/response round trips against one app service.
@@ -23,6 +24,9 @@ public struct BenchConfiguration: Sendable {
     public var service: String
     /// The message every request carries.
     public var message: ValueSet
+    /// TLS for TCP connections (any host certificate is accepted: this measures, it does not
+    /// authenticate); nil for plain TCP.
+    public var tls: NIOSSLContext?
 
     public init(
         target: Target,
@@ -34,8 +38,10 @@ public struct BenchConfiguration: Sendable {
         message: ValueSet = [
             "Type": "ping", "CreationDate": .date(Timestamp(secondsSince1970: 1_763_700_000.123)),
             "TargetId": "atrium-bench",
-        ]
+        ],
+        tls: NIOSSLContext? = nil
     ) {
+        self.tls = tls
         self.target = target
         self.connections = connections
         self.pipeline = pipeline
@@ -56,6 +62,9 @@ public struct BenchResult: Sendable {
     public var elapsed: Duration
     /// Round-trip times of successful requests, in nanoseconds.
     public var latency: Histogram<UInt64>
+    /// Each connection's time from connecting to `welcome` (with TLS, the handshake too), in
+    /// nanoseconds.
+    public var setup: Histogram<UInt64>
 
     public var requestsPerSecond: Double {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -98,6 +107,7 @@ public enum LoadGenerator {
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try LoadGenerator.addTLS(configuration.tls, to: channel)
                         try channel.pipeline.syncOperations.addHandlers([
                             ByteToMessageHandler(FrameDecoder<HostFrame>(maxFrameBytes: 64 << 20)),
                             MessageToByteHandler(FrameEncoder<ClientFrame>()),
@@ -130,15 +140,28 @@ public enum LoadGenerator {
         }
         for handler in handlers { handler.stop() }
         var latency = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
+        var setup = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
         var completed = 0
         var failed = 0
         for handler in handlers {
             let result = try await handler.finished.futureResult.get()
             latency.add(result.latency)
+            if let nanoseconds = result.setupNanoseconds { setup.record(nanoseconds) }
             completed += result.completed
             failed += result.failed
         }
-        return BenchResult(completed: completed, failed: failed, elapsed: ContinuousClock.now - start, latency: latency)
+        return BenchResult(
+            completed: completed, failed: failed, elapsed: ContinuousClock.now - start, latency: latency, setup: setup)
+    }
+
+    /// Puts a TLS client handler first in `channel`'s pipeline, accepting whatever
+    /// certificate the host presents.
+    static func addTLS(_ context: NIOSSLContext?, to channel: any Channel) throws {
+        guard let context else { return }
+        try channel.pipeline.syncOperations.addHandler(
+            NIOSSLClientHandler(context: context, serverHostname: nil) { _, promise in
+                promise.succeed(.certificateVerified)
+            })
     }
 }
 
@@ -151,6 +174,7 @@ final class BenchConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         var completed = 0
         var failed = 0
         var latency = Histogram<UInt64>(highestTrackableValue: 60_000_000_000, numberOfSignificantValueDigits: .three)
+        var setupNanoseconds: UInt64?
     }
 
     let configuration: BenchConfiguration
@@ -181,6 +205,9 @@ final class BenchConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
         finished = eventLoop.makePromise()
     }
 
+    /// When the connection was asked for, to time its setup.
+    private let created = NIODeadline.now()
+
     func channelActive(context: ChannelHandlerContext) {
         self.context = context
         context.writeAndFlush(wrapOutboundOut(.hello(HelloFrame(clientId: "atrium-bench-\(index)"))), promise: nil)
@@ -189,6 +216,7 @@ final class BenchConnectionHandler: ChannelInboundHandler, @unchecked Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .welcome:
+            outcome.setupNanoseconds = UInt64(max(0, (NIODeadline.now() - created).nanoseconds))
             context.writeAndFlush(
                 wrapOutboundOut(
                     .open(OpenFrame(channel: 1, service: configuration.service, package: configuration.package))),
@@ -284,6 +312,7 @@ extension LoadGenerator {
     public static func holdIdle<T>(
         _ target: BenchConfiguration.Target,
         connections: Int,
+        tls: NIOSSLContext? = nil,
         group: (any EventLoopGroup)? = nil,
         while body: () async throws -> T
     ) async throws -> T {
@@ -296,6 +325,7 @@ extension LoadGenerator {
             let bootstrap = ClientBootstrap(group: group)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try LoadGenerator.addTLS(tls, to: channel)
                         try channel.pipeline.syncOperations.addHandler(
                             MessageToByteHandler(FrameEncoder<ClientFrame>()))
                     }

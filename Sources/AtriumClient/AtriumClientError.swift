@@ -17,6 +17,9 @@ public struct AtriumClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let channelNotOpen = Code(rawValue: "channelNotOpen")
         /// The message could not be encoded (see the message for the key).
         public static let invalidMessage = Code(rawValue: "invalidMessage")
+        /// The host is not the one expected: its TLS identity is another (see the message
+        /// for both), or differs from the one it claims in `welcome`.
+        public static let hostIdentityChanged = Code(rawValue: "hostIdentityChanged")
     }
 
     public var code: Code

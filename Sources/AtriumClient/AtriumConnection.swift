@@ -1,8 +1,10 @@
 public import AtriumProtocol
+public import AtriumTLS
 import AtriumValues
-import Foundation
+public import Foundation
 public import NIOCore
 import NIOPosix
+import NIOSSL
 import Synchronization
 
 /// Where a host listens: `host:port` (TCP, a remote client), a bare `host` (port 7340), or
@@ -43,6 +45,44 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
         case .unix(let path): "unix:\(path)"
         }
     }
+
+    /// Whether the host is on this machine: the Unix socket, or a loopback TCP address
+    /// (127.0.0.0/8, ::1, localhost).
+    public var isLoopback: Bool {
+        switch address {
+        case .tcp(let host, _): host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        case .unix: true
+        }
+    }
+}
+
+/// TLS for a TCP connection (CONTRACT section 7): the client's own identity, presented to
+/// the host, and the host's identity when it is known (pinned): a host that presents any
+/// other is refused, with both identities in the error.
+public struct ClientTLS: Sendable {
+    public var identity: TLSIdentity
+    public var expectedHostIdentity: String?
+
+    public init(identity: TLSIdentity, expectedHostIdentity: String? = nil) {
+        self.identity = identity
+        self.expectedHostIdentity = expectedHostIdentity
+    }
+
+    /// The identity kept in `$XDG_STATE_HOME/atrium` (or `~/.local/state/atrium`) as
+    /// `client-key.pem` and `client-cert.pem`, made there at first use.
+    public static func defaultIdentity(in folder: URL? = nil) throws -> TLSIdentity {
+        let folder = folder ?? Self.defaultStateFolder()
+        return try TLSIdentity.loadOrCreate(
+            in: folder, name: "client", commonName: "atrium client on \(ProcessInfo.processInfo.hostName)")
+    }
+
+    /// `$XDG_STATE_HOME/atrium`, or `~/.local/state/atrium` without it.
+    public static func defaultStateFolder() -> URL {
+        if let state = ProcessInfo.processInfo.environment["XDG_STATE_HOME"], state.hasPrefix("/") {
+            return URL(fileURLWithPath: state).appendingPathComponent("atrium")
+        }
+        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/atrium")
+    }
 }
 
 /// One connection to an Atrium host, shared by any number of ``AppServiceConnection``s (each
@@ -55,6 +95,9 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
 public final class AtriumConnection: Sendable {
     /// The host's `welcome`: its identity and limits.
     public let welcome: WelcomeFrame
+    /// The host's identity as its TLS certificate proved it; nil on plain TCP and the Unix
+    /// socket.
+    public let hostIdentity: String?
     /// How long calls wait for an answer unless told otherwise.
     public let defaultTimeout: Duration
     let channel: any Channel
@@ -91,23 +134,44 @@ public final class AtriumConnection: Sendable {
     }
 
     /// Connects, says `hello` (as `clientId`, a random one by default), and waits for `welcome`.
+    /// With `tls`, a TCP connection speaks TLS 1.3 with the client's identity; without it,
+    /// plain TCP (which a host takes only on loopback unless its operator allows otherwise).
+    /// The Unix socket never uses TLS.
     ///
     /// - Throws: ``AtriumClientError`` `cannotConnect` (with the reason and the address),
-    ///   `timedOut`, or `protocolError` when the host refuses the client.
+    ///   `timedOut`, `hostIdentityChanged` when the host is not the one expected (both
+    ///   identities in the message), or `protocolError` when the host refuses the client.
     public static func connect(
         to endpoint: AtriumEndpoint,
         clientId: String? = nil,
         clientName: String? = nil,
         token: String? = nil,
+        tls: ClientTLS? = nil,
         timeout: Duration = .seconds(10),
         group: (any EventLoopGroup)? = nil
     ) async throws -> AtriumConnection {
-        let handler = ClientFrameHandler()
+        let tlsContext: NIOSSLContext?
+        if let tls, case .tcp = endpoint.address {
+            do {
+                tlsContext = try tls.identity.makeClientContext()
+            } catch {
+                throw AtriumClientError(.cannotConnect, "cannot set up TLS with the client's identity: \(error)")
+            }
+        } else {
+            tlsContext = nil
+        }
+        let check = PeerCertificateCheck(expecting: tls?.expectedHostIdentity)
+        let handler = ClientFrameHandler(check: tlsContext == nil ? nil : check, endpoint: endpoint)
         let bootstrap = ClientBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.init(timeout))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tlsContext {
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOSSLClientHandler(
+                                context: tlsContext, serverHostname: nil, customVerificationCallback: check.verify))
+                    }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder<HostFrame>(maxFrameBytes: 64 << 20)),
                         MessageToByteHandler(FrameEncoder<ClientFrame>()),
@@ -146,14 +210,26 @@ public final class AtriumConnection: Sendable {
             try? await channel.close()
             throw error
         }
-        let connection = AtriumConnection(channel: channel, welcome: welcome, timeout: timeout)
+        // The identity TLS proved and the one the host says it has are the same, or something
+        // between the two (a proxy with a certificate of its own) ends TLS.
+        let proven = tlsContext == nil ? nil : try await channel.eventLoop.submit { check.identity }.get()
+        if let proven, welcome.hostIdentity != proven {
+            try? await channel.close()
+            throw AtriumClientError(
+                .hostIdentityChanged,
+                "\(endpoint) proved the TLS identity \(proven), but says it is \(welcome.hostIdentity ?? "nothing"): something between you and the host ends TLS with a certificate of its own; the connection was closed"
+            )
+        }
+        let connection = AtriumConnection(
+            channel: channel, welcome: welcome, hostIdentity: proven, timeout: timeout)
         handler.attach(connection)
         return connection
     }
 
-    init(channel: any Channel, welcome: WelcomeFrame, timeout: Duration) {
+    init(channel: any Channel, welcome: WelcomeFrame, hostIdentity: String?, timeout: Duration) {
         self.channel = channel
         self.welcome = welcome
+        self.hostIdentity = hostIdentity
         self.defaultTimeout = timeout
         self.state = Mutex(ClientState())
     }
@@ -334,6 +410,14 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     private var connection: AtriumConnection?
     private var handshake: CheckedContinuation<WelcomeFrame, any Error>?
     private var early: [HostFrame] = []
+    /// The TLS handshake's check of the host's certificate, when TLS is spoken.
+    let check: PeerCertificateCheck?
+    let endpoint: AtriumEndpoint
+
+    init(check: PeerCertificateCheck?, endpoint: AtriumEndpoint) {
+        self.check = check
+        self.endpoint = endpoint
+    }
 
     func handshake(on channel: any Channel, hello: HelloFrame, timeout: Duration) async throws -> WelcomeFrame {
         try await withCheckedThrowingContinuation { continuation in
@@ -391,6 +475,21 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if let check, let mismatch = check.mismatch, let expected = check.expected {
+            finishHandshake(
+                .failure(
+                    AtriumClientError(
+                        .hostIdentityChanged,
+                        "\(endpoint) is not the host you know: it presented the identity \(mismatch), but was known as \(expected). If the host made a new key on purpose, forget it and pair again; otherwise someone may be in between"
+                    )))
+        } else if check != nil, error is NIOSSLError || error is BoringSSLError {
+            finishHandshake(
+                .failure(
+                    AtriumClientError(
+                        .cannotConnect,
+                        "the TLS handshake with \(endpoint) failed: \(error). Does the host speak TLS there (atriumd --tls), or does it take plain TCP only (atrium --insecure, on loopback)?"
+                    )))
+        }
         context.close(promise: nil)
     }
 }

@@ -45,6 +45,11 @@ public struct HostConfiguration: Sendable {
     /// Whether a change in the manifests folder reloads the manifests (inotify); SIGHUP
     /// always does.
     public var watchManifests = true
+    /// How the TCP listener treats TLS.
+    public var tls = TLSMode.auto
+    /// Where the host keeps its identity (and, later, what it learns): made mode 0700 at
+    /// first start.
+    public var stateFolder = HostConfiguration.defaultStateFolder()
 
     public init(
         manifestsFolder: URL = URL(fileURLWithPath: "manifests"),
@@ -87,6 +92,21 @@ public struct HostConfiguration: Sendable {
             return runtime + "/atrium/atriumd.sock"
         }
         return "/tmp/atrium-\(getuid())/atriumd.sock"
+    }
+
+    /// `$XDG_STATE_HOME/atrium`, or `~/.local/state/atrium` without it.
+    public static func defaultStateFolder() -> URL {
+        let environment = ProcessInfo.processInfo.environment
+        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
+            return URL(fileURLWithPath: state).appendingPathComponent("atrium")
+        }
+        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/atrium")
+    }
+
+    /// Whether the TCP listen address is a loopback one (127.0.0.0/8, ::1, localhost).
+    public var listensOnLoopbackOnly: Bool {
+        guard let host = listenHost else { return true }
+        return host == "localhost" || host == "::1" || host.hasPrefix("127.")
     }
 
     /// The folder of the running executable, where `swift build` puts the plugin libraries.

@@ -77,7 +77,14 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let group: any EventLoopGroup
 
     /// `group`: the connections' event loops (by default NIO's shared ones).
-    public init(configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil) {
+    /// The host's identity (``TLSIdentity/fingerprint``), sent in `welcome`; nil when the
+    /// host has none.
+    public let identity: String?
+
+    public init(
+        configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil, identity: String? = nil
+    ) {
+        self.identity = identity
         self.configuration = configuration
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton

@@ -47,4 +47,6 @@ public struct ProtocolErrorCode: RawRepresentable, Sendable, Hashable, CustomStr
     public static let tooManyConnections: Self = "tooManyConnections"
     /// The client did not send `hello` in time, or sent no frame for the idle timeout.
     public static let timedOut: Self = "timedOut"
+    /// The client spoke plain TCP to an address where the host takes only TLS.
+    public static let tlsRequired: Self = "tlsRequired"
 }

@@ -202,11 +202,12 @@ extension HostFrame {
     public func encode(into buffer: inout ByteBuffer) {
         switch self {
         case .welcome(let welcome):
-            buffer.writeFrameHeader("welcome", keys: 6)
+            buffer.writeFrameHeader("welcome", keys: welcome.hostIdentity == nil ? 6 : 7)
             buffer.writeKey("version", welcome.version)
             buffer.writeKey("hostId", welcome.hostId)
             buffer.writeKey("hostName", welcome.hostName)
             buffer.writeKey("platform", welcome.platform)
+            if let identity = welcome.hostIdentity { buffer.writeKey("hostIdentity", identity) }
             buffer.writeText("limits" as StaticString)
             buffer.writeHead(major: 5, argument: 4)
             buffer.writeKey("maxMessageBytes", UInt64(welcome.limits.maxMessageBytes))
@@ -274,7 +275,8 @@ extension HostFrame {
                             maxFrameBytes: try limits.int("maxFrameBytes"),
                             maxChannels: try limits.int("maxChannels"),
                             maxInFlight: try limits.int("maxInFlight")
-                        )
+                        ),
+                        hostIdentity: try named.optionalText("hostIdentity")
                     )
                 )
             case "opened":

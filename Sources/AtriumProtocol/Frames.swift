@@ -109,19 +109,24 @@ public struct WelcomeFrame: Sendable, Hashable {
     public var hostName: String
     public var platform: String
     public var limits: ProtocolLimits
+    /// The host's identity (CONTRACT section 7): the SHA-256 of its certificate's
+    /// SubjectPublicKeyInfo, lowercase hex. Sent by a host that has one.
+    public var hostIdentity: String?
 
     public init(
         version: UInt64 = atriumProtocolVersion,
         hostId: String,
         hostName: String,
         platform: String = "linux",
-        limits: ProtocolLimits
+        limits: ProtocolLimits,
+        hostIdentity: String? = nil
     ) {
         self.version = version
         self.hostId = hostId
         self.hostName = hostName
         self.platform = platform
         self.limits = limits
+        self.hostIdentity = hostIdentity
     }
 }
 

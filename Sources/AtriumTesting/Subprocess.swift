@@ -8,8 +8,13 @@ public struct ProgramOutput: Sendable {
 }
 
 /// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end.
-public func runProgram(_ executable: String, _ arguments: [String], in folder: URL? = nil) throws -> ProgramOutput {
+public func runProgram(
+    _ executable: String, _ arguments: [String], in folder: URL? = nil, environment: [String: String] = [:]
+) throws -> ProgramOutput {
     let process = Process()
+    if !environment.isEmpty {
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
     if executable.contains("/") {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments

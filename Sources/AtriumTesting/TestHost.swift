@@ -10,6 +10,8 @@ public final class TestHost: @unchecked Sendable {
     /// Its local Unix socket.
     public let socketPath: String
     public let manifestsFolder: URL
+    /// Where the host keeps its identity (`--state-dir`).
+    public let stateFolder: URL
     private let output: OutputCollector
 
     /// The folder `swift build` put the executables and plugin libraries in: the test
@@ -68,9 +70,18 @@ public final class TestHost: @unchecked Sendable {
         let socket = FileManager.default.temporaryDirectory.appendingPathComponent(
             "atrium-\(UUID().uuidString.prefix(8)).sock"
         ).path
+        // A state folder of its own (the host's identity), unless the test names one.
+        let stateFolder =
+            arguments.firstIndex(of: "--state-dir").flatMap {
+                arguments.indices.contains($0 + 1) ? arguments[$0 + 1] : nil
+            }
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent(
+                "atrium-state-\(UUID().uuidString.prefix(8))"
+            ).path
         let process = Process()
         let hostArguments =
-            ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket] + arguments
+            ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket]
+            + (arguments.contains("--state-dir") ? [] : ["--state-dir", stateFolder]) + arguments
         if let descriptorLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments =
@@ -95,7 +106,7 @@ public final class TestHost: @unchecked Sendable {
             if text.contains("atriumd: ready"), let port = Self.port(in: text) {
                 return TestHost(
                     process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder,
-                    output: collector)
+                    stateFolder: URL(fileURLWithPath: stateFolder), output: collector)
             }
             if !process.isRunning {
                 throw StartError(
@@ -107,11 +118,15 @@ public final class TestHost: @unchecked Sendable {
         throw StartError(description: "atriumd was not ready within 20 s:\n\(collector.text)")
     }
 
-    private init(process: Process, port: Int, socketPath: String, manifestsFolder: URL, output: OutputCollector) {
+    private init(
+        process: Process, port: Int, socketPath: String, manifestsFolder: URL, stateFolder: URL,
+        output: OutputCollector
+    ) {
         self.process = process
         self.port = port
         self.socketPath = socketPath
         self.manifestsFolder = manifestsFolder
+        self.stateFolder = stateFolder
         self.output = output
     }
 

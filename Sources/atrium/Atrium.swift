@@ -2,8 +2,10 @@ import ArgumentParser
 import AtriumBench
 import AtriumClient
 import AtriumProtocol
+import AtriumTLS
 import AtriumValues
 import Foundation
+import NIOSSL
 
 /// Exit codes scripts can rely on (also in --help).
 enum Exit {
@@ -20,7 +22,9 @@ struct Atrium: AsyncParsableCommand {
         abstract: "Talk to an Atrium host: ping it, list its apps, send messages to its app services.",
         discussion: """
             HOST is host:port (port 7340 when left out), or unix:/path for the host's local
-            socket; it defaults to 127.0.0.1:7340.
+            socket; it defaults to 127.0.0.1:7340. Over TCP, atrium speaks TLS with an
+            identity of its own (a key and certificate kept in $XDG_STATE_HOME/atrium, made at
+            first use); --insecure speaks plain TCP, to a loopback host only.
 
             Exit codes: 0 success; 1 the host or service answered with a status other than
             success (or pings were lost); 3 the host could not be reached, went away or did
@@ -38,13 +42,28 @@ struct HostOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
     var timeout: Double = 10
 
+    @Flag(
+        help:
+            "Speak plain TCP instead of TLS: only to a loopback host (127.0.0.1, ::1, localhost), which atriumd serves both ways."
+    )
+    var insecure = false
+
     func validate() throws {
         // A first word with '=' is a KEY=VALUE field of `send`, which then uses the default host.
-        guard AtriumEndpoint(host) != nil || host.contains("=") else {
-            throw ValidationError(
-                "'\(host)' is not a host: use host:port (like 192.168.1.20:7340), host, or unix:/path/to/atriumd.sock")
+        guard let endpoint = AtriumEndpoint(host) else {
+            guard host.contains("=") else {
+                throw ValidationError(
+                    "'\(host)' is not a host: use host:port (like 192.168.1.20:7340), host, or unix:/path/to/atriumd.sock"
+                )
+            }
+            return
         }
         guard timeout > 0 else { throw ValidationError("--timeout must be above 0 seconds") }
+        if insecure && !endpoint.isLoopback {
+            throw ValidationError(
+                "--insecure speaks plain TCP, which anyone on the network could read and change: atrium allows it only to a loopback host, not \(endpoint)"
+            )
+        }
     }
 
     var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
@@ -54,9 +73,22 @@ struct HostOptions: ParsableArguments {
             throw ValidationError(
                 "'\(address ?? host)' is not a host: use host:port, host, or unix:/path/to/atriumd.sock")
         }
+        if insecure && !endpoint.isLoopback {
+            throw ValidationError(
+                "--insecure speaks plain TCP: atrium allows it only to a loopback host, not \(endpoint)")
+        }
+        var tls: ClientTLS?
+        if case .tcp = endpoint.address, !insecure {
+            do {
+                tls = ClientTLS(identity: try ClientTLS.defaultIdentity())
+            } catch {
+                printError("cannot load this client's TLS identity: \(error)")
+                throw Exit.unreachable
+            }
+        }
         do {
             return try await AtriumConnection.connect(
-                to: endpoint, clientName: "atrium command line", timeout: duration
+                to: endpoint, clientName: "atrium command line", tls: tls, timeout: duration
             )
         } catch let error as AtriumClientError {
             printError(error.message)
@@ -306,7 +338,9 @@ struct Bench: AsyncParsableCommand {
             --pipeline requests in flight on each for --duration seconds, then prints the
             round trips per second and the latency percentiles (HdrHistogram). The target is
             the Echo service unless told otherwise; `atrium-baseline` (a raw SwiftNIO echo with
-            the same framing) can be the host too, and Benchmarks/compare.sh runs both.
+            the same framing) can be the host too (with --insecure: it speaks plain TCP only), and
+            Benchmarks/compare.py runs both. Over TCP it speaks TLS, as every atrium command
+            does, unless told --insecure.
 
             With --idle, it opens the connections, says hello, and holds them for --duration
             seconds without sending anything (to measure an idle connection's memory).
@@ -356,11 +390,23 @@ struct Bench: AsyncParsableCommand {
         }
     }
 
+    /// TLS with this client's identity over TCP, unless --insecure.
+    func tlsContext() throws -> NIOSSLContext? {
+        guard case .tcp = target, !options.insecure else { return nil }
+        do {
+            return try ClientTLS.defaultIdentity().makeClientContext()
+        } catch {
+            printError("cannot load this client's TLS identity: \(error)")
+            throw Exit.unreachable
+        }
+    }
+
     func run() async throws {
         let seconds = Duration.milliseconds(Int64(duration * 1000))
+        let tls = try tlsContext()
         if idle {
             do {
-                try await LoadGenerator.holdIdle(target, connections: connections) {
+                try await LoadGenerator.holdIdle(target, connections: connections, tls: tls) {
                     print("holding \(connections) idle connections to \(options.host) for \(duration) s")
                     try await Task.sleep(for: seconds)
                 }
@@ -372,7 +418,7 @@ struct Bench: AsyncParsableCommand {
         }
         let configuration = BenchConfiguration(
             target: target, connections: connections, pipeline: pipeline, duration: seconds, package: package,
-            service: service
+            service: service, tls: tls
         )
         let quiet = jsonOutput
         let result: BenchResult
@@ -400,10 +446,12 @@ struct Bench: AsyncParsableCommand {
                 "maxMicroseconds": .double(Double(result.latency.max) / 1000),
             ]
             for (name, value) in percentiles { out[name + "Microseconds"] = .double(value) }
+            out["setupP50Microseconds"] = .double(Double(result.setup.valueAtPercentile(50)) / 1000)
+            out["tls"] = .bool(tls != nil)
             print(MessageText.json(out, pretty: false))
         } else {
             print(
-                "\(options.host) \(package)/\(service): \(connections) connections, pipeline \(pipeline), \(duration) s"
+                "\(options.host) \(package)/\(service) over \(tls == nil ? "plain TCP" : "TLS"): \(connections) connections, pipeline \(pipeline), \(duration) s"
             )
             print(
                 String(
@@ -413,6 +461,10 @@ struct Bench: AsyncParsableCommand {
                 "latency " + percentiles.map { String(format: "%@ %.1f µs", $0.0, $0.1) }.joined(separator: ", ")
                     + String(format: ", max %.1f µs", Double(result.latency.max) / 1000)
             )
+            print(
+                String(
+                    format: "connection setup (connect to welcome) p50 %.1f µs",
+                    Double(result.setup.valueAtPercentile(50)) / 1000))
         }
         if result.failed > 0 { throw Exit.notSuccess }
     }

@@ -18,7 +18,7 @@ struct Atriumd: AsyncParsableCommand {
 
             Examples:
               atriumd                                   # ./manifests, 127.0.0.1:7340
-              atriumd --listen 0.0.0.0:7340             # accept clients from the network
+              atriumd --listen 0.0.0.0:7340             # accept clients from the network, over TLS only
               atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
               atriumd --check --manifests ~/my-services # validate manifests, print what would load
             """
@@ -30,6 +30,19 @@ struct Atriumd: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
     var listen: String = "127.0.0.1:7340"
+
+    @Option(
+        help: ArgumentHelp(
+            "TLS on the TCP listener: auto (only TLS on an address other than loopback; TLS or plain TCP on loopback), required (only TLS), or optional (TLS or plain TCP anywhere; logged loudly, since plain TCP off loopback can be read by anyone on the network).",
+            valueName: "mode"))
+    var tls: TLSMode = .auto
+
+    @Option(
+        name: .customLong("state-dir"),
+        help: ArgumentHelp(
+            "Where the host keeps its identity (its key and certificate, mode 0600, made at first start). Default: $XDG_STATE_HOME/atrium, or ~/.local/state/atrium.",
+            valueName: "dir"))
+    var stateDir: String?
 
     @Option(help: ArgumentHelp("The Unix domain socket for local clients, or 'off'.", valueName: "path"))
     var socket: String = HostConfiguration.defaultSocketPath()
@@ -334,6 +347,8 @@ struct Atriumd: AsyncParsableCommand {
         var configuration = try makeConfiguration()
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         configuration.watchManifests = !noWatch
+        configuration.tls = tls
+        if let stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
 
         if check {
             try runCheck(configuration)
@@ -402,3 +417,4 @@ func say(_ line: String) {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+extension TLSMode: ExpressibleByArgument {}

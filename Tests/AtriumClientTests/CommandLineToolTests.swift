@@ -4,10 +4,16 @@ import AtriumValues
 import Foundation
 import Testing
 
-/// Runs the built `atrium` tool.
+/// Runs the built `atrium` tool, with a state folder (its TLS identity) of the test run's own.
 func atrium(_ arguments: [String]) throws -> ProgramOutput {
-    try runProgram(TestHost.buildFolder.appendingPathComponent("atrium").path, arguments)
+    try runProgram(
+        TestHost.buildFolder.appendingPathComponent("atrium").path, arguments,
+        environment: ["XDG_STATE_HOME": toolStateHome.path])
 }
+
+/// The `atrium` tool's state folder for this test run.
+let toolStateHome = FileManager.default.temporaryDirectory.appendingPathComponent(
+    "atrium-tool-state-\(UUID().uuidString.prefix(8))")
 
 /// The `atrium` tool as a person runs it, against a real atriumd: output and exit codes.
 @Suite(.serialized)

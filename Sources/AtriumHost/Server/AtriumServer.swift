@@ -1,8 +1,10 @@
 import AtriumProtocol
+import AtriumTLS
 import Foundation
 public import Logging
 public import NIOCore
 import NIOPosix
+import NIOSSL
 public import ServiceLifecycle
 
 /// The Atrium host as a `Service`: it loads the manifests and their plugins, listens on TCP
@@ -24,6 +26,8 @@ public final class AtriumServer: Service, Sendable {
     let logger: Logger
     let group: any EventLoopGroup
     let onReady: @Sendable (Addresses) -> Void
+    /// What the TCP listener accepts: TLS, plain TCP, or either.
+    let transport: TransportPolicy
 
     /// Reads the manifests and loads their plugins. A bad manifest or plugin is logged and
     /// skipped; only an unreadable manifests folder throws.
@@ -48,8 +52,51 @@ public final class AtriumServer: Service, Sendable {
         for warning in manifests.warnings {
             logger.warning("\(warning)")
         }
-        core = HostCore(configuration: configuration, logger: logger, group: self.group)
+        let (transport, identity) = try Self.transportPolicy(configuration, logger: logger)
+        self.transport = transport
+        core = HostCore(configuration: configuration, logger: logger, group: self.group, identity: identity)
         core.load(manifests)
+    }
+
+    /// Loads (or makes, at first start) the host's identity and decides what the TCP
+    /// listener accepts. Without an identity the host serves plain TCP where that is allowed,
+    /// and does not start where TLS is required.
+    static func transportPolicy(_ configuration: HostConfiguration, logger: Logger) throws(HostStartError) -> (
+        TransportPolicy, String?
+    ) {
+        guard let host = configuration.listenHost else { return (.plaintext, nil) }
+        let address = "\(host):\(configuration.listenPort)"
+        let loopback = configuration.listensOnLoopbackOnly
+        let plaintextAllowed =
+            switch configuration.tls {
+            case .auto: loopback
+            case .required: false
+            case .optional: true
+            }
+        let identity: TLSIdentity
+        let context: NIOSSLContext
+        do {
+            identity = try TLSIdentity.loadOrCreate(
+                in: configuration.stateFolder, name: "host", commonName: "atriumd on \(configuration.hostName)")
+            context = try identity.makeServerContext()
+        } catch {
+            guard plaintextAllowed else {
+                throw HostStartError(
+                    "TLS is required on \(address), but the host has no identity to serve it with: \(error) (--state-dir names the folder it is kept in)"
+                )
+            }
+            logger.warning("the host serves no TLS, only plain TCP on \(address): \(error)")
+            return (.plaintext, nil)
+        }
+        logger.info(
+            "TLS identity \(identity.fingerprint)",
+            metadata: ["key": "\(identity.keyFile.path)", "plain TCP": "\(plaintextAllowed ? "accepted" : "refused")"])
+        if plaintextAllowed && !loopback {
+            logger.warning(
+                "PLAIN TCP IS ACCEPTED on \(address), which is not a loopback address (--tls optional): anyone on the network can read and change what a plain client sends and receives. Drop --tls optional to take only TLS there."
+            )
+        }
+        return (TransportPolicy(context: context, plaintextAllowed: plaintextAllowed), identity.fingerprint)
     }
 
     /// The packages, with their load errors.
@@ -83,7 +130,7 @@ public final class AtriumServer: Service, Sendable {
         var addresses = Addresses()
         do {
             if let host = configuration.listenHost {
-                let channel = try await bootstrap(isLocal: false)
+                let channel = try await bootstrap(isLocal: false, transport: transport)
                     .bind(host: host, port: configuration.listenPort).get()
                 listeners.append(channel)
                 addresses.tcp = channel.localAddress
@@ -95,7 +142,7 @@ public final class AtriumServer: Service, Sendable {
                 let previous = umask(0o077)
                 let channel: any Channel
                 do {
-                    channel = try await bootstrap(isLocal: true)
+                    channel = try await bootstrap(isLocal: true, transport: .plaintext)
                         .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true).get()
                     umask(previous)
                 } catch {
@@ -164,7 +211,7 @@ public final class AtriumServer: Service, Sendable {
         if let path = addresses.unixSocket { try? FileManager.default.removeItem(atPath: path) }
     }
 
-    private func bootstrap(isLocal: Bool) -> ServerBootstrap {
+    private func bootstrap(isLocal: Bool, transport: TransportPolicy) -> ServerBootstrap {
         let core = self.core
         let logger = self.logger
         let maxFrameBytes = configuration.limits.maxFrameBytes
@@ -186,14 +233,26 @@ public final class AtriumServer: Service, Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let ticket = gate.ticket(for: channel) else { throw AdmissionGate.NotCounted() }
+                    let security = ConnectionTransport()
+                    if transport.context != nil {
+                        try channel.pipeline.syncOperations.addHandler(
+                            TransportSniffer(policy: transport, transport: security, logger: logger))
+                    }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(
                             FrameDecoder<ClientFrame>(
                                 maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),
                         MessageToByteHandler(FrameEncoder<HostFrame>()),
-                        ConnectionHandler(core: core, isLocal: isLocal, ticket: ticket, logger: logger),
+                        ConnectionHandler(
+                            core: core, isLocal: isLocal, ticket: ticket, transport: security, logger: logger),
                     ])
                 }
             }
     }
+}
+
+/// Why the host cannot start, in words for the operator.
+public struct HostStartError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
 }

@@ -53,6 +53,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let core: HostCore
     /// Whether the client came through the local Unix socket (else it is remote, over TCP).
     let isLocal: Bool
+    /// Whether TLS carries the connection, and the client's identity then.
+    let transport: ConnectionTransport
     let id: UInt64
     private var logger: Logger
     private var context: ChannelHandlerContext?
@@ -83,8 +85,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
         Self.live.wrappingSubtract(1, ordering: .relaxed)
     }
 
-    init(core: HostCore, isLocal: Bool, ticket: AdmissionTicket, logger: Logger) {
+    init(
+        core: HostCore, isLocal: Bool, ticket: AdmissionTicket, transport: ConnectionTransport = ConnectionTransport(),
+        logger: Logger
+    ) {
         Self.live.wrappingAdd(1, ordering: .relaxed)
+        self.transport = transport
         self.core = core
         self.isLocal = isLocal
         self.ticket = ticket
@@ -375,11 +381,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         clientId = hello.clientId
         clientName = hello.clientName
         logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
+        if let identity = transport.peerIdentity { logger[metadataKey: "identity"] = "\(identity)" }
+        logger.debug("hello", metadata: ["transport": "\(transport.isTLS ? "TLS" : isLocal ? "local" : "plain TCP")"])
         deadline?.cancel()
         armDeadline(after: admission.idleTimeout)
         write(
             .welcome(
-                WelcomeFrame(hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits)
+                WelcomeFrame(
+                    hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits,
+                    hostIdentity: core.identity)
             )
         )
     }

@@ -1,0 +1,94 @@
+import AtriumProtocol
+import AtriumTLS
+import Logging
+import NIOCore
+import NIOSSL
+
+/// How the TCP listener treats TLS (`atriumd --tls`). CONTRACT section 7: TLS from the
+/// first byte, with the frames inside unchanged.
+public enum TLSMode: String, Sendable, CaseIterable {
+    /// TLS only, on an address other than loopback; TLS or plain TCP on loopback, where
+    /// clients from before TLS keep working.
+    case auto
+    /// TLS only, on every address.
+    case required
+    /// TLS or plain TCP on every address. On an address other than loopback, anyone on the
+    /// network can then read and change what a plain client sends: the host says so loudly.
+    case optional
+}
+
+/// What the TCP listener accepts, decided once at start.
+struct TransportPolicy: Sendable {
+    /// The host's TLS context, or nil when the host serves no TLS.
+    let context: NIOSSLContext?
+    /// Whether a client may speak plain TCP.
+    let plaintextAllowed: Bool
+
+    /// Plain TCP only: the Unix socket, or a host without an identity.
+    static let plaintext = TransportPolicy(context: nil, plaintextAllowed: true)
+}
+
+/// A connection's transport as its handler sees it: whether TLS carries it, and then the
+/// client's identity. Confined to the connection's event loop.
+final class ConnectionTransport: @unchecked Sendable {
+    /// Set when the client started TLS.
+    var check: PeerCertificateCheck?
+    var isTLS: Bool { check != nil }
+    /// The client's identity, known once the TLS handshake has seen its certificate.
+    var peerIdentity: String? { check?.identity }
+}
+
+/// The first handler of a TCP connection when the host serves TLS: it looks at the first
+/// byte. A TLS handshake starts with 0x16 (a handshake record), which no frame can (its
+/// length would be over 369 MB, far above any frame limit), so the two never mix up. TLS:
+/// the TLS handler goes in after it. Plain TCP where TLS is required: an `error` frame
+/// (`tlsRequired`) in plain words, and the connection is closed. Then it leaves.
+final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    let policy: TransportPolicy
+    let transport: ConnectionTransport
+    let logger: Logger
+
+    init(policy: TransportPolicy, transport: ConnectionTransport, logger: Logger) {
+        self.policy = policy
+        self.transport = transport
+        self.logger = logger
+    }
+
+    /// Set once plain TCP was refused: what else the client sends is dropped.
+    private var refused = false
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !refused else { return }
+        let buffer = unwrapInboundIn(data)
+        guard let first = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return }
+        if first == 0x16, let tls = policy.context {
+            let check = PeerCertificateCheck()
+            let handler = NIOSSLServerHandler(context: tls, customVerificationCallback: check.verify)
+            do {
+                try context.pipeline.syncOperations.addHandler(handler, position: .after(self))
+            } catch {
+                context.close(promise: nil)
+                return
+            }
+            transport.check = check
+        } else if !policy.plaintextAllowed {
+            logger.info(
+                "a client spoke plain TCP where only TLS is taken; refused",
+                metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
+            let refusal = HostFrame.error(
+                ErrorFrame(
+                    code: .tlsRequired,
+                    message:
+                        "this host takes only TLS on this address: connect with TLS (atrium does, unless told --insecure)"
+                ))
+            refused = true
+            // Through the whole pipeline, so that the frame encoder writes it.
+            let channel = context.channel
+            channel.writeAndFlush(refusal).whenComplete { _ in channel.close(promise: nil) }
+            return
+        }
+        context.fireChannelRead(data)
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+    }
+}
