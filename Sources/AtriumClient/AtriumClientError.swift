@@ -20,6 +20,10 @@ public struct AtriumClientError: Error, Sendable, Hashable, CustomStringConverti
         /// The host is not the one expected: its TLS identity is another (see the message
         /// for both), or differs from the one it claims in `welcome`.
         public static let hostIdentityChanged = Code(rawValue: "hostIdentityChanged")
+        /// The host refused the client: it is not a paired device (CONTRACT section 7).
+        public static let notAuthorized = Code(rawValue: "notAuthorized")
+        /// The host refused an operator's command (see the message for why).
+        public static let refused = Code(rawValue: "refused")
     }
 
     public var code: Code

@@ -1,6 +1,6 @@
 public import AtriumProtocol
 public import AtriumTLS
-import AtriumValues
+public import AtriumValues
 public import Foundation
 public import NIOCore
 import NIOPosix
@@ -46,11 +46,21 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
         }
     }
 
+    /// The host's local socket where atriumd puts it by default: `$XDG_RUNTIME_DIR/atrium/atriumd.sock`,
+    /// or `/tmp/atrium-UID/atriumd.sock` without it.
+    public static var defaultLocalSocket: AtriumEndpoint {
+        let environment = ProcessInfo.processInfo.environment
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            return AtriumEndpoint(.unix(path: runtime + "/atrium/atriumd.sock"))
+        }
+        return AtriumEndpoint(.unix(path: "/tmp/atrium-\(getuid())/atriumd.sock"))
+    }
+
     /// Whether the host is on this machine: the Unix socket, or a loopback TCP address
     /// (127.0.0.0/8, ::1, localhost).
     public var isLoopback: Bool {
         switch address {
-        case .tcp(let host, _): host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        case .tcp(let host, _): isLoopbackHost(host)
         case .unix: true
         }
     }
@@ -98,6 +108,8 @@ public final class AtriumConnection: Sendable {
     /// The host's identity as its TLS certificate proved it; nil on plain TCP and the Unix
     /// socket.
     public let hostIdentity: String?
+    /// This client's own identity, when it speaks TLS.
+    public let clientIdentity: String?
     /// How long calls wait for an answer unless told otherwise.
     public let defaultTimeout: Duration
     let channel: any Channel
@@ -108,6 +120,8 @@ public final class AtriumConnection: Sendable {
         case opened(UInt64)
         case response(UInt64, UInt64)
         case pong(UInt64)
+        case paired(UInt64)
+        case admin(UInt64)
         case apps(UInt64)
         case launched(UInt64)
     }
@@ -221,15 +235,18 @@ public final class AtriumConnection: Sendable {
             )
         }
         let connection = AtriumConnection(
-            channel: channel, welcome: welcome, hostIdentity: proven, timeout: timeout)
+            channel: channel, welcome: welcome, hostIdentity: proven,
+            clientIdentity: proven == nil ? nil : tls?.identity.fingerprint, timeout: timeout)
         handler.attach(connection)
         return connection
     }
 
-    init(channel: any Channel, welcome: WelcomeFrame, hostIdentity: String?, timeout: Duration) {
+    init(channel: any Channel, welcome: WelcomeFrame, hostIdentity: String?, clientIdentity: String?, timeout: Duration)
+    {
         self.channel = channel
         self.welcome = welcome
         self.hostIdentity = hostIdentity
+        self.clientIdentity = clientIdentity
         self.defaultTimeout = timeout
         self.state = Mutex(ClientState())
     }
@@ -323,6 +340,50 @@ public final class AtriumConnection: Sendable {
         return apps.apps
     }
 
+    /// The verification code of a pairing on this connection (six digits, the same the host
+    /// shows its operator); nil without TLS.
+    public var pairingCode: String? {
+        guard let host = hostIdentity, let client = clientIdentity else { return nil }
+        return PairingCode.between(host: host, client: client)
+    }
+
+    /// Asks the host's operator to pair this device (CONTRACT section 7), and waits for the
+    /// decision: show ``pairingCode`` meanwhile, for the person to compare with the host's.
+    /// A paired device may then open services, launch URIs and list apps.
+    public func pair(deviceName: String, timeout: Duration = .seconds(130)) async throws -> PairedFrame {
+        let id = makeNumber()
+        guard
+            case .paired(let paired) = try await call(
+                .pair(id: id, deviceName: deviceName), awaiting: .paired(id), timeout: timeout)
+        else {
+            throw AtriumClientError(.protocolError, "the host answered pair with something else")
+        }
+        return paired
+    }
+
+    /// Runs an operator's command (local socket only: `pairing.list`, `pairing.accept`,
+    /// `pairing.refuse`, `devices.list`, `devices.revoke`) and returns its result.
+    ///
+    /// - Throws: ``AtriumClientError`` `refused` with the host's reason when it refuses.
+    public func admin(_ command: String, _ arguments: ValueSet = [:], timeout: Duration? = nil) async throws
+        -> ValueSet
+    {
+        let id = makeNumber()
+        let frame = ClientFrame.admin(
+            AdminFrame(id: id, command: command, arguments: arguments.isEmpty ? nil : EncodedValueSet(arguments)))
+        guard case .adminResult(let result) = try await call(frame, awaiting: .admin(id), timeout: timeout) else {
+            throw AtriumClientError(.protocolError, "the host answered \(command) with something else")
+        }
+        guard result.status == 0 else {
+            throw AtriumClientError(.refused, result.error ?? "the host refused \(command)")
+        }
+        do {
+            return try result.result?.decode() ?? [:]
+        } catch {
+            throw AtriumClientError(.protocolError, "the host's result for \(command) is not a ValueSet: \(error)")
+        }
+    }
+
     /// Closes the connection; every channel on it ends, and calls in progress fail.
     public func close() async {
         try? await channel.close()
@@ -360,8 +421,20 @@ public final class AtriumConnection: Sendable {
             events?.closed.yield(closed.status)
             events?.closed.finish()
             events?.requests.finish()
+        case .paired(let paired):
+            _ = deliver(frame, to: .paired(paired.id))
+        case .adminResult(let result):
+            _ = deliver(frame, to: .admin(result.id))
         case .error(let error):
-            state.withLock { $0.lastError = error }
+            let refused = state.withLock { state -> [WaitKey] in
+                state.lastError = error
+                // The host answers an unpaired device's `apps` with this error (CONTRACT 7).
+                guard error.code == .notAuthorized else { return [] }
+                return state.waiters.keys.filter { if case .apps = $0 { true } else { false } }
+            }
+            for key in refused {
+                fail(key, AtriumClientError(.notAuthorized, "the host refused: \(error.message)"))
+            }
         case .welcome, .unknown:
             break
         }
@@ -480,7 +553,7 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
                 .failure(
                     AtriumClientError(
                         .hostIdentityChanged,
-                        "\(endpoint) is not the host you know: it presented the identity \(mismatch), but was known as \(expected). If the host made a new key on purpose, forget it and pair again; otherwise someone may be in between"
+                        "\(endpoint) is not the host you know: it presented the identity \(mismatch), but was known as \(expected). If the host made a new key on purpose, pair again and forget the old one (atrium pair HOST --forget); otherwise someone may be in between"
                     )))
         } else if check != nil, error is NIOSSLError || error is BoringSSLError {
             finishHandshake(

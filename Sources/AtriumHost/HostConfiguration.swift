@@ -1,4 +1,5 @@
 public import AtriumProtocol
+import AtriumTLS
 import Crypto
 public import Foundation
 
@@ -47,6 +48,20 @@ public struct HostConfiguration: Sendable {
     public var watchManifests = true
     /// How the TCP listener treats TLS.
     public var tls = TLSMode.auto
+    /// Whether TCP clients must be paired devices (CONTRACT section 7).
+    public var pairing = PairingMode.auto
+    /// How long a pairing request waits for the operator before it is answered TimedOut.
+    public var pairingTimeout: Duration = .seconds(120)
+
+    /// Whether TCP clients must pair: `auto` asks it when the host listens on an address other
+    /// than loopback.
+    public var pairingRequired: Bool {
+        switch pairing {
+        case .auto: listenHost != nil && !listensOnLoopbackOnly
+        case .required: true
+        case .off: false
+        }
+    }
     /// Where the host keeps its identity (and, later, what it learns): made mode 0700 at
     /// first start.
     public var stateFolder = HostConfiguration.defaultStateFolder()
@@ -106,7 +121,7 @@ public struct HostConfiguration: Sendable {
     /// Whether the TCP listen address is a loopback one (127.0.0.0/8, ::1, localhost).
     public var listensOnLoopbackOnly: Bool {
         guard let host = listenHost else { return true }
-        return host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        return isLoopbackHost(host)
     }
 
     /// The folder of the running executable, where `swift build` puts the plugin libraries.

@@ -80,11 +80,37 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// The host's identity (``TLSIdentity/fingerprint``), sent in `welcome`; nil when the
     /// host has none.
     public let identity: String?
+    /// The paired devices and the pairing requests waiting for the operator.
+    public let devices: DeviceRegistry
+    /// Whether TCP clients must be paired devices (``HostConfiguration/pairingRequired``).
+    public let pairingRequired: Bool
+
+    /// Unpairs a device (by its identity, or at least 8 of its first hex digits) and cuts off
+    /// its connections; the future completes, on `eventLoop`, once every one of them is cut
+    /// off (no frame of theirs is served after it).
+    public func revoke(_ identity: String, on eventLoop: any EventLoop) -> EventLoopFuture<
+        Result<DeviceRegistry.Device, PairingRefusal>
+    > {
+        let outcome = devices.revoke(identity)
+        guard case .success(let device) = outcome else { return eventLoop.makeSucceededFuture(outcome) }
+        var cutOff: [EventLoopFuture<Void>] = []
+        for link in state.withLock({ Array($0.connections.values) }) {
+            let done = link.eventLoop.makePromise(of: Void.self)
+            link.run { connection in
+                connection.deviceRevoked(device.identity)
+                done.succeed()
+            }
+            cutOff.append(done.futureResult)
+        }
+        return EventLoopFuture.andAllComplete(cutOff, on: eventLoop).map { outcome }
+    }
 
     public init(
         configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil, identity: String? = nil
     ) {
         self.identity = identity
+        devices = DeviceRegistry(folder: configuration.stateFolder, logger: logger)
+        pairingRequired = configuration.pairingRequired
         self.configuration = configuration
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton

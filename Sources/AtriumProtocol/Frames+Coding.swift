@@ -85,6 +85,8 @@ extension ClientFrame {
         case .launch: "launch"
         case .apps: "apps"
         case .ping: "ping"
+        case .pair: "pair"
+        case .admin: "admin"
         case .unknown(let type): type
         }
     }
@@ -126,6 +128,15 @@ extension ClientFrame {
         case .ping(let id):
             buffer.writeFrameHeader("ping", keys: 2)
             buffer.writeKey("id", id)
+        case .pair(let id, let deviceName):
+            buffer.writeFrameHeader("pair", keys: 3)
+            buffer.writeKey("id", id)
+            buffer.writeKey("deviceName", deviceName)
+        case .admin(let admin):
+            buffer.writeFrameHeader("admin", keys: 3 + count(admin.arguments != nil))
+            buffer.writeKey("id", admin.id)
+            buffer.writeKey("command", admin.command)
+            if let arguments = admin.arguments { buffer.writeKey("arguments", arguments) }
         case .unknown(let type):
             buffer.writeHead(major: 5, argument: 1)
             buffer.writeText("type" as StaticString)
@@ -176,6 +187,13 @@ extension ClientFrame {
                 return .apps(id: try named.uint("id"))
             case "ping":
                 return .ping(id: try named.uint("id"))
+            case "pair":
+                return .pair(id: try named.uint("id"), deviceName: try named.text("deviceName"))
+            case "admin":
+                return .admin(
+                    AdminFrame(
+                        id: try named.uint("id"), command: try named.text("command"),
+                        arguments: try named.optionalMessage("arguments")))
             default:
                 return .unknown(type: type)
             }
@@ -194,6 +212,8 @@ extension HostFrame {
         case .launched: "launched"
         case .apps: "apps"
         case .pong: "pong"
+        case .paired: "paired"
+        case .adminResult: "adminResult"
         case .error: "error"
         case .unknown(let type): type
         }
@@ -246,6 +266,17 @@ extension HostFrame {
         case .pong(let id):
             buffer.writeFrameHeader("pong", keys: 2)
             buffer.writeKey("id", id)
+        case .paired(let paired):
+            buffer.writeFrameHeader("paired", keys: 3 + count(paired.error != nil))
+            buffer.writeKey("id", paired.id)
+            buffer.writeKey("status", UInt64(max(paired.status.rawValue, 0)))
+            if let error = paired.error { buffer.writeKey("error", error) }
+        case .adminResult(let result):
+            buffer.writeFrameHeader("adminResult", keys: 3 + count(result.result != nil, result.error != nil))
+            buffer.writeKey("id", result.id)
+            buffer.writeKey("status", result.status)
+            if let value = result.result { buffer.writeKey("result", value) }
+            if let error = result.error { buffer.writeKey("error", error) }
         case .error(let error):
             buffer.writeFrameHeader("error", keys: 3)
             buffer.writeKey("code", error.code.rawValue)
@@ -320,6 +351,16 @@ extension HostFrame {
                 return .apps(AppsFrame(id: try named.uint("id"), apps: apps))
             case "pong":
                 return .pong(id: try named.uint("id"))
+            case "paired":
+                return .paired(
+                    PairedFrame(
+                        id: try named.uint("id"), status: PairingStatus(rawValue: try named.int("status")),
+                        error: try named.optionalText("error")))
+            case "adminResult":
+                return .adminResult(
+                    AdminResultFrame(
+                        id: try named.uint("id"), status: try named.uint("status"),
+                        result: try named.optionalMessage("result"), error: try named.optionalText("error")))
             case "error":
                 return .error(
                     ErrorFrame(

@@ -222,6 +222,75 @@ public protocol AtriumFrame: Sendable, Hashable {
 }
 
 /// What a client sends to a host.
+/// How a pairing ended (`paired.status`).
+public struct PairingStatus: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
+    public var rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// The host's operator accepted the device (or it was paired already, or is local).
+    public static let paired = PairingStatus(rawValue: 0)
+    /// The host's operator refused it.
+    public static let refused = PairingStatus(rawValue: 1)
+    /// No one decided within the host's pairing timeout.
+    public static let timedOut = PairingStatus(rawValue: 2)
+    /// Pairing is not possible on this connection (plain TCP: a device is its TLS identity),
+    /// or the host has too many requests waiting.
+    public static let notPossible = PairingStatus(rawValue: 3)
+
+    public var description: String {
+        switch self {
+        case .paired: "Paired (0)"
+        case .refused: "Refused (1)"
+        case .timedOut: "TimedOut (2)"
+        case .notPossible: "NotPossible (3)"
+        default: "Unknown (\(rawValue))"
+        }
+    }
+}
+
+/// `paired`: the outcome of a `pair`.
+public struct PairedFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var status: PairingStatus
+    public var error: String?
+
+    public init(id: UInt64, status: PairingStatus, error: String? = nil) {
+        self.id = id
+        self.status = status
+        self.error = error
+    }
+}
+
+/// `admin`: an operator's command, taken on the local socket only (`atrium pairing`,
+/// `atrium devices`). Its arguments and result are ValueSets.
+public struct AdminFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var command: String
+    public var arguments: EncodedValueSet?
+
+    public init(id: UInt64, command: String, arguments: EncodedValueSet? = nil) {
+        self.id = id
+        self.command = command
+        self.arguments = arguments
+    }
+}
+
+/// `adminResult`: the answer to an `admin` command: status 0 and a result, or status 1 and
+/// the reason.
+public struct AdminResultFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var status: UInt64
+    public var result: EncodedValueSet?
+    public var error: String?
+
+    public init(id: UInt64, status: UInt64, result: EncodedValueSet? = nil, error: String? = nil) {
+        self.id = id
+        self.status = status
+        self.result = result
+        self.error = error
+    }
+}
+
 public enum ClientFrame: AtriumFrame {
     case hello(HelloFrame)
     case open(OpenFrame)
@@ -231,6 +300,9 @@ public enum ClientFrame: AtriumFrame {
     case launch(LaunchFrame)
     case apps(id: UInt64)
     case ping(id: UInt64)
+    /// Asks the host's operator to pair this device (CONTRACT section 7).
+    case pair(id: UInt64, deviceName: String)
+    case admin(AdminFrame)
     /// A frame whose `type` this version does not know (answered with `unknownType`).
     case unknown(type: String)
 }
@@ -245,6 +317,8 @@ public enum HostFrame: AtriumFrame {
     case launched(LaunchedFrame)
     case apps(AppsFrame)
     case pong(id: UInt64)
+    case paired(PairedFrame)
+    case adminResult(AdminResultFrame)
     case error(ErrorFrame)
     /// A frame whose `type` this version does not know.
     case unknown(type: String)

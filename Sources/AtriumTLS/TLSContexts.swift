@@ -11,6 +11,7 @@ extension TLSIdentity {
             certificateChain: [.certificate(certificate)], privateKey: .privateKey(privateKey))
         configuration.minimumTLSVersion = .tlsv13
         configuration.certificateVerification = .noHostnameVerification
+        configuration.shutdownTimeout = Self.closeNotifyTimeout
         return try NIOSSLContext(configuration: configuration)
     }
 
@@ -22,8 +23,14 @@ extension TLSIdentity {
         configuration.certificateVerification = .noHostnameVerification
         configuration.certificateChain = [.certificate(certificate)]
         configuration.privateKey = .privateKey(privateKey)
+        configuration.shutdownTimeout = Self.closeNotifyTimeout
         return configuration.makeContext()
     }
+
+    /// How long a closing side waits for the peer's close_notify before it closes anyway:
+    /// a round trip takes milliseconds, and a peer that never answers (a client cut off, or
+    /// one that simply drops the connection) must not hold its connection for long.
+    public static let closeNotifyTimeout = TimeAmount.seconds(1)
 }
 
 extension TLSConfiguration {

@@ -21,48 +21,20 @@ public struct TLSIdentity: Sendable {
 
     /// The identity kept in `folder` as `NAME-key.pem` and `NAME-cert.pem`, made there
     /// (with the folder, mode 0700) when it does not exist yet. `commonName` names the
-    /// certificate's subject; it is informative only.
+    /// certificate's subject; it is informative only. A certificate that is missing or does
+    /// not belong to the key is made again from the key: the identity is the key's.
     ///
-    /// - Throws: ``TLSIdentityError`` when the files cannot be read or written, when the key
-    ///   may be read by other users (as ssh does, it is then not used), or when the
-    ///   certificate does not belong to the key.
+    /// - Throws: ``TLSIdentityError`` when the folder or the key may be changed or read by
+    ///   other users (as ssh does, they are then not used), or cannot be read or written.
     public static func loadOrCreate(in folder: URL, name: String, commonName: String) throws(TLSIdentityError)
         -> TLSIdentity
     {
         let keyFile = folder.appendingPathComponent("\(name)-key.pem")
         let certificateFile = folder.appendingPathComponent("\(name)-cert.pem")
-        let manager = FileManager.default
-        if !manager.fileExists(atPath: keyFile.path) {
-            guard !manager.fileExists(atPath: certificateFile.path) else {
-                throw TLSIdentityError(
-                    "\(certificateFile.path) exists without its key \(keyFile.path): move the certificate away to make a new identity"
-                )
-            }
-            try create(keyFile: keyFile, certificateFile: certificateFile, commonName: commonName)
-        }
-        return try load(keyFile: keyFile, certificateFile: certificateFile)
-    }
-
-    static func load(keyFile: URL, certificateFile: URL) throws(TLSIdentityError) -> TLSIdentity {
-        var status = stat()
-        guard stat(keyFile.path, &status) == 0 else {
-            throw TLSIdentityError("cannot read \(keyFile.path): \(String(cString: strerror(errno)))")
-        }
-        guard status.st_mode & 0o077 == 0 else {
-            throw TLSIdentityError(
-                "\(keyFile.path) may be read by other users (mode \(String(status.st_mode & 0o777, radix: 8))): run chmod 600 on it, or remove it to make a new identity"
-            )
-        }
-        let keyText: String
-        let certificateText: String
-        do {
-            keyText = try String(contentsOf: keyFile, encoding: .utf8)
-            certificateText = try String(contentsOf: certificateFile, encoding: .utf8)
-        } catch {
-            throw TLSIdentityError("cannot read the identity in \(keyFile.deletingLastPathComponent().path): \(error)")
-        }
+        try prepareFolder(folder)
+        if access(keyFile.path, F_OK) != 0 { try createKey(keyFile) }
+        let keyText = try readPrivate(keyFile)
         let key: P256.Signing.PrivateKey
-        let certificate: NIOSSLCertificate
         let privateKey: NIOSSLPrivateKey
         do {
             key = try P256.Signing.PrivateKey(pemRepresentation: keyText)
@@ -70,30 +42,104 @@ public struct TLSIdentity: Sendable {
         } catch {
             throw TLSIdentityError("\(keyFile.path) is not a P-256 private key in PEM: \(error)")
         }
+        let fingerprint = Self.fingerprint(spki: Array(key.publicKey.derRepresentation))
+        if let text = try? readPrivate(certificateFile, mustBePrivate: false),
+            let certificate = try? NIOSSLCertificate(bytes: Array(text.utf8), format: .pem),
+            (try? Self.fingerprint(of: certificate)) == fingerprint
+        {
+            return TLSIdentity(
+                certificate: certificate, privateKey: privateKey, fingerprint: fingerprint, keyFile: keyFile)
+        }
+        let pem = try makeCertificate(for: key, commonName: commonName)
+        try writeNew(certificateFile, pem)
         do {
-            certificate = try NIOSSLCertificate(bytes: Array(certificateText.utf8), format: .pem)
+            let certificate = try NIOSSLCertificate(bytes: Array(pem.utf8), format: .pem)
+            return TLSIdentity(
+                certificate: certificate, privateKey: privateKey, fingerprint: fingerprint, keyFile: keyFile)
         } catch {
-            throw TLSIdentityError("\(certificateFile.path) is not a certificate in PEM: \(error)")
+            throw TLSIdentityError("the certificate made for \(keyFile.path) does not load: \(error)")
         }
-        let fingerprint = try Self.fingerprint(of: certificate)
-        guard fingerprint == Self.fingerprint(spki: Array(key.publicKey.derRepresentation)) else {
-            throw TLSIdentityError(
-                "\(certificateFile.path) does not belong to the key \(keyFile.path): remove both to make a new identity"
-            )
-        }
-        return TLSIdentity(certificate: certificate, privateKey: privateKey, fingerprint: fingerprint, keyFile: keyFile)
     }
 
-    static func create(keyFile: URL, certificateFile: URL, commonName: String) throws(TLSIdentityError) {
-        let folder = keyFile.deletingLastPathComponent()
+    /// Makes `folder` (mode 0700) if it is missing, and checks that it is a real folder that
+    /// belongs to this user (or root) and that no one else may write to.
+    static func prepareFolder(_ folder: URL) throws(TLSIdentityError) {
+        let parent = folder.deletingLastPathComponent()
         do {
             try FileManager.default.createDirectory(
-                at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                at: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
-            throw TLSIdentityError("cannot make the folder \(folder.path) for the identity: \(error)")
+            throw TLSIdentityError("cannot make the folder \(parent.path): \(error)")
         }
+        if mkdir(folder.path, 0o700) != 0 && errno != EEXIST {
+            throw TLSIdentityError("cannot make the folder \(folder.path): \(String(cString: strerror(errno)))")
+        }
+        var status = stat()
+        guard lstat(folder.path, &status) == 0 else {
+            throw TLSIdentityError("cannot read \(folder.path): \(String(cString: strerror(errno)))")
+        }
+        guard status.st_mode & S_IFMT == S_IFDIR else {
+            throw TLSIdentityError("\(folder.path) is not a folder (a link or a file is not used for an identity)")
+        }
+        guard status.st_uid == geteuid() || status.st_uid == 0 else {
+            throw TLSIdentityError(
+                "\(folder.path) belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): another user could change the identity in it"
+            )
+        }
+        guard status.st_mode & 0o022 == 0 else {
+            throw TLSIdentityError(
+                "\(folder.path) may be written by other users (mode \(String(status.st_mode & 0o777, radix: 8))): run chmod 700 on it"
+            )
+        }
+    }
+
+    /// Reads a small regular file without following a link, checked on the open file: owned
+    /// by this user, and (`mustBePrivate`) readable by no one else.
+    static func readPrivate(_ file: URL, mustBePrivate: Bool = true) throws(TLSIdentityError) -> String {
+        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard descriptor >= 0 else {
+            throw TLSIdentityError("cannot read \(file.path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw TLSIdentityError("\(file.path) is not a regular file")
+        }
+        guard status.st_uid == geteuid() else {
+            throw TLSIdentityError(
+                "\(file.path) belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): remove it to make a new identity"
+            )
+        }
+        if mustBePrivate && status.st_mode & 0o077 != 0 {
+            throw TLSIdentityError(
+                "\(file.path) may be read by other users (mode \(String(status.st_mode & 0o777, radix: 8))): run chmod 600 on it, or remove it to make a new identity"
+            )
+        }
+        guard status.st_size <= 64 << 10 else {
+            throw TLSIdentityError("\(file.path) is too large for a key or certificate")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
+        let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        guard count == bytes.count else { throw TLSIdentityError("cannot read all of \(file.path)") }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Makes a new key at `file`, unless another process made one first (then that one is used).
+    static func createKey(_ file: URL) throws(TLSIdentityError) {
         let key = P256.Signing.PrivateKey()
-        let certificatePEM: String
+        let temporary = file.path + ".new-\(getpid())"
+        try writeFile(temporary, key.pemRepresentation + "\n")
+        // link() never replaces: of two processes starting at once, the first key stays.
+        let linked = link(temporary, file.path) == 0 || errno == EEXIST
+        let reason = String(cString: strerror(errno))
+        unlink(temporary)
+        guard linked else { throw TLSIdentityError("cannot write \(file.path): \(reason)") }
+    }
+
+    /// A self-signed certificate for `key`, in PEM.
+    static func makeCertificate(for key: P256.Signing.PrivateKey, commonName: String) throws(TLSIdentityError)
+        -> String
+    {
         do {
             let signingKey = Certificate.PrivateKey(key)
             let subject = try DistinguishedName { CommonName(commonName) }
@@ -115,31 +161,38 @@ public struct TLSIdentity: Sendable {
                 },
                 issuerPrivateKey: signingKey
             )
-            certificatePEM = try certificate.serializeAsPEM().pemString
+            return try certificate.serializeAsPEM().pemString + "\n"
         } catch {
             throw TLSIdentityError("cannot make a certificate: \(error)")
         }
-        // The key first, so that a certificate never exists without it.
-        try writeNew(keyFile, key.pemRepresentation + "\n")
-        try writeNew(certificateFile, certificatePEM + "\n")
     }
 
     /// Writes `text` to a new file of mode 0600, through a temporary name, so that a reader
-    /// never sees half a file and no one else could ever read it.
-    static func writeNew(_ file: URL, _ text: String) throws(TLSIdentityError) {
+    /// never sees half a file and no one else could ever read it. An existing file of that
+    /// name is replaced.
+    public static func writeNew(_ file: URL, _ text: String) throws(TLSIdentityError) {
         let temporary = file.path + ".new-\(getpid())"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        try writeFile(temporary, text)
+        guard rename(temporary, file.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw TLSIdentityError("cannot write \(file.path): \(reason)")
+        }
+    }
+
+    /// Writes `text` to the new file `path` (mode 0600, which must not exist yet), synced.
+    static func writeFile(_ path: String, _ text: String) throws(TLSIdentityError) {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else {
-            throw TLSIdentityError("cannot write \(temporary): \(String(cString: strerror(errno)))")
+            throw TLSIdentityError("cannot write \(path): \(String(cString: strerror(errno)))")
         }
         let bytes = Array(text.utf8)
         let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         let synced = fsync(descriptor) == 0
         close(descriptor)
-        guard written == bytes.count, synced, rename(temporary, file.path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw TLSIdentityError("cannot write \(file.path): \(reason)")
+        guard written == bytes.count, synced else {
+            unlink(path)
+            throw TLSIdentityError("cannot write all of \(path)")
         }
     }
 

@@ -5,6 +5,11 @@ public struct ProgramOutput: Sendable {
     public var status: Int32
     /// Standard output and standard error, interleaved as written.
     public var output: String
+
+    public init(status: Int32, output: String) {
+        self.status = status
+        self.output = output
+    }
 }
 
 /// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end.

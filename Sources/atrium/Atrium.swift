@@ -30,7 +30,9 @@ struct Atrium: AsyncParsableCommand {
             success (or pings were lost); 3 the host could not be reached, went away or did
             not answer in time; 64 the command line was wrong.
             """,
-        subcommands: [Ping.self, Apps.self, Send.self, Launch.self, Bench.self]
+        subcommands: [
+            Ping.self, Apps.self, Send.self, Launch.self, Bench.self, Pair.self, Pairing.self, Devices.self,
+        ]
     )
 }
 
@@ -80,9 +82,12 @@ struct HostOptions: ParsableArguments {
         var tls: ClientTLS?
         if case .tcp = endpoint.address, !insecure {
             do {
-                tls = ClientTLS(identity: try ClientTLS.defaultIdentity())
+                // A host this client paired with must prove the identity it proved then.
+                tls = ClientTLS(
+                    identity: try ClientTLS.defaultIdentity(),
+                    expectedHostIdentity: try KnownHosts().identity(of: endpoint))
             } catch {
-                printError("cannot load this client's TLS identity: \(error)")
+                printError("cannot load this client's TLS identity or known hosts: \(error)")
                 throw Exit.unreachable
             }
         }

@@ -38,6 +38,15 @@ struct Atriumd: AsyncParsableCommand {
     var tls: TLSMode = .auto
 
     @Option(
+        help: ArgumentHelp(
+            "Whether TCP clients must be paired devices: auto (when listening on an address other than loopback), required, or off. Local clients never pair.",
+            valueName: "mode"))
+    var pairing: PairingMode = .auto
+
+    @Option(help: ArgumentHelp("Seconds a pairing request waits for the operator.", valueName: "seconds"))
+    var pairingTimeout: Double = 120
+
+    @Option(
         name: .customLong("state-dir"),
         help: ArgumentHelp(
             "Where the host keeps its identity (its key and certificate, mode 0600, made at first start). Default: $XDG_STATE_HOME/atrium, or ~/.local/state/atrium.",
@@ -219,7 +228,7 @@ struct Atriumd: AsyncParsableCommand {
         }
         for (flag, seconds) in [
             ("--hello-timeout", helloTimeout), ("--idle-timeout", idleTimeout), ("--response-timeout", responseTimeout),
-            ("--drain-timeout", drainTimeout),
+            ("--drain-timeout", drainTimeout), ("--pairing-timeout", pairingTimeout),
         ] where !(seconds.isFinite && seconds <= 86400 * 7) {
             throw ValidationError("\(flag) takes a number of seconds up to a week; got \(seconds)")
         }
@@ -348,6 +357,8 @@ struct Atriumd: AsyncParsableCommand {
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         configuration.watchManifests = !noWatch
         configuration.tls = tls
+        configuration.pairing = pairing
+        configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
         if let stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
 
         if check {
@@ -418,3 +429,4 @@ func say(_ line: String) {
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 extension TLSMode: ExpressibleByArgument {}
+extension PairingMode: ExpressibleByArgument {}

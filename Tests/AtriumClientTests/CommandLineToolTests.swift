@@ -141,6 +141,8 @@ struct BenchCommandTests {
         #expect((result["completed"]?.int ?? 0) > 0)
         #expect(result["failed"] == 0)
         #expect(result["connections"] == 2 && result["pipeline"] == 4)
+        #expect(result["tls"] == true, "bench speaks TLS over TCP, as every atrium command does")
+        #expect((result["setupP50Microseconds"]?.number ?? 0) > 0)
         let p50 = try #require(result["p50Microseconds"]?.number)
         let p99 = try #require(result["p99Microseconds"]?.number)
         #expect(p50 > 0 && p99 >= p50)
@@ -163,7 +165,8 @@ struct BenchCommandTests {
         let line = String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
         let port = try #require(
             line.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
-        let run = try atrium(["bench", "127.0.0.1:\(port)", "--duration", "0.5", "--json-output"])
+        // The baseline speaks plain TCP only.
+        let run = try atrium(["bench", "127.0.0.1:\(port)", "--duration", "0.5", "--json-output", "--insecure"])
         #expect(run.status == 0, "\(run.output)")
         #expect(run.output.contains("\"failed\":0"))
     }

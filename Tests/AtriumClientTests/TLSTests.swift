@@ -27,6 +27,10 @@ struct TLSTests {
         AtriumEndpoint(.tcp(host: "127.0.0.1", port: host.port))
     }
 
+    static func fingerprint(ofCertificateAt file: URL) throws -> String {
+        try TLSIdentity.fingerprint(of: try #require(NIOSSLCertificate.fromPEMFile(file.path).first))
+    }
+
     static func mode(_ url: URL) throws -> Int {
         ((try FileManager.default.attributesOfItem(atPath: url.path)[.posixPermissions]) as? NSNumber)?.intValue ?? -1
     }
@@ -39,7 +43,7 @@ struct TLSTests {
         #expect(try Self.mode(state) == 0o700)
         #expect(try Self.mode(key) == 0o600)
         #expect(try Self.mode(certificate) == 0o600)
-        let expected = try TLSIdentity.fingerprint(of: try NIOSSLCertificate(file: certificate.path, format: .pem))
+        let expected = try Self.fingerprint(ofCertificateAt: certificate)
         #expect(expected.count == 64 && expected.allSatisfy { "0123456789abcdef".contains($0) })
 
         let connection = try await AtriumConnection.connect(to: Self.endpoint(first), tls: try Self.clientTLS())
@@ -119,9 +123,7 @@ struct TLSTests {
         } catch let error as AtriumClientError {
             #expect(error.code == .hostIdentityChanged)
             #expect(error.message.contains(known), "the message says what was expected: \(error.message)")
-            let actual = try TLSIdentity.fingerprint(
-                of: try NIOSSLCertificate(
-                    file: host.stateFolder.appendingPathComponent("host-cert.pem").path, format: .pem))
+            let actual = try Self.fingerprint(ofCertificateAt: host.stateFolder.appendingPathComponent("host-cert.pem"))
             #expect(error.message.contains(actual), "and what came instead: \(error.message)")
         }
         #expect(await host.stop() == 0)
@@ -158,6 +160,45 @@ struct TLSTests {
         }
     }
 
+    @Test func anIdentityIsUsedOnlyFromAFolderAndFilesOfItsOwnersAlone() throws {
+        // A folder others may write to: they could swap the key.
+        let open = Self.temporaryFolder("open")
+        try FileManager.default.createDirectory(at: open, withIntermediateDirectories: true)
+        chmod(open.path, 0o777)
+        #expect {
+            _ = try TLSIdentity.loadOrCreate(in: open, name: "client", commonName: "x")
+        } throws: { "\($0)".contains("chmod 700") }
+
+        // A key that is a link is not followed.
+        let real = Self.temporaryFolder("real")
+        let original = try TLSIdentity.loadOrCreate(in: real, name: "client", commonName: "x")
+        let linked = Self.temporaryFolder("linked")
+        try FileManager.default.createDirectory(
+            at: linked, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createSymbolicLink(
+            at: linked.appendingPathComponent("client-key.pem"), withDestinationURL: original.keyFile)
+        #expect(throws: TLSIdentityError.self) {
+            _ = try TLSIdentity.loadOrCreate(in: linked, name: "client", commonName: "x")
+        }
+
+        // A lost certificate is made again from the key: the identity is the key's.
+        try FileManager.default.removeItem(at: real.appendingPathComponent("client-cert.pem"))
+        let again = try TLSIdentity.loadOrCreate(in: real, name: "client", commonName: "x")
+        #expect(again.fingerprint == original.fingerprint)
+        #expect(try Self.mode(real.appendingPathComponent("client-cert.pem")) == 0o600)
+    }
+
+    @Test func onlyLiteralLoopbackAddressesCountAsLoopback() {
+        for host in ["127.0.0.1", "127.1.2.3", "::1", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "localhost"] {
+            #expect(isLoopbackHost(host), "\(host)")
+        }
+        for host in [
+            "127.0.0.1.evil.example", "10.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1", "192.0.2.1", "example.org",
+        ] {
+            #expect(!isLoopbackHost(host), "\(host)")
+        }
+    }
+
     @Test func theToolSpeaksTLSByDefaultAndPlainTCPOnlyToLoopback() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: ["--tls", "required"])
         let ping = try atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1"])
@@ -168,9 +209,11 @@ struct TLSTests {
         let plain = try atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1", "--insecure"])
         #expect(plain.status == 3, "\(plain.output)")
         #expect(plain.output.contains("tlsRequired"), "\(plain.output)")
-        let remote = try atrium(["ping", "192.0.2.1:7340", "-c", "1", "--insecure"])
-        #expect(remote.status == 64)
-        #expect(remote.output.contains("only to a loopback host"), "\(remote.output)")
+        for remoteHost in ["192.0.2.1:7340", "127.0.0.1.evil.example:7340"] {
+            let remote = try atrium(["ping", remoteHost, "-c", "1", "--insecure"])
+            #expect(remote.status == 64)
+            #expect(remote.output.contains("only to a loopback host"), "\(remote.output)")
+        }
         #expect(await host.stop() == 0)
     }
 }

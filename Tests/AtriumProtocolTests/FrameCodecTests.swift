@@ -60,11 +60,22 @@ struct FrameCodecTests {
                 preferredPackages: ["a", "b"], data: message)),
         .apps(id: 6),
         .ping(id: 0),
+        .pair(id: 8, deviceName: "Ana's phone"),
+        .admin(AdminFrame(id: 9, command: "pairing.list")),
+        .admin(AdminFrame(id: 10, command: "pairing.accept", arguments: EncodedValueSet(["request": 3]))),
         .unknown(type: "future"),
     ]
 
     static let hostFrames: [HostFrame] = [
         .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default)),
+        .welcome(
+            WelcomeFrame(
+                hostId: "h", hostName: "box", limits: .default, hostIdentity: String(repeating: "a", count: 64))),
+        .paired(PairedFrame(id: 1, status: .paired)),
+        .paired(PairedFrame(id: 2, status: .refused, error: "the host's operator refused the pairing")),
+        .adminResult(
+            AdminResultFrame(id: 3, status: 0, result: EncodedValueSet(["requests": .array(ValueArray(maps: []))]))),
+        .adminResult(AdminResultFrame(id: 4, status: 1, error: "no such request")),
         .opened(OpenedFrame(channel: 1, status: .appNotInstalled)),
         .response(ResponseFrame(channel: 1, id: 2, status: .messageSizeTooLarge, error: "too big")),
         .request(RequestFrame(channel: 1, id: 9, message: message)),

@@ -55,6 +55,16 @@ public final class AtriumServer: Service, Sendable {
         let (transport, identity) = try Self.transportPolicy(configuration, logger: logger)
         self.transport = transport
         core = HostCore(configuration: configuration, logger: logger, group: self.group, identity: identity)
+        if core.pairingRequired {
+            if identity == nil {
+                logger.error(
+                    "TCP clients must pair, but the host serves no TLS: no TCP client can pair, and each is refused everything but ping"
+                )
+            } else {
+                logger.info(
+                    "TCP clients must be paired devices", metadata: ["paired": "\(core.devices.devices.count)"])
+            }
+        }
         core.load(manifests)
     }
 
@@ -236,7 +246,7 @@ public final class AtriumServer: Service, Sendable {
                     let security = ConnectionTransport()
                     if transport.context != nil {
                         try channel.pipeline.syncOperations.addHandler(
-                            TransportSniffer(policy: transport, transport: security, logger: logger))
+                            TransportSniffer(policy: transport, transport: security, breaches: core.breaches))
                     }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(

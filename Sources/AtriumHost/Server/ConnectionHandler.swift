@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTLS
 import AtriumValues
 import Dispatch
 import Logging
@@ -55,6 +56,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let isLocal: Bool
     /// Whether TLS carries the connection, and the client's identity then.
     let transport: ConnectionTransport
+    /// Whether the client may use services, launch and list apps: a local client, any client
+    /// when pairing is not required, or a paired device.
+    private var authorized = false
+    /// This connection's pairing request waiting for the operator, and its timeout.
+    private var pairingRequest: UInt64?
+    private var pairingTimer: Scheduled<Void>?
     let id: UInt64
     private var logger: Logger
     private var context: ChannelHandlerContext?
@@ -174,6 +181,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var admitted = false
 
     func channelInactive(context: ChannelHandlerContext) {
+        // A pairing request leaves with its connection: there is no one left to tell.
+        if let number = pairingRequest {
+            core.devices.withdraw(number, timedOut: false)
+            pairingRequest = nil
+        }
+        pairingTimer?.cancel()
+        pairingTimer = nil
         let requests = machine.inFlight
         // Opens still unanswered keep their attempts: a late success is then told it closed.
         machine.connectionEnded()
@@ -304,7 +318,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if let frameError = error as? FrameError {
             protocolError(frameError)
         } else {
-            logger.notice("connection error: \(error)")
+            // A stranger can cause these at will (a failed TLS handshake, a reset): counted,
+            // not logged one by one.
+            core.breaches.record(
+                "connection error", level: .notice, "connection error: \(error)",
+                metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"])
             context.close(promise: nil)
         }
     }
@@ -333,6 +351,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         inReadBurst = true
         lastFrame = .now()
+        if !authorized, let refusal = unpairedRefusal(frame) {
+            core.breaches.record(
+                "unpaired client refused", level: .info, "\(frame.type) from a device that is not paired")
+            write(refusal)
+            return
+        }
         switch frame {
         case .hello(let hello):
             handleHello(hello)
@@ -352,6 +376,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
             write(.apps(AppsFrame(id: id, apps: core.apps())))
         case .ping(let id):
             write(.pong(id: id))
+        case .pair(let id, let deviceName):
+            handlePair(id: id, deviceName: deviceName)
+        case .admin(let admin):
+            handleAdmin(admin)
         case .unknown(let type):
             let message = "unknown frame type \"\(untrusted(type, limit: 64))\""
             core.breaches.record("unknown frame type", level: .info, message)
@@ -376,7 +404,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
             protocolError(FrameError(.notAuthorized, refusal), log: false)
             return
         }
+        if transport.isTLS, let pipeline = context?.pipeline.syncOperations {
+            transport.identify(in: pipeline)
+            guard transport.peerIdentity != nil else {
+                protocolError(FrameError(.notAuthorized, "TLS without a client certificate: present an identity"))
+                return
+            }
+        }
         machine.helloAccepted()
+        authorized = isLocal || !core.pairingRequired || (transport.peerIdentity.map(core.devices.isPaired) ?? false)
+        if authorized, let identity = transport.peerIdentity, core.pairingRequired {
+            core.devices.seen(identity, from: peerAddress)
+        }
         link?.slot.book.withLock { $0.clientId = hello.clientId }
         clientId = hello.clientId
         clientName = hello.clientName
@@ -392,6 +431,112 @@ final class ConnectionHandler: ChannelDuplexHandler {
                     hostIdentity: core.identity)
             )
         )
+    }
+
+    /// What an unpaired client gets for `frame` (CONTRACT section 7: only hello, ping and
+    /// pair are served before pairing), or nil when the frame is served.
+    private func unpairedRefusal(_ frame: ClientFrame) -> HostFrame? {
+        let reason =
+            "this device is not paired with the host: pair first (atrium pair HOST), and have the host's operator accept it"
+        switch frame {
+        case .open(let open):
+            return .opened(OpenedFrame(channel: open.channel, status: .notAuthorized))
+        case .launch(let launch):
+            return .launched(LaunchedFrame(id: launch.id, status: .deniedByRemoteSystem, error: reason))
+        case .apps:
+            return .error(ErrorFrame(code: .notAuthorized, message: reason))
+        case .admin(let admin):
+            return .adminResult(
+                AdminResultFrame(id: admin.id, status: 1, error: "admin commands are taken on the local socket only"))
+        default:
+            return nil
+        }
+    }
+
+    /// The client's address, for the log and the paired devices' list.
+    private var peerAddress: String {
+        guard !isLocal, let address = context?.remoteAddress else { return "local" }
+        return address.ipAddress ?? "\(address)"
+    }
+
+    private func handlePair(id: UInt64, deviceName: String) {
+        let answer = { (status: PairingStatus, error: String?) in
+            self.write(.paired(PairedFrame(id: id, status: status, error: error)))
+        }
+        if authorized && (isLocal || !core.pairingRequired) {
+            answer(.paired, nil)
+            return
+        }
+        guard let identity = transport.peerIdentity, let hostIdentity = core.identity else {
+            answer(
+                .notPossible, "pairing needs TLS: a device is known by its TLS identity, and this connection has none")
+            return
+        }
+        if core.devices.isPaired(identity) {
+            authorized = true
+            answer(.paired, nil)
+            return
+        }
+        guard pairingRequest == nil else {
+            answer(.notPossible, "this connection already asked to pair")
+            return
+        }
+        let code = PairingCode.between(host: hostIdentity, client: identity)
+        let link = self.link
+        let filed = core.devices.request(
+            identity: identity, deviceName: deviceName, address: peerAddress, code: code
+        ) { status, error in
+            link?.run { connection in connection.pairingDecided(id: id, status: status, error: error) }
+        }
+        switch filed {
+        case .failure(let refusal):
+            answer(.notPossible, refusal.description)
+        case .success(let request):
+            pairingRequest = request.number
+            let devices = core.devices
+            pairingTimer = context?.eventLoop.scheduleTask(in: TimeAmount(core.configuration.pairingTimeout)) {
+                devices.withdraw(request.number, timedOut: true)
+            }
+            logger.notice(
+                "pairing request \(request.number) from \"\(untrusted(deviceName, limit: 64))\" at \(peerAddress): verification code \(code); accept with `atrium pairing accept \(request.number)`, refuse with `atrium pairing refuse \(request.number)`",
+                metadata: ["identity": "\(identity)"])
+        }
+    }
+
+    /// The operator decided this connection's pairing request (or it timed out).
+    func pairingDecided(id: UInt64, status: PairingStatus, error: String?) {
+        pairingRequest = nil
+        pairingTimer?.cancel()
+        pairingTimer = nil
+        if status == .paired { authorized = true }
+        write(.paired(PairedFrame(id: id, status: status, error: error)))
+    }
+
+    /// A device was unpaired: if it is this connection's, the connection is cut off now.
+    func deviceRevoked(_ identity: String) {
+        guard transport.peerIdentity == identity, !isLocal, core.pairingRequired else { return }
+        authorized = false
+        protocolError(FrameError(.notAuthorized, "this device's pairing was revoked by the host's operator"))
+    }
+
+    private func handleAdmin(_ admin: AdminFrame) {
+        guard isLocal else {
+            core.breaches.record("admin command refused", level: .info, "an admin command from a TCP client refused")
+            write(
+                .adminResult(
+                    AdminResultFrame(
+                        id: admin.id, status: 1, error: "admin commands are taken on the local socket only")))
+            return
+        }
+        guard let eventLoop = context?.eventLoop else { return }
+        AdminCommands.run(admin, core: core, on: eventLoop).assumeIsolated().whenSuccess { outcome in
+            switch outcome {
+            case .success(let result):
+                self.write(.adminResult(AdminResultFrame(id: admin.id, status: 0, result: EncodedValueSet(result))))
+            case .failure(let refusal):
+                self.write(.adminResult(AdminResultFrame(id: admin.id, status: 1, error: refusal.description)))
+            }
+        }
     }
 
     private func handleOpen(_ open: OpenFrame) {

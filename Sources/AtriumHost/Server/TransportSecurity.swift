@@ -1,6 +1,5 @@
 import AtriumProtocol
 import AtriumTLS
-import Logging
 import NIOCore
 import NIOSSL
 
@@ -15,6 +14,19 @@ public enum TLSMode: String, Sendable, CaseIterable {
     /// TLS or plain TCP on every address. On an address other than loopback, anyone on the
     /// network can then read and change what a plain client sends: the host says so loudly.
     case optional
+}
+
+/// Whether TCP clients must be paired devices before they may open a service, launch a URI
+/// or list the apps (`atriumd --pairing`). Local clients (the Unix socket) never pair.
+public enum PairingMode: String, Sendable, CaseIterable {
+    /// Required when the host listens on an address other than loopback (every TCP client
+    /// then, from loopback too); not required on a loopback-only host, whose TCP clients are
+    /// on this machine.
+    case auto
+    /// Required of every TCP client.
+    case required
+    /// Never required: every TCP client is served as before pairing existed.
+    case off
 }
 
 /// What the TCP listener accepts, decided once at start.
@@ -34,8 +46,19 @@ final class ConnectionTransport: @unchecked Sendable {
     /// Set when the client started TLS.
     var check: PeerCertificateCheck?
     var isTLS: Bool { check != nil }
-    /// The client's identity, known once the TLS handshake has seen its certificate.
-    var peerIdentity: String? { check?.identity }
+    /// The client's identity, once ``identify(in:)`` has read it.
+    private(set) var peerIdentity: String?
+
+    /// Reads the client's identity from the TLS session's certificate, once the handshake
+    /// is done (before `hello` can arrive). From the session, not from the verification
+    /// callback: a resumed TLS 1.3 session carries the certificate over without verifying it
+    /// again, so the callback never runs. Nil on TLS means no certificate.
+    func identify(in pipeline: ChannelPipeline.SynchronousOperations) {
+        guard isTLS, let handler = try? pipeline.handler(type: NIOSSLServerHandler.self),
+            let certificate = handler.peerCertificate
+        else { return }
+        peerIdentity = try? TLSIdentity.fingerprint(of: certificate)
+    }
 }
 
 /// The first handler of a TCP connection when the host serves TLS: it looks at the first
@@ -47,12 +70,12 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     let policy: TransportPolicy
     let transport: ConnectionTransport
-    let logger: Logger
+    let breaches: BreachLog
 
-    init(policy: TransportPolicy, transport: ConnectionTransport, logger: Logger) {
+    init(policy: TransportPolicy, transport: ConnectionTransport, breaches: BreachLog) {
         self.policy = policy
         self.transport = transport
-        self.logger = logger
+        self.breaches = breaches
     }
 
     /// Set once plain TCP was refused: what else the client sends is dropped.
@@ -73,8 +96,8 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
             }
             transport.check = check
         } else if !policy.plaintextAllowed {
-            logger.info(
-                "a client spoke plain TCP where only TLS is taken; refused",
+            breaches.record(
+                "plain TCP refused", level: .info, "a client spoke plain TCP where only TLS is taken; refused",
                 metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
             let refusal = HostFrame.error(
                 ErrorFrame(

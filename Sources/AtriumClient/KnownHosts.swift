@@ -1,0 +1,60 @@
+import AtriumTLS
+public import Foundation
+
+/// The hosts this client has paired with, by address, and the identity each proved then
+/// (CONTRACT section 7: a client remembers a host's identity on first pairing and refuses
+/// a host that presents another later, as ssh's known_hosts does). Kept as
+/// `known-hosts.json` (mode 0600) in the client's state folder.
+public struct KnownHosts: Sendable {
+    public let file: URL
+
+    public init(folder: URL = ClientTLS.defaultStateFolder()) {
+        file = folder.appendingPathComponent("known-hosts.json")
+    }
+
+    /// Every known host: address (`host:port`) → identity.
+    public func all() throws -> [String: String] {
+        guard let data = FileManager.default.contents(atPath: file.path) else { return [:] }
+        do {
+            return try JSONDecoder().decode([String: String].self, from: data)
+        } catch {
+            throw AtriumClientError(
+                .protocolError, "\(file.path) is not a list of known hosts (\(error)): fix it or remove it")
+        }
+    }
+
+    /// The identity `endpoint` proved when this client paired with it, if it did.
+    public func identity(of endpoint: AtriumEndpoint) throws -> String? {
+        try all()[endpoint.description]
+    }
+
+    /// Remembers `identity` for `endpoint` (after a pairing).
+    public func remember(_ identity: String, for endpoint: AtriumEndpoint) throws {
+        var hosts = try all()
+        hosts[endpoint.description] = identity
+        try save(hosts)
+    }
+
+    /// Forgets `endpoint` (before pairing again with a host that made a new key on purpose);
+    /// whether it was known.
+    @discardableResult
+    public func forget(_ endpoint: AtriumEndpoint) throws -> Bool {
+        var hosts = try all()
+        guard hosts.removeValue(forKey: endpoint.description) != nil else { return false }
+        try save(hosts)
+        return true
+    }
+
+    private func save(_ hosts: [String: String]) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        do {
+            try FileManager.default.createDirectory(
+                at: file.deletingLastPathComponent(), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+            try TLSIdentity.writeNew(file, String(decoding: try encoder.encode(hosts), as: UTF8.self) + "\n")
+        } catch {
+            throw AtriumClientError(.protocolError, "cannot save the known hosts to \(file.path): \(error)")
+        }
+    }
+}

@@ -1,0 +1,212 @@
+import AtriumProtocol
+import AtriumTLS
+public import Foundation
+public import Logging
+import Synchronization
+
+/// The devices this host has paired with (kept in the state folder as `devices.json`, mode
+/// 0600), and the pairing requests waiting for its operator (kept in memory only: a request
+/// lives as long as the connection that made it, and at most the pairing timeout).
+public final class DeviceRegistry: Sendable {
+    /// A paired device.
+    public struct Device: Codable, Sendable, Hashable {
+        /// Its identity: the SHA-256 of its certificate's SubjectPublicKeyInfo, hex.
+        public var identity: String
+        /// The name it gave when it asked to pair (its own words: shown, never trusted).
+        public var name: String
+        public var pairedAt: Date
+        public var lastSeen: Date
+        /// The address it last connected from.
+        public var lastAddress: String?
+    }
+
+    /// A request waiting for the operator.
+    public struct Request: Sendable {
+        /// The number the operator accepts or refuses it by.
+        public let number: UInt64
+        public let identity: String
+        public let deviceName: String
+        public let address: String
+        /// The verification code the device shows too.
+        public let code: String
+        public let requested: Date
+        /// Tells the requesting connection the outcome (on its own event loop).
+        let answer: @Sendable (PairingStatus, String?) -> Void
+    }
+
+    struct State {
+        var devices: [String: Device] = [:]
+        var pending: [UInt64: Request] = [:]
+        var next: UInt64 = 1
+        /// When `devices.json` was last written, so that `lastSeen` alone rewrites it at most
+        /// once a minute.
+        var lastWrite = Date.distantPast
+    }
+
+    /// At most this many requests wait at once: a flood of them from the network must not
+    /// bury the one the operator is looking for, nor hold memory.
+    public static let maxPending = 16
+
+    let file: URL
+    let logger: Logger
+    private let state: Mutex<State>
+
+    /// Reads `devices.json` in `folder`. A file that cannot be read leaves no device paired
+    /// (which refuses, rather than admits, the devices it named), and the log says why.
+    public init(folder: URL, logger: Logger) {
+        file = folder.appendingPathComponent("devices.json")
+        self.logger = logger
+        var initial = State()
+        if let data = FileManager.default.contents(atPath: file.path) {
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            do {
+                for device in try decoder.decode([Device].self, from: data) {
+                    initial.devices[device.identity] = device
+                }
+            } catch {
+                logger.error(
+                    "\(file.path) cannot be read, so no device is paired until it is fixed or removed: \(error)")
+            }
+        }
+        state = Mutex(initial)
+    }
+
+    /// Whether `identity` is a paired device.
+    public func isPaired(_ identity: String) -> Bool {
+        state.withLock { $0.devices[identity] != nil }
+    }
+
+    /// A paired device connected again.
+    func seen(_ identity: String, from address: String) {
+        let due = state.withLock { state -> [Device]? in
+            guard state.devices[identity] != nil else { return nil }
+            state.devices[identity]!.lastSeen = Date()
+            state.devices[identity]!.lastAddress = address
+            guard Date().timeIntervalSince(state.lastWrite) > 60 else { return nil }
+            state.lastWrite = Date()
+            return Array(state.devices.values)
+        }
+        if let due { write(due) }
+    }
+
+    /// Files a request from `identity`, or says why it cannot be: one from that device is
+    /// already waiting, or as many as may wait are.
+    func request(
+        identity: String, deviceName: String, address: String, code: String,
+        answer: @escaping @Sendable (PairingStatus, String?) -> Void
+    ) -> Result<Request, PairingRefusal> {
+        state.withLock { state in
+            if state.pending.values.contains(where: { $0.identity == identity }) {
+                return .failure(PairingRefusal("a pairing request from this device is already waiting"))
+            }
+            guard state.pending.count < Self.maxPending else {
+                return .failure(
+                    PairingRefusal("\(Self.maxPending) pairing requests are already waiting; try again later"))
+            }
+            let request = Request(
+                number: state.next, identity: identity, deviceName: deviceName, address: address, code: code,
+                requested: Date(), answer: answer)
+            state.next += 1
+            state.pending[request.number] = request
+            return .success(request)
+        }
+    }
+
+    /// The operator's decision on request `number`: an accepted device is paired (and kept);
+    /// the requesting connection is told either way.
+    public func decide(_ number: UInt64, accept: Bool) -> Result<Request, PairingRefusal> {
+        let outcome = state.withLock { state -> Result<(Request, [Device]?), PairingRefusal> in
+            guard let request = state.pending.removeValue(forKey: number) else {
+                return .failure(PairingRefusal("there is no pairing request \(number) waiting"))
+            }
+            guard accept else { return .success((request, nil)) }
+            let now = Date()
+            state.devices[request.identity] = Device(
+                identity: request.identity, name: request.deviceName, pairedAt: now, lastSeen: now,
+                lastAddress: request.address)
+            state.lastWrite = now
+            return .success((request, Array(state.devices.values)))
+        }
+        let request: Request
+        switch outcome {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let (decided, devices)):
+            request = decided
+            if let devices { write(devices) }
+        }
+        logger.notice(
+            "pairing request \(number) \(accept ? "accepted" : "refused")",
+            metadata: ["device": "\(untrusted(request.deviceName, limit: 64))", "identity": "\(request.identity)"])
+        request.answer(accept ? .paired : .refused, accept ? nil : "the host's operator refused the pairing")
+        return .success(request)
+    }
+
+    /// Request `number` ended without a decision: its connection closed, or the pairing
+    /// timeout passed (then the connection is told).
+    func withdraw(_ number: UInt64, timedOut: Bool) {
+        guard let request = state.withLock({ $0.pending.removeValue(forKey: number) }) else { return }
+        if timedOut {
+            logger.notice("pairing request \(number) timed out", metadata: ["identity": "\(request.identity)"])
+            request.answer(.timedOut, "no one accepted or refused the pairing in time")
+        }
+    }
+
+    /// Unpairs the device whose identity is `identity` or starts with it (at least 8 hex
+    /// digits, and only one device may match).
+    public func revoke(_ identity: String) -> Result<Device, PairingRefusal> {
+        let outcome = state.withLock { state -> Result<(Device, [Device]), PairingRefusal> in
+            let key = identity.lowercased()
+            guard key.count >= 8 else {
+                return .failure(PairingRefusal("give at least 8 hex digits of the device's identity"))
+            }
+            let matches = state.devices.keys.filter { $0.hasPrefix(key) }
+            guard matches.count == 1, let match = matches.first, let device = state.devices.removeValue(forKey: match)
+            else {
+                return .failure(
+                    PairingRefusal(
+                        matches.isEmpty
+                            ? "no paired device has an identity starting with \(key)"
+                            : "\(matches.count) paired devices have identities starting with \(key): give more digits"))
+            }
+            state.lastWrite = Date()
+            return .success((device, Array(state.devices.values)))
+        }
+        switch outcome {
+        case .success(let (device, devices)):
+            write(devices)
+            logger.notice(
+                "device revoked",
+                metadata: ["device": "\(untrusted(device.name, limit: 64))", "identity": "\(device.identity)"])
+            return .success(device)
+        case .failure(let refusal):
+            return .failure(refusal)
+        }
+    }
+
+    public var devices: [Device] {
+        state.withLock { $0.devices.values.sorted { $0.pairedAt < $1.pairedAt } }
+    }
+
+    public var pending: [Request] {
+        state.withLock { $0.pending.values.sorted { $0.number < $1.number } }
+    }
+
+    private func write(_ devices: [Device]) {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        do {
+            let data = try encoder.encode(devices.sorted { $0.pairedAt < $1.pairedAt })
+            try TLSIdentity.writeNew(file, String(decoding: data, as: UTF8.self) + "\n")
+        } catch {
+            logger.error("the paired devices could not be saved to \(file.path): \(error)")
+        }
+    }
+}
+
+/// Why a pairing step could not be taken, in words for the client or the operator.
+public struct PairingRefusal: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,253 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTLS
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// Pairing (CONTRACT section 7), against a real atriumd on loopback that requires it: an
+/// unpaired device gets only hello, ping and pair; the operator sees the request with the
+/// same code the device shows, over the local socket, and accepts or refuses it; a revoked
+/// device is cut off mid-connection; the `atrium` tool pairs, remembers the host and refuses
+/// it when its key changes. Waits are bounded in count and time.
+@Suite(.serialized)
+struct PairingTests {
+    static let arguments = ["--tls", "required", "--pairing", "required"]
+
+    static func device(_ host: TestHost, identity folder: URL? = nil) async throws -> AtriumConnection {
+        let folder = folder ?? TLSTests.temporaryFolder("device")
+        return try await AtriumConnection.connect(
+            to: TLSTests.endpoint(host), clientName: "test device",
+            tls: ClientTLS(identity: try ClientTLS.defaultIdentity(in: folder)))
+    }
+
+    static func operatorConnection(_ host: TestHost) async throws -> AtriumConnection {
+        try await AtriumConnection.connect(to: AtriumEndpoint(.unix(path: host.socketPath)))
+    }
+
+    /// The requests waiting, as the operator sees them, once there are `count` (within 5 s).
+    static func waiting(_ admin: AtriumConnection, count: Int = 1) async throws -> [ValueSet] {
+        for _ in 0..<100 {
+            let requests = try await admin.admin("pairing.list")["requests"]?.array?.maps ?? []
+            if requests.count >= count { return requests }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return []
+    }
+
+    static func opensEcho(_ connection: AtriumConnection) async throws -> AppServiceConnectionStatus {
+        try await AppServiceConnection(
+            appServiceName: "atrium.echo", packageId: "atrium.examples.echo", connection: connection
+        ).openRemote()
+    }
+
+    @Test func anUnpairedDeviceGetsOnlyHelloPingAndPair() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let device = try await Self.device(host)
+        _ = try await device.ping()
+        #expect(try await Self.opensEcho(device) == .notAuthorized)
+        let launch = try await RemoteLauncher(connection: device).launchUri("roman-test://x")
+        #expect(launch.status == .deniedByRemoteSystem)
+        #expect(launch.error?.contains("not paired") == true, "\(launch.error ?? "")")
+        await #expect(throws: AtriumClientError.self) { _ = try await device.apps() }
+        do {
+            _ = try await device.apps()
+        } catch let error as AtriumClientError {
+            #expect(error.code == .notAuthorized, "\(error)")
+        }
+        // Admin commands are for the local socket only.
+        await #expect(throws: AtriumClientError.self) { _ = try await device.admin("pairing.list") }
+        // The connection is still served.
+        _ = try await device.ping()
+        // A local client needs no pairing.
+        let local = try await Self.operatorConnection(host)
+        #expect(try await Self.opensEcho(local) == .success)
+        await device.close()
+        await local.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theOperatorSeesTheSameCodeAndAcceptsTheDevice() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let folder = TLSTests.temporaryFolder("device")
+        let device = try await Self.device(host, identity: folder)
+        let admin = try await Self.operatorConnection(host)
+        let pairing = Task { try await device.pair(deviceName: "Ana's phone", timeout: .seconds(10)) }
+        let requests = try await Self.waiting(admin)
+        #expect(requests.count == 1)
+        let request = try #require(requests.first)
+        let code = try #require(device.pairingCode)
+        #expect(code.count == 6 && code.allSatisfy(\.isNumber))
+        #expect(request["code"]?.string == code, "both sides show the same code")
+        #expect(request["deviceName"]?.string == "Ana's phone")
+        #expect(request["identity"]?.string == device.clientIdentity)
+        #expect(await host.waitForLog("verification code \(code)"))
+        let accepted = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(accepted["identity"]?.string == device.clientIdentity)
+        #expect(try await pairing.value.status == .paired)
+
+        // Paired: served on this connection, and on the next one at once.
+        #expect(try await Self.opensEcho(device) == .success)
+        let again = try await Self.device(host, identity: folder)
+        #expect(try await Self.opensEcho(again) == .success)
+        #expect(try await again.pair(deviceName: "Ana's phone").status == .paired, "paired already")
+        let devices = try await admin.admin("devices.list")["devices"]?.array?.maps ?? []
+        #expect(devices.count == 1 && devices.first?["name"]?.string == "Ana's phone")
+        #expect(try await admin.admin("pairing.list")["requests"]?.array?.maps?.isEmpty == true)
+        // Kept across a restart of the host.
+        let devicesFile = host.stateFolder.appendingPathComponent("devices.json")
+        #expect(try TLSTests.mode(devicesFile) == 0o600)
+        await device.close()
+        await again.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+        let restarted = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: Self.arguments + ["--state-dir", host.stateFolder.path])
+        let later = try await Self.device(restarted, identity: folder)
+        #expect(try await Self.opensEcho(later) == .success)
+        await later.close()
+        #expect(await restarted.stop() == 0)
+    }
+
+    @Test func aRefusedOrUnansweredPairingIsToldAndLetsNothingIn() async throws {
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: Self.arguments + ["--pairing-timeout", "0.5"])
+        let admin = try await Self.operatorConnection(host)
+        let refusedDevice = try await Self.device(host)
+        let refusing = Task { try await refusedDevice.pair(deviceName: "stranger", timeout: .seconds(10)) }
+        let request = try #require(try await Self.waiting(admin).first)
+        _ = try await admin.admin("pairing.refuse", ["request": request["request"] ?? 0])
+        let refused = try await refusing.value
+        #expect(refused.status == .refused)
+        #expect(try await Self.opensEcho(refusedDevice) == .notAuthorized)
+
+        let slowDevice = try await Self.device(host)
+        let unanswered = try await slowDevice.pair(deviceName: "nobody looks", timeout: .seconds(10))
+        #expect(unanswered.status == .timedOut)
+        #expect(try await Self.opensEcho(slowDevice) == .notAuthorized)
+        #expect(try await admin.admin("pairing.list")["requests"]?.array?.maps?.isEmpty == true)
+
+        // A decision on a request that is gone, and an unknown command, are refused plainly.
+        do {
+            _ = try await admin.admin("pairing.accept", ["request": 999])
+            Issue.record("an unknown request was accepted")
+        } catch let error as AtriumClientError {
+            #expect(error.code == .refused && error.message.contains("no pairing request 999"))
+        }
+        await #expect(throws: AtriumClientError.self) { _ = try await admin.admin("devices.destroy") }
+        await refusedDevice.close()
+        await slowDevice.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aRevokedDeviceIsCutOffMidConnection() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let admin = try await Self.operatorConnection(host)
+        let device = try await Self.device(host)
+        let pairing = Task { try await device.pair(deviceName: "lost phone", timeout: .seconds(10)) }
+        let request = try #require(try await Self.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+        let echo = AppServiceConnection(
+            appServiceName: "atrium.echo", packageId: "atrium.examples.echo", connection: device)
+        #expect(try await echo.openRemote() == .success)
+        #expect(try await echo.sendMessage(["n": 1]).status == .success)
+
+        let identity = try #require(device.clientIdentity)
+        let revoked = try await admin.admin("devices.revoke", ["device": .string(String(identity.prefix(8)))])
+        #expect(revoked["identity"]?.string == identity)
+        // Cut off at once: the channel's next message fails, the connection is gone.
+        await #expect(throws: AtriumClientError.self) { _ = try await echo.sendMessage(["n": 2]) }
+        #expect(await host.waitForLog("pairing was revoked"))
+        // And it must pair again.
+        let back = try await Self.device(host)
+        #expect(try await Self.opensEcho(back) == .notAuthorized)
+        #expect(try await admin.admin("devices.list")["devices"]?.array?.maps?.isEmpty == true)
+        await back.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func plainTCPCannotPair() async throws {
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: ["--tls", "optional", "--pairing", "required"])
+        let plain = try await AtriumConnection.connect(to: TLSTests.endpoint(host))
+        let outcome = try await plain.pair(deviceName: "no identity")
+        #expect(outcome.status == .notPossible)
+        #expect(outcome.error?.contains("needs TLS") == true, "\(outcome.error ?? "")")
+        #expect(try await Self.opensEcho(plain) == .notAuthorized)
+        await plain.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theToolPairsRemembersTheHostAndRefusesItWhenItsKeyChanges() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let address = "127.0.0.1:\(host.port)"
+        let pairing = try startAtrium(["pair", address, "--name", "tool test"])
+        let admin = try await Self.operatorConnection(host)
+        let request = try #require(try await Self.waiting(admin).first)
+        let list = try atrium(["pairing", "--socket", host.socketPath])
+        #expect(list.status == 0)
+        let code = try #require(request["code"]?.string)
+        #expect(list.output.contains("\(code.prefix(3)) \(code.suffix(3))"), "\(list.output)")
+        let accept = try atrium(["pairing", "accept", "\(request["request"]?.int ?? 0)", "--socket", host.socketPath])
+        #expect(accept.status == 0, "\(accept.output)")
+        let paired = await pairing.finish()
+        #expect(paired.status == 0, "\(paired.output)")
+        #expect(paired.output.contains("Verification code: \(code.prefix(3)) \(code.suffix(3))"), "\(paired.output)")
+        let known = try KnownHosts(folder: toolStateHome.appendingPathComponent("atrium")).identity(
+            of: AtriumEndpoint(address)!)
+        let local = try await Self.operatorConnection(host)
+        #expect(known != nil && known == local.welcome.hostIdentity)
+        await local.close()
+        let devices = try atrium(["devices", "--socket", host.socketPath])
+        #expect(devices.output.contains("tool test"), "\(devices.output)")
+        let ping = try atrium(["ping", address, "-c", "1"])
+        #expect(ping.status == 0, "\(ping.output)")
+        await admin.close()
+        #expect(await host.stop() == 0)
+
+        // The same address, a host with another key: refused, saying what was expected.
+        let impostor = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: Self.arguments + ["--listen", address])
+        let refused = try atrium(["ping", address, "-c", "1"])
+        #expect(refused.status == 3)
+        #expect(refused.output.contains("is not the host you know"), "\(refused.output)")
+        #expect(refused.output.contains(known ?? "?"), "\(refused.output)")
+        #expect(await impostor.stop() == 0)
+    }
+}
+
+/// The `atrium` tool running in the background, for commands that wait (`atrium pair`).
+final class RunningProgram: Sendable {
+    let process: Process
+    let pipe: Pipe
+
+    init(process: Process, pipe: Pipe) {
+        self.process = process
+        self.pipe = pipe
+    }
+
+    /// Waits (at most 20 s) for the program to end, and returns its exit status and output.
+    func finish() async -> ProgramOutput {
+        for _ in 0..<400 where process.isRunning { try? await Task.sleep(for: .milliseconds(50)) }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        return ProgramOutput(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+    }
+}
+
+func startAtrium(_ arguments: [String]) throws -> RunningProgram {
+    let process = Process()
+    process.executableURL = TestHost.buildFolder.appendingPathComponent("atrium")
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(["XDG_STATE_HOME": toolStateHome.path]) { $1 }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    return RunningProgram(process: process, pipe: pipe)
+}
