@@ -340,22 +340,39 @@ public final class AtriumConnection: Sendable {
         return apps.apps
     }
 
-    /// The verification code of a pairing on this connection (six digits, the same the host
-    /// shows its operator); nil without TLS.
-    public var pairingCode: String? {
-        guard let host = hostIdentity, let client = clientIdentity else { return nil }
-        return PairingCode.between(host: host, client: client)
+    /// Asks the host's operator to pair this device (CONTRACT section 7), and waits for the
+    /// decision. Over TLS the pairing is committed: this client commits to a nonce, the host
+    /// answers with its own, and the six-digit verification code covers both identities and
+    /// both nonces. `showCode` gets the code as soon as it is known, before the wait for
+    /// the operator: show it, for the person to compare with the one the host shows. A
+    /// paired device may then open services, launch URIs and list apps.
+    public func pair(
+        deviceName: String, timeout: Duration = .seconds(130), showCode: @Sendable (String) -> Void = { _ in }
+    ) async throws -> PairedFrame {
+        let id = makeNumber()
+        guard let host = hostIdentity, let client = clientIdentity else {
+            return try await paired(.pair(PairFrame(id: id, deviceName: deviceName)), id: id, timeout: timeout)
+        }
+        let nonce = PairingCode.makeNonce()
+        let first = try await call(
+            .pair(PairFrame(id: id, deviceName: deviceName, commitment: PairingCode.commitment(to: nonce))),
+            awaiting: .paired(id), timeout: timeout)
+        switch first {
+        case .paired(let paired):
+            return paired
+        case .pairNonce(_, let hostNonce):
+            guard PairingCode.isWellFormed(hostNonce) else {
+                throw AtriumClientError(.protocolError, "the host's pairing nonce is not 64 hex digits")
+            }
+            showCode(PairingCode.between(host: host, client: client, clientNonce: nonce, hostNonce: hostNonce))
+            return try await paired(.pairReveal(id: id, nonce: nonce), id: id, timeout: timeout)
+        default:
+            throw AtriumClientError(.protocolError, "the host answered pair with something else")
+        }
     }
 
-    /// Asks the host's operator to pair this device (CONTRACT section 7), and waits for the
-    /// decision: show ``pairingCode`` meanwhile, for the person to compare with the host's.
-    /// A paired device may then open services, launch URIs and list apps.
-    public func pair(deviceName: String, timeout: Duration = .seconds(130)) async throws -> PairedFrame {
-        let id = makeNumber()
-        guard
-            case .paired(let paired) = try await call(
-                .pair(id: id, deviceName: deviceName), awaiting: .paired(id), timeout: timeout)
-        else {
+    private func paired(_ frame: ClientFrame, id: UInt64, timeout: Duration) async throws -> PairedFrame {
+        guard case .paired(let paired) = try await call(frame, awaiting: .paired(id), timeout: timeout) else {
             throw AtriumClientError(.protocolError, "the host answered pair with something else")
         }
         return paired
@@ -423,6 +440,8 @@ public final class AtriumConnection: Sendable {
             events?.requests.finish()
         case .paired(let paired):
             _ = deliver(frame, to: .paired(paired.id))
+        case .pairNonce(let id, _):
+            _ = deliver(frame, to: .paired(id))
         case .adminResult(let result):
             _ = deliver(frame, to: .admin(result.id))
         case .error(let error):
@@ -494,7 +513,17 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func handshake(on channel: any Channel, hello: HelloFrame, timeout: Duration) async throws -> WelcomeFrame {
         try await withCheckedThrowingContinuation { continuation in
-            lock.withLock { handshake = continuation }
+            // The connection may have failed already (a TLS handshake runs as soon as it is
+            // connected): then that is the answer.
+            let failed = lock.withLock { () -> (any Error)? in
+                if let failure = earlyFailure { return failure }
+                handshake = continuation
+                return nil
+            }
+            if let failed {
+                continuation.resume(throwing: failed)
+                return
+            }
             channel.eventLoop.scheduleTask(in: .init(timeout)) {
                 self.finishHandshake(
                     .failure(AtriumClientError(.timedOut, "the host did not answer hello within \(timeout)")))
@@ -506,10 +535,16 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     private func finishHandshake(_ result: Result<WelcomeFrame, any Error>) {
         let waiting = lock.withLock { () -> CheckedContinuation<WelcomeFrame, any Error>? in
             defer { handshake = nil }
+            if handshake == nil, connection == nil, earlyFailure == nil, case .failure(let error) = result {
+                earlyFailure = error
+            }
             return handshake
         }
         waiting?.resume(with: result)
     }
+
+    /// The first failure before `hello` was sent (kept for the handshake to answer with).
+    private var earlyFailure: (any Error)?
 
     func attach(_ connection: AtriumConnection) {
         let pending = lock.withLock { () -> [HostFrame] in

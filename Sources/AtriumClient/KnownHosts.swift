@@ -1,6 +1,10 @@
 import AtriumTLS
 public import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The hosts this client has paired with, by address, and the identity each proved then
 /// (CONTRACT section 7: a client remembers a host's identity on first pairing and refuses
 /// a host that presents another later, as ssh's known_hosts does). Kept as
@@ -25,14 +29,35 @@ public struct KnownHosts: Sendable {
 
     /// The identity `endpoint` proved when this client paired with it, if it did.
     public func identity(of endpoint: AtriumEndpoint) throws -> String? {
-        try all()[endpoint.description]
+        try all()[Self.key(endpoint)]
     }
 
     /// Remembers `identity` for `endpoint` (after a pairing).
     public func remember(_ identity: String, for endpoint: AtriumEndpoint) throws {
         var hosts = try all()
-        hosts[endpoint.description] = identity
+        hosts[Self.key(endpoint)] = identity
         try save(hosts)
+    }
+
+    /// The key an address is kept under: an IP address in its one canonical spelling, a name
+    /// in lower case, then the port (`::1` and `0:0::1`, or `NAS.local` and `nas.local`, are
+    /// then the same host).
+    static func key(_ endpoint: AtriumEndpoint) -> String {
+        guard case .tcp(let host, let port) = endpoint.address else { return endpoint.description }
+        return AtriumEndpoint(.tcp(host: canonicalHost(host), port: port)).description
+    }
+
+    static func canonicalHost(_ host: String) -> String {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        if inet_pton(AF_INET, host, &v4) == 1, inet_ntop(AF_INET, &v4, &text, socklen_t(text.count)) != nil {
+            return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        if inet_pton(AF_INET6, host, &v6) == 1, inet_ntop(AF_INET6, &v6, &text, socklen_t(text.count)) != nil {
+            return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return host.lowercased()
     }
 
     /// Forgets `endpoint` (before pairing again with a host that made a new key on purpose);
@@ -40,7 +65,7 @@ public struct KnownHosts: Sendable {
     @discardableResult
     public func forget(_ endpoint: AtriumEndpoint) throws -> Bool {
         var hosts = try all()
-        guard hosts.removeValue(forKey: endpoint.description) != nil else { return false }
+        guard hosts.removeValue(forKey: Self.key(endpoint)) != nil else { return false }
         try save(hosts)
         return true
     }

@@ -70,15 +70,6 @@ final class PluginExecutor: TaskExecutor, @unchecked Sendable {
     /// Whether the calling thread is running this executor's queue.
     var isCurrent: Bool { DispatchQueue.getSpecific(key: Self.key) == ObjectIdentifier(self) }
 
-    /// Continues the calling task on this executor's queue (a task whose executor preference
-    /// is this one resumes here).
-    func hop() async {
-        guard !isCurrent else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async { continuation.resume() }
-        }
-    }
-
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let executor = asUnownedTaskExecutor()
@@ -108,13 +99,6 @@ final class PluginRuntime: Sendable {
         Task.immediate(executorPreference: executor) { await body() }
     }
 
-    /// Moves the calling task off the host's network thread before a call into the host that
-    /// may wait for the host (in a worker process, `send` and `close_channel` wait for the
-    /// host's reply, which that very thread reads).
-    func leaveNetworkThread() async {
-        if requestsInline { await executor.hop() }
-    }
-
     struct Awaiting {
         var continuations: [UInt64: CheckedContinuation<ServiceResponse, any Error>] = [:]
         /// Answers that arrived before their sender started waiting.
@@ -129,11 +113,26 @@ final class PluginRuntime: Sendable {
     }
 
     func send(_ message: ValueSet, on channel: UInt64) async throws -> ServiceResponse {
-        await leaveNetworkThread()
         let bytes = message.cborBytes()
-        var requestId: UInt64 = 0
-        let result = bytes.withUnsafeBufferPointer {
-            table.api.pointee.send(table.api, channel, $0.baseAddress, $0.count, &requestId)
+        let table = self.table
+        let call = { @Sendable () -> (Int32, UInt64) in
+            var requestId: UInt64 = 0
+            let result = bytes.withUnsafeBufferPointer {
+                table.api.pointee.send(table.api, channel, $0.baseAddress, $0.count, &requestId)
+            }
+            return (result, requestId)
+        }
+        let (result, requestId): (Int32, UInt64)
+        if requestsInline && !executor.isCurrent {
+            // Perhaps on the host's network thread, where the host's reply to `send` (in a
+            // worker process) would have to be read: the call itself runs on the plugin's
+            // queue. (Moving the task there first is not enough: a continuation resumed before
+            // its task has suspended lets the task go on where it was.)
+            (result, requestId) = await withCheckedContinuation { continuation in
+                executor.queue.async { continuation.resume(returning: call()) }
+            }
+        } else {
+            (result, requestId) = call()
         }
         guard result == ATRIUM_OK else {
             throw ServiceChannelError(code: result, description: "the host refused the message (code \(result))")

@@ -86,6 +86,7 @@ extension ClientFrame {
         case .apps: "apps"
         case .ping: "ping"
         case .pair: "pair"
+        case .pairReveal: "pairReveal"
         case .admin: "admin"
         case .unknown(let type): type
         }
@@ -128,10 +129,15 @@ extension ClientFrame {
         case .ping(let id):
             buffer.writeFrameHeader("ping", keys: 2)
             buffer.writeKey("id", id)
-        case .pair(let id, let deviceName):
-            buffer.writeFrameHeader("pair", keys: 3)
+        case .pair(let pair):
+            buffer.writeFrameHeader("pair", keys: 3 + count(pair.commitment != nil))
+            buffer.writeKey("id", pair.id)
+            buffer.writeKey("deviceName", pair.deviceName)
+            if let commitment = pair.commitment { buffer.writeKey("commitment", commitment) }
+        case .pairReveal(let id, let nonce):
+            buffer.writeFrameHeader("pairReveal", keys: 3)
             buffer.writeKey("id", id)
-            buffer.writeKey("deviceName", deviceName)
+            buffer.writeKey("nonce", nonce)
         case .admin(let admin):
             buffer.writeFrameHeader("admin", keys: 3 + count(admin.arguments != nil))
             buffer.writeKey("id", admin.id)
@@ -188,7 +194,12 @@ extension ClientFrame {
             case "ping":
                 return .ping(id: try named.uint("id"))
             case "pair":
-                return .pair(id: try named.uint("id"), deviceName: try named.text("deviceName"))
+                return .pair(
+                    PairFrame(
+                        id: try named.uint("id"), deviceName: try named.text("deviceName"),
+                        commitment: try named.optionalText("commitment")))
+            case "pairReveal":
+                return .pairReveal(id: try named.uint("id"), nonce: try named.text("nonce"))
             case "admin":
                 return .admin(
                     AdminFrame(
@@ -213,6 +224,7 @@ extension HostFrame {
         case .apps: "apps"
         case .pong: "pong"
         case .paired: "paired"
+        case .pairNonce: "pairNonce"
         case .adminResult: "adminResult"
         case .error: "error"
         case .unknown(let type): type
@@ -271,6 +283,10 @@ extension HostFrame {
             buffer.writeKey("id", paired.id)
             buffer.writeKey("status", UInt64(max(paired.status.rawValue, 0)))
             if let error = paired.error { buffer.writeKey("error", error) }
+        case .pairNonce(let id, let nonce):
+            buffer.writeFrameHeader("pairNonce", keys: 3)
+            buffer.writeKey("id", id)
+            buffer.writeKey("nonce", nonce)
         case .adminResult(let result):
             buffer.writeFrameHeader("adminResult", keys: 3 + count(result.result != nil, result.error != nil))
             buffer.writeKey("id", result.id)
@@ -356,6 +372,8 @@ extension HostFrame {
                     PairedFrame(
                         id: try named.uint("id"), status: PairingStatus(rawValue: try named.int("status")),
                         error: try named.optionalText("error")))
+            case "pairNonce":
+                return .pairNonce(id: try named.uint("id"), nonce: try named.text("nonce"))
             case "adminResult":
                 return .adminResult(
                     AdminResultFrame(

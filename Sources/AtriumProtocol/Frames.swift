@@ -261,6 +261,24 @@ public struct PairedFrame: Sendable, Hashable {
     }
 }
 
+/// `pair`: asks the host's operator to pair this device. With `commitment` (a client of this
+/// implementation always sends one), the pairing takes two more frames before the operator
+/// sees it: the host's `pairNonce`, then the client's `pairReveal` of the nonce it committed
+/// to, so that the verification code covers a nonce of each side (as Bluetooth's numeric
+/// comparison does) and no one in the middle can choose keys that make the two codes match.
+public struct PairFrame: Sendable, Hashable {
+    public var id: UInt64
+    public var deviceName: String
+    /// SHA-256 of `atrium-pairing-commit-v1`, a NUL and the client's nonce, lowercase hex.
+    public var commitment: String?
+
+    public init(id: UInt64, deviceName: String, commitment: String? = nil) {
+        self.id = id
+        self.deviceName = deviceName
+        self.commitment = commitment
+    }
+}
+
 /// `admin`: an operator's command, taken on the local socket only (`atrium pairing`,
 /// `atrium devices`). Its arguments and result are ValueSets.
 public struct AdminFrame: Sendable, Hashable {
@@ -301,7 +319,9 @@ public enum ClientFrame: AtriumFrame {
     case apps(id: UInt64)
     case ping(id: UInt64)
     /// Asks the host's operator to pair this device (CONTRACT section 7).
-    case pair(id: UInt64, deviceName: String)
+    case pair(PairFrame)
+    /// The nonce the client committed to in `pair` (32 bytes, lowercase hex).
+    case pairReveal(id: UInt64, nonce: String)
     case admin(AdminFrame)
     /// A frame whose `type` this version does not know (answered with `unknownType`).
     case unknown(type: String)
@@ -318,6 +338,8 @@ public enum HostFrame: AtriumFrame {
     case apps(AppsFrame)
     case pong(id: UInt64)
     case paired(PairedFrame)
+    /// The host's nonce for a committed `pair` (32 bytes, lowercase hex).
+    case pairNonce(id: UInt64, nonce: String)
     case adminResult(AdminResultFrame)
     case error(ErrorFrame)
     /// A frame whose `type` this version does not know.

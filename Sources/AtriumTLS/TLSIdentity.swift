@@ -128,6 +128,7 @@ public struct TLSIdentity: Sendable {
     static func createKey(_ file: URL) throws(TLSIdentityError) {
         let key = P256.Signing.PrivateKey()
         let temporary = file.path + ".new-\(getpid())"
+        unlink(temporary)
         try writeFile(temporary, key.pemRepresentation + "\n")
         // link() never replaces: of two processes starting at once, the first key stays.
         let linked = link(temporary, file.path) == 0 || errno == EEXIST
@@ -172,6 +173,8 @@ public struct TLSIdentity: Sendable {
     /// name is replaced.
     public static func writeNew(_ file: URL, _ text: String) throws(TLSIdentityError) {
         let temporary = file.path + ".new-\(getpid())"
+        // One left by a process of the same pid that crashed is stale (the folder is ours).
+        unlink(temporary)
         try writeFile(temporary, text)
         guard rename(temporary, file.path) == 0 else {
             let reason = String(cString: strerror(errno))

@@ -70,7 +70,7 @@ struct HostOptions: ParsableArguments {
 
     var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
 
-    func connect(to address: String? = nil) async throws -> AtriumConnection {
+    func connect(to address: String? = nil, checkingKnownHost: Bool = true) async throws -> AtriumConnection {
         guard let endpoint = AtriumEndpoint(address ?? host) else {
             throw ValidationError(
                 "'\(address ?? host)' is not a host: use host:port, host, or unix:/path/to/atriumd.sock")
@@ -85,16 +85,22 @@ struct HostOptions: ParsableArguments {
                 // A host this client paired with must prove the identity it proved then.
                 tls = ClientTLS(
                     identity: try ClientTLS.defaultIdentity(),
-                    expectedHostIdentity: try KnownHosts().identity(of: endpoint))
+                    expectedHostIdentity: checkingKnownHost ? try KnownHosts().identity(of: endpoint) : nil)
             } catch {
                 printError("cannot load this client's TLS identity or known hosts: \(error)")
                 throw Exit.unreachable
             }
         }
         do {
-            return try await AtriumConnection.connect(
+            let connection = try await AtriumConnection.connect(
                 to: endpoint, clientName: "atrium command line", tls: tls, timeout: duration
             )
+            if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
+                printError(
+                    "\(endpoint) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \(endpoint) makes it known"
+                )
+            }
+            return connection
         } catch let error as AtriumClientError {
             printError(error.message)
             throw Exit.unreachable

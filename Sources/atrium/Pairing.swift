@@ -27,7 +27,10 @@ struct Pair: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds to wait for the operator's decision.", valueName: "seconds"))
     var wait: Double = 130
 
-    @Flag(help: "Forget the identity remembered for the host first (when it made a new key on purpose).")
+    @Flag(
+        help:
+            "Pair even though the host presents another identity than the one remembered (it made a new key on purpose); the new one replaces it once paired."
+    )
     var forget = false
 
     func validate() throws {
@@ -39,27 +42,22 @@ struct Pair: AsyncParsableCommand {
     }
 
     func run() async throws {
-        if forget {
-            do {
-                let known = try KnownHosts().forget(AtriumEndpoint(options.host)!)
-                print(known ? "forgot the identity remembered for \(options.host)" : "\(options.host) was not known")
-            } catch {
-                printError("\(error)")
-                throw Exit.notSuccess
-            }
-        }
-        let connection = try await options.connect()
+        // With --forget the host's identity is not checked against the one remembered; it
+        // replaces it only if this pairing succeeds.
+        let connection = try await options.connect(checkingKnownHost: !forget)
         defer { Task { await connection.close() } }
-        guard let code = connection.pairingCode, let identity = connection.hostIdentity else {
+        guard let identity = connection.hostIdentity else {
             printError("the connection has no TLS identities to pair with")
             throw Exit.unreachable
         }
-        print("Pairing with \(options.host) (\(connection.welcome.hostName)), host identity \(identity)")
-        print("Verification code: \(code.prefix(3)) \(code.suffix(3))")
-        print("Check that the host shows the same code, then have its operator accept the request there")
-        print("(atrium pairing accept N). Waiting for the decision...")
+        print(
+            "Pairing with \(options.host) (\(clean(connection.welcome.hostName))), host identity \(identity)")
         let outcome = try await reachable {
-            try await connection.pair(deviceName: name, timeout: .milliseconds(Int64(wait * 1000)))
+            try await connection.pair(deviceName: name, timeout: .milliseconds(Int64(wait * 1000))) { code in
+                print("Verification code: \(code.prefix(3)) \(code.suffix(3))")
+                print("Check that the host shows the same code, then have its operator accept the request there")
+                print("(atrium pairing accept N). Waiting for the decision...")
+            }
         }
         guard outcome.status == .paired else {
             printError("not paired: \(outcome.status)\(outcome.error.map { ": \($0)" } ?? "")")
@@ -141,7 +139,7 @@ struct Pairing: AsyncParsableCommand {
                 print(
                     [
                         pad("\(request["request"]?.int ?? 0)", 8), pad("\(code.prefix(3)) \(code.suffix(3))", 8),
-                        pad(request["deviceName"]?.string ?? "", 21), pad(request["address"]?.string ?? "", 16),
+                        pad(clean(request["deviceName"]?.string ?? ""), 21), pad(request["address"]?.string ?? "", 16),
                         pad("\(request["waitingSeconds"]?.int ?? 0) s", 7), request["identity"]?.string ?? "",
                     ].joined(separator: " "))
             }
@@ -155,7 +153,7 @@ struct Pairing: AsyncParsableCommand {
 
         func run() async throws {
             let result = try await local.run("pairing.accept", ["request": .int(Int64(request))])
-            print("paired \(result["deviceName"]?.string ?? "the device") (\(result["identity"]?.string ?? ""))")
+            print("paired \(clean(result["deviceName"]?.string ?? "the device")) (\(result["identity"]?.string ?? ""))")
         }
     }
 
@@ -166,7 +164,8 @@ struct Pairing: AsyncParsableCommand {
 
         func run() async throws {
             let result = try await local.run("pairing.refuse", ["request": .int(Int64(request))])
-            print("refused \(result["deviceName"]?.string ?? "the device") (\(result["identity"]?.string ?? ""))")
+            print(
+                "refused \(clean(result["deviceName"]?.string ?? "the device")) (\(result["identity"]?.string ?? ""))")
         }
     }
 }
@@ -200,7 +199,8 @@ struct Devices: AsyncParsableCommand {
             for device in devices {
                 print(
                     [
-                        pad(device["name"]?.string ?? "", 21), pad(device["lastSeen"]?.date.map { "\($0)" } ?? "", 21),
+                        pad(clean(device["name"]?.string ?? ""), 21),
+                        pad(device["lastSeen"]?.date.map { "\($0)" } ?? "", 21),
                         pad(device["lastAddress"]?.string ?? "", 16), device["identity"]?.string ?? "",
                     ].joined(separator: " "))
             }
@@ -214,7 +214,7 @@ struct Devices: AsyncParsableCommand {
 
         func run() async throws {
             let result = try await local.run("devices.revoke", ["device": .string(device)])
-            print("revoked \(result["name"]?.string ?? "the device") (\(result["identity"]?.string ?? ""))")
+            print("revoked \(clean(result["name"]?.string ?? "the device")) (\(result["identity"]?.string ?? ""))")
         }
     }
 }
@@ -223,4 +223,15 @@ struct Devices: AsyncParsableCommand {
 func pad(_ text: String, _ width: Int) -> String {
     let cut = text.count > width ? String(text.prefix(width - 1)) + "…" : text
     return cut + String(repeating: " ", count: max(0, width - cut.count))
+}
+
+/// Text from the host or a device, made safe to print: control and format characters, which
+/// could move the cursor or rewrite a line, become "?".
+func clean(_ text: String) -> String {
+    String(
+        String.UnicodeScalarView(
+            text.unicodeScalars.map { scalar in
+                let category = scalar.properties.generalCategory
+                return category == .control || category == .format ? "?" : scalar
+            }))
 }

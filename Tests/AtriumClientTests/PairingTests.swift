@@ -1,10 +1,11 @@
-import AtriumClient
 import AtriumProtocol
 import AtriumTLS
 import AtriumTesting
 import AtriumValues
 import Foundation
 import Testing
+
+@testable import AtriumClient
 
 /// Pairing (CONTRACT section 7), against a real atriumd on loopback that requires it: an
 /// unpaired device gets only hello, ping and pair; the operator sees the request with the
@@ -73,11 +74,15 @@ struct PairingTests {
         let folder = TLSTests.temporaryFolder("device")
         let device = try await Self.device(host, identity: folder)
         let admin = try await Self.operatorConnection(host)
-        let pairing = Task { try await device.pair(deviceName: "Ana's phone", timeout: .seconds(10)) }
+        let (codes, shown) = AsyncStream<String>.makeStream()
+        let pairing = Task {
+            try await device.pair(deviceName: "Ana's phone", timeout: .seconds(10)) { shown.yield($0) }
+        }
         let requests = try await Self.waiting(admin)
         #expect(requests.count == 1)
         let request = try #require(requests.first)
-        let code = try #require(device.pairingCode)
+        var iterator = codes.makeAsyncIterator()
+        let code = try #require(await iterator.next())
         #expect(code.count == 6 && code.allSatisfy(\.isNumber))
         #expect(request["code"]?.string == code, "both sides show the same code")
         #expect(request["deviceName"]?.string == "Ana's phone")
@@ -166,6 +171,116 @@ struct PairingTests {
         #expect(try await Self.opensEcho(back) == .notAuthorized)
         #expect(try await admin.admin("devices.list")["devices"]?.array?.maps?.isEmpty == true)
         await back.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theCodeIsTheDocumentedDerivation() {
+        // Vectors computed independently (Python's hashlib) from the derivation in SECURITY.md.
+        let (host, client) = (String(repeating: "ab", count: 32), String(repeating: "cd", count: 32))
+        let (clientNonce, hostNonce) = (String(repeating: "01", count: 32), String(repeating: "02", count: 32))
+        #expect(
+            PairingCode.between(host: host, client: client, clientNonce: clientNonce, hostNonce: hostNonce) == "700969")
+        #expect(
+            PairingCode.between(
+                host: host, client: client, clientNonce: clientNonce, hostNonce: String(repeating: "03", count: 32))
+                == "441515", "another nonce, another code")
+        #expect(PairingCode.between(host: host, client: client) == "768863")
+        #expect(
+            PairingCode.commitment(to: clientNonce)
+                == "c2f562ad9fee0208571ec1f672d4b3398ce74f2bacec06d0ea898df008602580")
+        #expect(PairingCode.isWellFormed(PairingCode.makeNonce()))
+        #expect(PairingCode.makeNonce() != PairingCode.makeNonce())
+    }
+
+    @Test func aNonceThatDoesNotMatchItsCommitmentFilesNothing() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let admin = try await Self.operatorConnection(host)
+        let device = try await Self.device(host)
+        let committed = PairingCode.makeNonce()
+        let first = try await device.call(
+            .pair(PairFrame(id: 1, deviceName: "cheat", commitment: PairingCode.commitment(to: committed))),
+            awaiting: .paired(1), timeout: .seconds(5))
+        guard case .pairNonce = first else {
+            Issue.record("no nonce from the host: \(first)")
+            return
+        }
+        // Another nonce than the one committed to: what someone steering the code would need.
+        let reveal = try await device.call(
+            .pairReveal(id: 1, nonce: PairingCode.makeNonce()), awaiting: .paired(1), timeout: .seconds(5))
+        guard case .paired(let outcome) = reveal else {
+            Issue.record("no answer to the reveal: \(reveal)")
+            return
+        }
+        #expect(outcome.status == .notPossible)
+        #expect(outcome.error?.contains("does not match the commitment") == true)
+        #expect(try await admin.admin("pairing.list")["requests"]?.array?.maps?.isEmpty == true)
+        // A reveal with nothing committed is refused too, and a malformed commitment.
+        let stray = try await device.call(
+            .pairReveal(id: 2, nonce: committed), awaiting: .paired(2), timeout: .seconds(5))
+        #expect(
+            stray == .paired(PairedFrame(id: 2, status: .notPossible, error: "no pairing of this id waits for a nonce"))
+        )
+        let malformed = try await device.call(
+            .pair(PairFrame(id: 3, deviceName: "x", commitment: "zz")), awaiting: .paired(3), timeout: .seconds(5))
+        guard case .paired(let refused) = malformed else {
+            Issue.record("a malformed commitment got \(malformed)")
+            return
+        }
+        #expect(refused.status == .notPossible)
+        // Unpaired, a request on a channel it cannot have is refused as such.
+        let request = try await device.call(
+            .request(RequestFrame(channel: 1, id: 9, message: EncodedValueSet(["x": 1]))),
+            awaiting: .response(1, 9), timeout: .seconds(5))
+        guard case .response(let response) = request else {
+            Issue.record("no response: \(request)")
+            return
+        }
+        #expect(response.status == .authenticationError)
+        await device.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func pairingAttemptsAreLimitedAndNamesCleaned() async throws {
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: Self.arguments + ["--log-level", "notice"])
+        let admin = try await Self.operatorConnection(host)
+        // A name that would rewrite the operator's line and forge a code in the log.
+        let hostile =
+            "phone\r\u{1b}[2K\" at 10.0.0.9: verification code 123456; \u{202e}" + String(repeating: "x", count: 80)
+        let first = try await Self.device(host)
+        let filing = Task { try await first.pair(deviceName: hostile, timeout: .seconds(10)) }
+        let request = try #require(try await Self.waiting(admin).first)
+        let shown = try #require(request["deviceName"]?.string)
+        #expect(!shown.unicodeScalars.contains { $0.value < 0x20 || $0 == "\"" || $0.value == 0x202e }, "\(shown)")
+        #expect(shown.count <= 65)
+        #expect(!host.log.contains("\u{1b}[2K"))
+        // One more from this address may wait; the next is refused.
+        let second = try await Self.device(host)
+        let secondFiling = Task { try await second.pair(deviceName: "second", timeout: .seconds(10)) }
+        _ = try await Self.waiting(admin, count: 2)
+        let third = try await Self.device(host)
+        let refused = try await third.pair(deviceName: "third", timeout: .seconds(10))
+        #expect(refused.status == .notPossible)
+        #expect(refused.error?.contains("from this address") == true, "\(refused.error ?? "")")
+        // Attempts, host-wide, at most 20 a minute (three made above).
+        var limited: PairedFrame?
+        for _ in 0..<20 {
+            let attempt = try await Self.device(host)
+            let outcome = try await attempt.pair(deviceName: "flood", timeout: .seconds(10))
+            await attempt.close()
+            if outcome.error?.contains("too many pairing attempts") == true {
+                limited = outcome
+                break
+            }
+        }
+        #expect(limited?.status == .notPossible, "the flood was not limited")
+        await first.close()
+        await second.close()
+        await third.close()
+        _ = try? await filing.value
+        _ = try? await secondFiling.value
         await admin.close()
         #expect(await host.stop() == 0)
     }

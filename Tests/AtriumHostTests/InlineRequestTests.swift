@@ -66,8 +66,9 @@ import Testing
         // A message to the client: in a worker, `send` waits for the host's reply, which the
         // network thread the request started on is the one to read.
         try await client.send(.request(RequestFrame(channel: 1, id: 3, message: EncodedValueSet(["Action": "send"]))))
-        guard case .request(let fromService) = try await client.next() else {
-            Issue.record("the service's message did not arrive")
+        let arrived = try await client.next()
+        guard case .request(let fromService) = arrived else {
+            Issue.record("the service's message did not arrive; instead: \(String(describing: arrived))")
             return
         }
         #expect(try fromService.message.decode() == ["Hello": "client"])

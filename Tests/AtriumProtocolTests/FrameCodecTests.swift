@@ -60,7 +60,9 @@ struct FrameCodecTests {
                 preferredPackages: ["a", "b"], data: message)),
         .apps(id: 6),
         .ping(id: 0),
-        .pair(id: 8, deviceName: "Ana's phone"),
+        .pair(PairFrame(id: 8, deviceName: "Ana's phone")),
+        .pair(PairFrame(id: 11, deviceName: "Ana's phone", commitment: String(repeating: "0f", count: 32))),
+        .pairReveal(id: 11, nonce: String(repeating: "a1", count: 32)),
         .admin(AdminFrame(id: 9, command: "pairing.list")),
         .admin(AdminFrame(id: 10, command: "pairing.accept", arguments: EncodedValueSet(["request": 3]))),
         .unknown(type: "future"),
@@ -72,6 +74,7 @@ struct FrameCodecTests {
             WelcomeFrame(
                 hostId: "h", hostName: "box", limits: .default, hostIdentity: String(repeating: "a", count: 64))),
         .paired(PairedFrame(id: 1, status: .paired)),
+        .pairNonce(id: 11, nonce: String(repeating: "b2", count: 32)),
         .paired(PairedFrame(id: 2, status: .refused, error: "the host's operator refused the pairing")),
         .adminResult(
             AdminResultFrame(id: 3, status: 0, result: EncodedValueSet(["requests": .array(ValueArray(maps: []))]))),

@@ -38,6 +38,10 @@ public final class DeviceRegistry: Sendable {
         var devices: [String: Device] = [:]
         var pending: [UInt64: Request] = [:]
         var next: UInt64 = 1
+        /// When recent pairing attempts began (host-wide), for the rate limit.
+        var attempts: [Date] = []
+        /// Set when `devices.json` could not be read: nothing is written over it then.
+        var unreadable: String?
         /// When `devices.json` was last written, so that `lastSeen` alone rewrites it at most
         /// once a minute.
         var lastWrite = Date.distantPast
@@ -46,6 +50,11 @@ public final class DeviceRegistry: Sendable {
     /// At most this many requests wait at once: a flood of them from the network must not
     /// bury the one the operator is looking for, nor hold memory.
     public static let maxPending = 16
+    /// At most this many from one address.
+    public static let maxPendingPerAddress = 2
+    /// At most this many pairing attempts begin per minute, host-wide: each is one try at
+    /// matching a verification code, and each puts a line in the log.
+    public static let maxAttemptsPerMinute = 20
 
     let file: URL
     let logger: Logger
@@ -65,8 +74,10 @@ public final class DeviceRegistry: Sendable {
                     initial.devices[device.identity] = device
                 }
             } catch {
+                initial.unreadable = "\(error)"
                 logger.error(
-                    "\(file.path) cannot be read, so no device is paired until it is fixed or removed: \(error)")
+                    "\(file.path) cannot be read, so no device is paired (and none can be) until it is fixed or removed: \(error)"
+                )
             }
         }
         state = Mutex(initial)
@@ -90,8 +101,40 @@ public final class DeviceRegistry: Sendable {
         if let due { write(due) }
     }
 
+    /// Counts a pairing attempt, or says why it may not begin: too many began in the last
+    /// minute.
+    func admitAttempt(from address: String) -> PairingRefusal? {
+        state.withLock { state in
+            let now = Date()
+            state.attempts.removeAll { now.timeIntervalSince($0) > 60 }
+            guard state.attempts.count < Self.maxAttemptsPerMinute else {
+                return PairingRefusal("too many pairing attempts in the last minute; try again in a minute")
+            }
+            state.attempts.append(now)
+            return nil
+        }
+    }
+
+    /// A device's name as the operator sees it: at most 64 characters, with control and
+    /// format characters, quotes and backslashes replaced (so that, quoted, it cannot pass
+    /// for anything else in a log line or a terminal).
+    static func cleanName(_ name: String) -> String {
+        let scalars = name.unicodeScalars
+        let cleaned = scalars.prefix(64).map { scalar -> String in
+            let category = scalar.properties.generalCategory
+            if category == .control || category == .format || category == .lineSeparator
+                || category == .paragraphSeparator || scalar == "\"" || scalar == "\\"
+                || scalar.properties.isNoncharacterCodePoint
+            {
+                return "?"
+            }
+            return String(scalar)
+        }.joined()
+        return cleaned + (scalars.count > 64 ? "…" : "")
+    }
+
     /// Files a request from `identity`, or says why it cannot be: one from that device is
-    /// already waiting, or as many as may wait are.
+    /// already waiting, or as many as may wait are (in all, or from its address).
     func request(
         identity: String, deviceName: String, address: String, code: String,
         answer: @escaping @Sendable (PairingStatus, String?) -> Void
@@ -103,6 +146,11 @@ public final class DeviceRegistry: Sendable {
             guard state.pending.count < Self.maxPending else {
                 return .failure(
                     PairingRefusal("\(Self.maxPending) pairing requests are already waiting; try again later"))
+            }
+            guard state.pending.values.filter({ $0.address == address }).count < Self.maxPendingPerAddress else {
+                return .failure(
+                    PairingRefusal(
+                        "\(Self.maxPendingPerAddress) pairing requests from this address are already waiting"))
             }
             let request = Request(
                 number: state.next, identity: identity, deviceName: deviceName, address: address, code: code,
@@ -117,6 +165,12 @@ public final class DeviceRegistry: Sendable {
     /// the requesting connection is told either way.
     public func decide(_ number: UInt64, accept: Bool) -> Result<Request, PairingRefusal> {
         let outcome = state.withLock { state -> Result<(Request, [Device]?), PairingRefusal> in
+            if accept, let unreadable = state.unreadable {
+                return .failure(
+                    PairingRefusal(
+                        "the paired devices' file cannot be read (\(unreadable)): fix or remove it before pairing another device"
+                    ))
+            }
             guard let request = state.pending.removeValue(forKey: number) else {
                 return .failure(PairingRefusal("there is no pairing request \(number) waiting"))
             }
@@ -137,7 +191,7 @@ public final class DeviceRegistry: Sendable {
         }
         logger.notice(
             "pairing request \(number) \(accept ? "accepted" : "refused")",
-            metadata: ["device": "\(untrusted(request.deviceName, limit: 64))", "identity": "\(request.identity)"])
+            metadata: ["device": "\(request.deviceName)", "identity": "\(request.identity)"])
         request.answer(accept ? .paired : .refused, accept ? nil : "the host's operator refused the pairing")
         return .success(request)
     }
@@ -177,7 +231,7 @@ public final class DeviceRegistry: Sendable {
             write(devices)
             logger.notice(
                 "device revoked",
-                metadata: ["device": "\(untrusted(device.name, limit: 64))", "identity": "\(device.identity)"])
+                metadata: ["device": "\(device.name)", "identity": "\(device.identity)"])
             return .success(device)
         case .failure(let refusal):
             return .failure(refusal)
@@ -192,17 +246,28 @@ public final class DeviceRegistry: Sendable {
         state.withLock { $0.pending.values.sorted { $0.number < $1.number } }
     }
 
-    private func write(_ devices: [Device]) {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        do {
-            let data = try encoder.encode(devices.sorted { $0.pairedAt < $1.pairedAt })
-            try TLSIdentity.writeNew(file, String(decoding: data, as: UTF8.self) + "\n")
-        } catch {
-            logger.error("the paired devices could not be saved to \(file.path): \(error)")
+    /// Saves the paired devices as they are now. Writes are serialized and each takes the
+    /// list when it begins, so an older list (a `lastSeen` update that raced a revocation)
+    /// never lands after a newer one.
+    private func write(_ ignored: [Device]) {
+        writer.withLock { _ in
+            guard let devices = state.withLock({ $0.unreadable == nil ? Array($0.devices.values) : nil }) else {
+                return
+            }
+            let encoder = JSONEncoder()
+            encoder.dateEncodingStrategy = .iso8601
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            do {
+                let data = try encoder.encode(devices.sorted { $0.pairedAt < $1.pairedAt })
+                try TLSIdentity.writeNew(file, String(decoding: data, as: UTF8.self) + "\n")
+            } catch {
+                logger.error("the paired devices could not be saved to \(file.path): \(error)")
+            }
         }
     }
+
+    /// Serializes the writes of `devices.json`.
+    private let writer = Mutex(())
 }
 
 /// Why a pairing step could not be taken, in words for the client or the operator.

@@ -59,9 +59,17 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Whether the client may use services, launch and list apps: a local client, any client
     /// when pairing is not required, or a paired device.
     private var authorized = false
-    /// This connection's pairing request waiting for the operator, and its timeout.
-    private var pairingRequest: UInt64?
+    /// Where this connection's pairing stands, and its timeout.
+    private var pairing = PairingStage.none
     private var pairingTimer: Scheduled<Void>?
+
+    enum PairingStage {
+        case none
+        /// The host sent its nonce and waits for the client's.
+        case awaitingReveal(id: UInt64, deviceName: String, commitment: String, hostNonce: String)
+        /// The request is before the operator.
+        case filed(UInt64)
+    }
     let id: UInt64
     private var logger: Logger
     private var context: ChannelHandlerContext?
@@ -182,10 +190,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         // A pairing request leaves with its connection: there is no one left to tell.
-        if let number = pairingRequest {
-            core.devices.withdraw(number, timedOut: false)
-            pairingRequest = nil
-        }
+        if case .filed(let number) = pairing { core.devices.withdraw(number, timedOut: false) }
+        pairing = .none
         pairingTimer?.cancel()
         pairingTimer = nil
         let requests = machine.inFlight
@@ -376,8 +382,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
             write(.apps(AppsFrame(id: id, apps: core.apps())))
         case .ping(let id):
             write(.pong(id: id))
-        case .pair(let id, let deviceName):
-            handlePair(id: id, deviceName: deviceName)
+        case .pair(let pair):
+            handlePair(pair)
+        case .pairReveal(let id, let nonce):
+            handlePairReveal(id: id, nonce: nonce)
         case .admin(let admin):
             handleAdmin(admin)
         case .unknown(let type):
@@ -448,7 +456,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .admin(let admin):
             return .adminResult(
                 AdminResultFrame(id: admin.id, status: 1, error: "admin commands are taken on the local socket only"))
-        default:
+        case .request(let request):
+            return .response(
+                ResponseFrame(channel: request.channel, id: request.id, status: .authenticationError, error: reason))
+        case .response(let response):
+            return .error(
+                ErrorFrame(code: .notAuthorized, message: "response \(response.id) answers nothing: \(reason)"))
+        case .close(let channel):
+            return .error(ErrorFrame(code: .notAuthorized, message: "channel \(channel) is not open: \(reason)"))
+        case .hello, .ping, .pair, .pairReveal, .unknown:
             return nil
         }
     }
@@ -459,7 +475,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         return address.ipAddress ?? "\(address)"
     }
 
-    private func handlePair(id: UInt64, deviceName: String) {
+    private func handlePair(_ pair: PairFrame) {
+        let id = pair.id
         let answer = { (status: PairingStatus, error: String?) in
             self.write(.paired(PairedFrame(id: id, status: status, error: error)))
         }
@@ -467,7 +484,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             answer(.paired, nil)
             return
         }
-        guard let identity = transport.peerIdentity, let hostIdentity = core.identity else {
+        guard let identity = transport.peerIdentity, core.identity != nil else {
             answer(
                 .notPossible, "pairing needs TLS: a device is known by its TLS identity, and this connection has none")
             return
@@ -477,11 +494,67 @@ final class ConnectionHandler: ChannelDuplexHandler {
             answer(.paired, nil)
             return
         }
-        guard pairingRequest == nil else {
+        guard case .none = pairing else {
             answer(.notPossible, "this connection already asked to pair")
             return
         }
-        let code = PairingCode.between(host: hostIdentity, client: identity)
+        // Counted before anything else is done for it: each attempt is a try at the code.
+        if let refusal = core.devices.admitAttempt(from: peerAddress) {
+            core.breaches.record("pairing refused", level: .info, "a pairing attempt refused: \(refusal)")
+            answer(.notPossible, refusal.description)
+            return
+        }
+        let deviceName = DeviceRegistry.cleanName(pair.deviceName)
+        let timeout = TimeAmount(core.configuration.pairingTimeout)
+        guard let commitment = pair.commitment else {
+            file(id: id, deviceName: deviceName, code: nil)
+            return
+        }
+        guard PairingCode.isWellFormed(commitment) else {
+            answer(.notPossible, "the commitment must be 64 lowercase hex digits (a SHA-256)")
+            return
+        }
+        let hostNonce = PairingCode.makeNonce()
+        pairing = .awaitingReveal(id: id, deviceName: deviceName, commitment: commitment, hostNonce: hostNonce)
+        pairingTimer = context?.eventLoop.assumeIsolated().scheduleTask(in: timeout) { [self] in
+            guard case .awaitingReveal = pairing else { return }
+            pairing = .none
+            write(.paired(PairedFrame(id: id, status: .timedOut, error: "the nonce was not revealed in time")))
+        }
+        write(.pairNonce(id: id, nonce: hostNonce))
+    }
+
+    private func handlePairReveal(id: UInt64, nonce: String) {
+        guard case .awaitingReveal(let expected, let deviceName, let commitment, let hostNonce) = pairing,
+            expected == id
+        else {
+            write(.paired(PairedFrame(id: id, status: .notPossible, error: "no pairing of this id waits for a nonce")))
+            return
+        }
+        pairing = .none
+        pairingTimer?.cancel()
+        pairingTimer = nil
+        guard PairingCode.isWellFormed(nonce), PairingCode.commitment(to: nonce) == commitment else {
+            core.breaches.record("pairing refused", level: .info, "a pairing nonce that does not match its commitment")
+            write(
+                .paired(
+                    PairedFrame(
+                        id: id, status: .notPossible, error: "the nonce does not match the commitment sent in pair")
+                ))
+            return
+        }
+        file(id: id, deviceName: deviceName, code: (clientNonce: nonce, hostNonce: hostNonce))
+    }
+
+    /// Puts the pairing before the operator, with its verification code (from both nonces
+    /// when the client committed to one).
+    private func file(id: UInt64, deviceName: String, code nonces: (clientNonce: String, hostNonce: String)?) {
+        guard let identity = transport.peerIdentity, let hostIdentity = core.identity else { return }
+        let code =
+            nonces.map {
+                PairingCode.between(
+                    host: hostIdentity, client: identity, clientNonce: $0.clientNonce, hostNonce: $0.hostNonce)
+            } ?? PairingCode.between(host: hostIdentity, client: identity)
         let link = self.link
         let filed = core.devices.request(
             identity: identity, deviceName: deviceName, address: peerAddress, code: code
@@ -490,22 +563,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         switch filed {
         case .failure(let refusal):
-            answer(.notPossible, refusal.description)
+            write(.paired(PairedFrame(id: id, status: .notPossible, error: refusal.description)))
         case .success(let request):
-            pairingRequest = request.number
+            pairing = .filed(request.number)
             let devices = core.devices
             pairingTimer = context?.eventLoop.scheduleTask(in: TimeAmount(core.configuration.pairingTimeout)) {
                 devices.withdraw(request.number, timedOut: true)
             }
             logger.notice(
-                "pairing request \(request.number) from \"\(untrusted(deviceName, limit: 64))\" at \(peerAddress): verification code \(code); accept with `atrium pairing accept \(request.number)`, refuse with `atrium pairing refuse \(request.number)`",
+                "pairing request \(request.number) from \"\(deviceName)\" at \(peerAddress): verification code \(code); accept with `atrium pairing accept \(request.number)`, refuse with `atrium pairing refuse \(request.number)`",
                 metadata: ["identity": "\(identity)"])
+            if nonces == nil {
+                logger.warning(
+                    "pairing request \(request.number) came without a commitment: its code depends on the identities alone, which someone in the middle able to make a million keys in \(core.configuration.pairingTimeout) could match; accept it only over a network you trust"
+                )
+            }
         }
     }
 
     /// The operator decided this connection's pairing request (or it timed out).
     func pairingDecided(id: UInt64, status: PairingStatus, error: String?) {
-        pairingRequest = nil
+        pairing = .none
         pairingTimer?.cancel()
         pairingTimer = nil
         if status == .paired { authorized = true }
