@@ -157,7 +157,16 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// Which backend serves `service` of `package` for this client, or the status that says
     /// why none does (CONTRACT section 4).
-    func route(package name: String, service: String, isRemote: Bool) -> Result<any ServiceBackend, RouteRefusal> {
+    /// Who opens a channel, as the service's access sees it.
+    struct Caller {
+        var isRemote: Bool
+        /// A local client, a paired device, or any client where pairing is not required.
+        var authorized: Bool
+        /// The client's TLS identity, if it has one.
+        var identity: String?
+    }
+
+    func route(package name: String, service: String, caller: Caller) -> Result<any ServiceBackend, RouteRefusal> {
         guard let package = package(name) else {
             return .failure(RouteRefusal(.appNotInstalled, "no package \"\(name)\" is installed"))
         }
@@ -171,15 +180,29 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             let reason = package.loadError ?? "it has no plugin"
             return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(reason)"))
         }
-        if isRemote && !declared.supportsRemoteSystems {
+        guard caller.isRemote else { return .success(backend) }
+        let notPaired = "this device is not paired with the host: pair first (atrium pair HOST)"
+        switch declared.access {
+        case .local:
             return .failure(
                 RouteRefusal(
                     .remoteSystemNotSupportedByApp,
                     "service \"\(service)\" does not accept remote callers (supportsRemoteSystems is false)"
                 )
             )
+        case .any:
+            return .success(backend)
+        case .paired:
+            guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
+            return .success(backend)
+        case .devices(let devices):
+            guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
+            guard let identity = caller.identity, devices.contains(where: { identity.hasPrefix($0) }) else {
+                return .failure(
+                    RouteRefusal(.notAuthorized, "service \"\(service)\" takes only the devices its manifest names"))
+            }
+            return .success(backend)
         }
-        return .success(backend)
     }
 
     struct RouteRefusal: Error {

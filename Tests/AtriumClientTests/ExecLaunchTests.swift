@@ -11,13 +11,16 @@ struct ExecLaunchTests {
     let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-exec-\(UUID().uuidString)")
 
     /// A program that writes its first argument to `output`, after `delay` seconds.
-    func writer(delay: Double = 0) throws -> (program: URL, output: URL) {
+    /// A program that writes its first argument to `output`; with `release`, only once that
+    /// file exists (it waits at most 10 s for it).
+    func writer(release: URL? = nil) throws -> (program: URL, output: URL) {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let output = folder.appendingPathComponent("uri-\(UUID().uuidString).txt")
         let program = folder.appendingPathComponent("writer-\(UUID().uuidString).sh")
+        let wait = release.map { "for i in $(seq 200); do [ -e \"\($0.path)\" ] && break; sleep 0.05; done" } ?? ""
         try """
         #!/bin/sh
-        sleep \(delay)
+        \(wait)
         printf '%s' "$1" > "\(output.path).part" && mv "\(output.path).part" "\(output.path)"
         echo "handled one launch"
         """.write(to: program, atomically: true, encoding: .utf8)
@@ -76,7 +79,10 @@ struct ExecLaunchTests {
     }
 
     @Test func aProgramThatRunsOnSucceedsAtOnceAndIsReaped() async throws {
-        let (program, output) = try writer(delay: 0.5)
+        // The program writes only once the test says so, after the launch was answered: a
+        // launch that waited for it would not be answered first.
+        let release = folder.appendingPathComponent("release-\(UUID().uuidString)")
+        let (program, output) = try writer(release: release)
         let host = try await TestHost.start(manifests: [
             "writer.json": manifest("atrium.tests.runner", scheme: "atrium-run", exec: [program.path, "{uri}"])
         ])
@@ -84,6 +90,7 @@ struct ExecLaunchTests {
         let result = try await RemoteLauncher(connection: connection).launchUri("atrium-run:go")
         #expect(result.status == .success)
         #expect(!FileManager.default.fileExists(atPath: output.path), "the launch did not wait for the program")
+        #expect(FileManager.default.createFile(atPath: release.path, contents: nil))
         #expect(try await contents(output) == "atrium-run:go")
         var left = zombies(of: host.process.processIdentifier)
         for _ in 0..<50 where !left.isEmpty {

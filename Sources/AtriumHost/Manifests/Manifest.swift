@@ -6,7 +6,33 @@ public struct Manifest: Sendable, Hashable {
     public struct Service: Sendable, Hashable {
         public var name: String
         /// Whether clients on other machines (TCP) may open it; local-socket clients always may.
-        public var supportsRemoteSystems: Bool
+        public var supportsRemoteSystems: Bool { access != .local }
+        /// Which TCP clients may open it (`"access"`; CONTRACT section 7).
+        public var access: Access
+    }
+
+    /// Which callers a service accepts. Local clients (the Unix socket) always may open it.
+    public enum Access: Sendable, Hashable, CustomStringConvertible {
+        /// Local clients only (`"local"`, or `supportsRemoteSystems` false or absent).
+        case local
+        /// Paired devices, and every TCP client on a host that does not require pairing
+        /// (`"paired"`, or `supportsRemoteSystems: true`).
+        case paired
+        /// Only these paired devices: identities, or at least their first 8 hex digits
+        /// (`{"devices": [...]}`).
+        case devices([String])
+        /// Every TCP client, paired or not, even where pairing is required (`"any"`: only by
+        /// this explicit choice).
+        case any
+
+        public var description: String {
+            switch self {
+            case .local: "local clients only"
+            case .paired: "paired devices"
+            case .devices(let list): "the devices \(list.joined(separator: ", "))"
+            case .any: "any client"
+            }
+        }
     }
 
     public var manifestVersion: Int
@@ -61,6 +87,38 @@ public struct Manifest: Sendable, Hashable {
     }
 
     /// The service named `name`, if the package declares it.
+    /// Reads a service's `"access"`: "local", "paired", "any", or {"devices": [identities]}.
+    static func access(_ value: JSONValue, field: String, fail: (String?, String) -> ManifestError)
+        throws(ManifestError)
+        -> Access
+    {
+        switch value {
+        case .string("local"): return .local
+        case .string("paired"): return .paired
+        case .string("any"): return .any
+        case .object(let object):
+            guard object.count == 1, case .array(let list)? = object["devices"] else {
+                throw fail(field, "must be \"local\", \"paired\", \"any\" or {\"devices\": [identities]}")
+            }
+            var devices: [String] = []
+            for (index, item) in list.enumerated() {
+                guard case .string(let identity) = item, identity.count >= 8, identity.count <= 64,
+                    identity.allSatisfy({ "0123456789abcdef".contains($0) })
+                else {
+                    throw fail(
+                        "\(field).devices[\(index)]",
+                        "must be a device's identity, or at least its first 8 digits, in lowercase hex (atrium devices lists them)"
+                    )
+                }
+                devices.append(identity)
+            }
+            guard !devices.isEmpty else { throw fail("\(field).devices", "names no device; use \"local\" for none") }
+            return .devices(devices)
+        default:
+            throw fail(field, "must be \"local\", \"paired\", \"any\" or {\"devices\": [identities]}")
+        }
+    }
+
     public func service(named name: String) -> Service? {
         services.first { $0.name == name }
     }
@@ -144,14 +202,23 @@ extension Manifest {
                 if services.contains(where: { $0.name == serviceName }) {
                     throw fail("\(field).name", "\"\(serviceName)\" is declared twice in this package")
                 }
-                var remote = false
+                var remote: Bool?
                 if let flag = entry["supportsRemoteSystems"] {
                     guard case .bool(let value) = flag else {
                         throw fail("\(field).supportsRemoteSystems", "must be true or false, not \(flag)")
                     }
                     remote = value
                 }
-                services.append(Service(name: serviceName, supportsRemoteSystems: remote))
+                var access: Access = remote == true ? .paired : .local
+                if let value = entry["access"] {
+                    access = try Self.access(value, field: "\(field).access", fail: fail)
+                    if remote == false && access != .local {
+                        throw fail(
+                            "\(field).access",
+                            "is \"\(access)\", but supportsRemoteSystems is false: leave one of them out")
+                    }
+                }
+                services.append(Service(name: serviceName, access: access))
             }
         }
         if !services.isEmpty && library == nil {

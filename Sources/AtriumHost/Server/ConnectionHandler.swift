@@ -447,8 +447,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let reason =
             "this device is not paired with the host: pair first (atrium pair HOST), and have the host's operator accept it"
         switch frame {
-        case .open(let open):
-            return .opened(OpenedFrame(channel: open.channel, status: .notAuthorized))
+        case .open:
+            // The service's access decides: an unpaired device may open only a service whose
+            // manifest says "any".
+            return nil
         case .launch(let launch):
             return .launched(LaunchedFrame(id: launch.id, status: .deniedByRemoteSystem, error: reason))
         case .apps:
@@ -621,10 +623,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let link else { return }
         let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
         let refuse = { (status: AppServiceConnectionStatus, reason: String) in
+            var metadata: Logger.Metadata = ["status": "\(status)"]
+            if !self.isLocal {
+                metadata["device"] = "\(self.transport.peerIdentity ?? "none (plain TCP)")"
+                metadata["address"] = "\(self.peerAddress)"
+            }
             self.core.breaches.record(
-                "open refused", level: .info,
+                status == .notAuthorized ? "open not authorized" : "open refused", level: .info,
                 "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
-                metadata: ["status": "\(status)"])
+                metadata: metadata)
             self.write(.opened(OpenedFrame(channel: open.channel, status: status)))
         }
         switch machine.openReceived(open.channel, isOpen: isOpen, openChannels: openChannels) {
@@ -641,7 +648,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             refuse(.remoteSystemUnavailable, "the host is shutting down")
             return
         }
-        switch core.route(package: open.package, service: open.service, isRemote: !isLocal) {
+        let caller = HostCore.Caller(isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity)
+        switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
             refuse(refusal.status, refusal.reason)
         case .success(let backend):
