@@ -103,8 +103,13 @@ public enum LoadGenerator {
                 configuration: configuration, message: message, index: index, counter: counter, eventLoop: loop
             )
             handlers.append(handler)
-            let bootstrap = ClientBootstrap(group: loop)
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            var bootstrap = ClientBootstrap(group: loop)
+            if case .tcp = configuration.target {
+                // TCP only: on a Unix socket the option's number means SO_DEBUG (root only).
+                bootstrap = bootstrap.channelOption(.socketOption(.tcp_nodelay), value: 1)
+            }
+            bootstrap =
+                bootstrap
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try LoadGenerator.addTLS(configuration.tls, to: channel)

@@ -176,9 +176,15 @@ public final class AtriumConnection: Sendable {
         }
         let check = PeerCertificateCheck(expecting: tls?.expectedHostIdentity)
         let handler = ClientFrameHandler(check: tlsContext == nil ? nil : check, endpoint: endpoint)
-        let bootstrap = ClientBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: group ?? MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.init(timeout))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+        if case .tcp = endpoint.address {
+            // TCP only: on a Unix socket this option's number means SO_DEBUG, which only
+            // root may set, so every other user's connection would fail.
+            bootstrap = bootstrap.channelOption(.socketOption(.tcp_nodelay), value: 1)
+        }
+        bootstrap =
+            bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if let tlsContext {

@@ -46,6 +46,9 @@ public struct HostConfiguration: Sendable {
     /// Whether a change in the manifests folder reloads the manifests (inotify); SIGHUP
     /// always does.
     public var watchManifests = true
+    /// A group whose members may use the local socket too (its file then mode 0660, that
+    /// group's); nil: only the host's user (and root).
+    public var socketGroup: String?
     /// How the TCP listener treats TLS.
     public var tls = TLSMode.auto
     /// Whether TCP clients must be paired devices (CONTRACT section 7).

@@ -84,6 +84,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     public let devices: DeviceRegistry
     /// Whether TCP clients must be paired devices (``HostConfiguration/pairingRequired``).
     public let pairingRequired: Bool
+    /// Who may use the local socket.
+    let localPeer: LocalPeer
 
     /// Unpairs a device (by its identity, or at least 8 of its first hex digits) and cuts off
     /// its connections; the future completes, on `eventLoop`, once every one of them is cut
@@ -111,6 +113,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         self.identity = identity
         devices = DeviceRegistry(folder: configuration.stateFolder, logger: logger)
         pairingRequired = configuration.pairingRequired
+        localPeer = LocalPeer(group: configuration.socketGroup.flatMap { getgrnam($0)?.pointee.gr_gid })
         self.configuration = configuration
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton

@@ -39,6 +39,12 @@ struct Atriumd: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "A group whose members may use the local socket too (the socket is then mode 0660, that group's; its folder must let them in). Default: only the host's user (and root).",
+            valueName: "group"))
+    var socketGroup: String?
+
+    @Option(
+        help: ArgumentHelp(
             "Whether TCP clients must be paired devices: auto (when listening on an address other than loopback), required, or off. Local clients never pair.",
             valueName: "mode"))
     var pairing: PairingMode = .auto
@@ -236,6 +242,9 @@ struct Atriumd: AsyncParsableCommand {
             throw ValidationError("--hello-timeout and --idle-timeout take a positive number of seconds")
         }
         if noLoad && !check { throw ValidationError("--no-load goes with --check") }
+        if let socketGroup, getgrnam(socketGroup) == nil {
+            throw ValidationError("--socket-group \(socketGroup): there is no such group on this machine")
+        }
         _ = try readTokens()
     }
 
@@ -358,6 +367,7 @@ struct Atriumd: AsyncParsableCommand {
         configuration.watchManifests = !noWatch
         configuration.tls = tls
         configuration.pairing = pairing
+        configuration.socketGroup = socketGroup
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
         if let stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
 

@@ -159,7 +159,18 @@ public final class AtriumServer: Service, Sendable {
                     umask(previous)
                     throw error
                 }
-                chmod(path, 0o600)
+                if let group = configuration.socketGroup {
+                    // The group's members may connect too (each connection is still checked).
+                    guard let entry = getgrnam(group), chown(path, uid_t.max, entry.pointee.gr_gid) == 0,
+                        chmod(path, 0o660) == 0
+                    else {
+                        throw HostStartError(
+                            "the local socket cannot be given to group \"\(group)\": \(String(cString: strerror(errno)))"
+                        )
+                    }
+                } else {
+                    chmod(path, 0o600)
+                }
                 listeners.append(channel)
                 addresses.unixSocket = path
             }

@@ -175,6 +175,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         guard let link else { return }
+        if isLocal, let refusal = core.localPeer.refusal(of: LocalPeer.credentials(of: context.channel)) {
+            core.breaches.record("local client refused", "local connection refused: \(refusal)")
+            admitted = true
+            link.slot.book.withLock { $0.link = link }
+            protocolError(FrameError(.notAuthorized, refusal), log: false)
+            return
+        }
         admitted = true
         link.slot.book.withLock { book in
             book.link = link
