@@ -49,6 +49,8 @@ public struct HostConfiguration: Sendable {
     /// A group whose members may use the local socket too (its file then mode 0660, that
     /// group's); nil: only the host's user (and root).
     public var socketGroup: String?
+    /// Where the audit log goes (JSON lines), or nil for none.
+    public var auditLog: URL?
     /// How the TCP listener treats TLS.
     public var tls = TLSMode.auto
     /// Whether TCP clients must be paired devices (CONTRACT section 7).

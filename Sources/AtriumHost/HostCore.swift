@@ -95,6 +95,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     > {
         let outcome = devices.revoke(identity)
         guard case .success(let device) = outcome else { return eventLoop.makeSucceededFuture(outcome) }
+        audit?.record("device.revoked", ["device": device.identity, "name": device.name])
         var cutOff: [EventLoopFuture<Void>] = []
         for link in state.withLock({ Array($0.connections.values) }) {
             let done = link.eventLoop.makePromise(of: Void.self)
@@ -107,10 +108,15 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         return EventLoopFuture.andAllComplete(cutOff, on: eventLoop).map { outcome }
     }
 
+    /// The audit log, if the operator asked for one.
+    let audit: AuditLog?
+
     public init(
-        configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil, identity: String? = nil
+        configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil, identity: String? = nil,
+        audit: AuditLog? = nil
     ) {
         self.identity = identity
+        self.audit = audit
         devices = DeviceRegistry(folder: configuration.stateFolder, logger: logger)
         pairingRequired = configuration.pairingRequired
         localPeer = LocalPeer(group: configuration.socketGroup.flatMap { getgrnam($0)?.pointee.gr_gid })

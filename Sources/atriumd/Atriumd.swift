@@ -39,6 +39,12 @@ struct Atriumd: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "Write an audit log to FILE: one JSON object per line for every pairing, revocation, open, launch, token use and refused local client, with the device's identity and address (mode 0600).",
+            valueName: "file"))
+    var auditLog: String?
+
+    @Option(
+        help: ArgumentHelp(
             "A group whose members may use the local socket too (the socket is then mode 0660, that group's; its folder must let them in). Default: only the host's user (and root).",
             valueName: "group"))
     var socketGroup: String?
@@ -368,6 +374,7 @@ struct Atriumd: AsyncParsableCommand {
         configuration.tls = tls
         configuration.pairing = pairing
         configuration.socketGroup = socketGroup
+        configuration.auditLog = auditLog.map { URL(fileURLWithPath: $0) }
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
         if let stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
 

@@ -54,7 +54,11 @@ public final class AtriumServer: Service, Sendable {
         }
         let (transport, identity) = try Self.transportPolicy(configuration, logger: logger)
         self.transport = transport
-        core = HostCore(configuration: configuration, logger: logger, group: self.group, identity: identity)
+        let audit = try configuration.auditLog.map { file throws(HostStartError) in
+            try AuditLog(file: file, logger: logger)
+        }
+        core = HostCore(
+            configuration: configuration, logger: logger, group: self.group, identity: identity, audit: audit)
         if core.pairingRequired {
             if identity == nil {
                 logger.error(
@@ -229,6 +233,7 @@ public final class AtriumServer: Service, Sendable {
 
         for listener in listeners { try? await listener.close() }
         await core.shutDown()
+        core.audit?.flush()
         if let path = addresses.unixSocket { try? FileManager.default.removeItem(atPath: path) }
     }
 

@@ -176,6 +176,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         guard let link else { return }
         if isLocal, let refusal = core.localPeer.refusal(of: LocalPeer.credentials(of: context.channel)) {
+            audit("local.refused", ["reason": refusal])
             core.breaches.record("local client refused", "local connection refused: \(refusal)")
             admitted = true
             link.slot.book.withLock { $0.link = link }
@@ -415,6 +416,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         if let refusal = core.tokenRefusal(hello.token, isLocal: isLocal) {
+            audit("token.refused", ["reason": refusal])
             core.breaches.record("token refused", "hello refused: \(refusal)")
             protocolError(FrameError(.notAuthorized, refusal), log: false)
             return
@@ -436,6 +438,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         clientName = hello.clientName
         logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
         if let identity = transport.peerIdentity { logger[metadataKey: "identity"] = "\(identity)" }
+        if hello.token != nil { audit("token.accepted") }
         logger.debug("hello", metadata: ["transport": "\(transport.isTLS ? "TLS" : isLocal ? "local" : "plain TCP")"])
         deadline?.cancel()
         armDeadline(after: admission.idleTimeout)
@@ -476,6 +479,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .hello, .ping, .pair, .pairReveal, .unknown:
             return nil
         }
+    }
+
+    /// Writes a security event to the audit log, with who the client is.
+    func audit(_ event: String, _ fields: [String: String] = [:]) {
+        guard let audit = core.audit else { return }
+        var fields = fields
+        if !clientId.isEmpty { fields["client"] = untrusted(clientId, limit: 64) }
+        fields["transport"] = isLocal ? "local" : transport.isTLS ? "tls" : "tcp"
+        if !isLocal {
+            fields["address"] = peerAddress
+            if let identity = transport.peerIdentity { fields["device"] = identity }
+        }
+        audit.record(event, fields)
     }
 
     /// The client's address, for the log and the paired devices' list.
@@ -574,6 +590,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .failure(let refusal):
             write(.paired(PairedFrame(id: id, status: .notPossible, error: refusal.description)))
         case .success(let request):
+            audit(
+                "pairing.requested",
+                ["request": "\(request.number)", "name": deviceName, "code": code, "committed": "\(nonces != nil)"])
             pairing = .filed(request.number)
             let devices = core.devices
             pairingTimer = context?.eventLoop.scheduleTask(in: TimeAmount(core.configuration.pairingTimeout)) {
@@ -592,6 +611,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// The operator decided this connection's pairing request (or it timed out).
     func pairingDecided(id: UInt64, status: PairingStatus, error: String?) {
+        audit(
+            status == .paired ? "pairing.accepted" : status == .refused ? "pairing.refused" : "pairing.timedOut")
         pairing = .none
         pairingTimer?.cancel()
         pairingTimer = nil
@@ -635,6 +656,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 metadata["device"] = "\(self.transport.peerIdentity ?? "none (plain TCP)")"
                 metadata["address"] = "\(self.peerAddress)"
             }
+            self.audit(
+                "open",
+                [
+                    "package": untrusted(open.package, limit: 80), "service": untrusted(open.service, limit: 80),
+                    "status": "\(status)", "reason": untrusted(reason),
+                ])
             self.core.breaches.record(
                 status == .notAuthorized ? "open not authorized" : "open refused", level: .info,
                 "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
@@ -721,6 +748,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 "open \(open.package)/\(untrusted(open.service, limit: 80)) refused by the service",
                 metadata: ["status": "\(status)"])
         }
+        audit(
+            "open",
+            ["package": open.package, "service": untrusted(open.service, limit: 80), "status": "\(status)"])
         write(.opened(OpenedFrame(channel: open.channel, status: status)))
         closeIfDrained()
     }
@@ -874,6 +904,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     private func handleLaunch(_ launch: LaunchFrame) {
         let answer = { (outcome: LaunchOutcome) in
+            self.auditLaunch(launch, outcome)
             self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
         }
         guard machine.launchReceived() else {
@@ -924,10 +955,21 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.releaseLaunchSlot()
             link.run { connection in
                 connection.machine.launchEnded()
+                connection.auditLaunch(launch, outcome)
                 connection.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
                 connection.closeIfDrained()
             }
         }
+    }
+
+    /// A launch's outcome for the audit log: its scheme and target, not the whole URI (which
+    /// may carry what its sender would not want kept).
+    func auditLaunch(_ launch: LaunchFrame, _ outcome: LaunchOutcome) {
+        guard core.audit != nil else { return }
+        let scheme = launch.uri.split(separator: ":", maxSplits: 1).first.map(String.init) ?? ""
+        var fields = ["scheme": untrusted(scheme, limit: 64), "status": "\(outcome.status)"]
+        if let package = launch.package { fields["package"] = untrusted(package, limit: 80) }
+        audit("launch", fields)
     }
 
     // MARK: - Writing

@@ -1,0 +1,59 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// The audit log (`--audit-log`): one JSON object per line for every security event, with
+/// the device's identity and address, against a real atriumd that requires pairing.
+@Suite(.serialized)
+struct AuditLogTests {
+    @Test func everyPairingOpenLaunchAndRevocationIsALine() async throws {
+        let file = TLSTests.temporaryFolder("audit").appendingPathExtension("jsonl")
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: PairingTests.arguments + ["--audit-log", file.path])
+        #expect(try TLSTests.mode(file) == 0o600)
+        let admin = try await PairingTests.operatorConnection(host)
+        let stranger = try await PairingTests.device(host)
+        #expect(try await PairingTests.opensEcho(stranger) == .notAuthorized)
+
+        let device = try await PairingTests.device(host)
+        let pairing = Task { try await device.pair(deviceName: "audited", timeout: .seconds(10)) }
+        let request = try #require(try await PairingTests.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+        #expect(try await PairingTests.opensEcho(device) == .success)
+        let launched = try await RemoteLauncher(connection: device).launchUri("roman-test://secret-token-123")
+        #expect(launched.status == .success)
+        let identity = try #require(device.clientIdentity)
+        _ = try await admin.admin("devices.revoke", ["device": .string(identity)])
+        await stranger.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+
+        let lines = try String(contentsOf: file, encoding: .utf8).split(separator: "\n")
+        let events = try lines.map { line in
+            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String], "\(line)")
+        }
+        func event(_ name: String, _ match: ([String: String]) -> Bool = { _ in true }) -> [String: String]? {
+            events.first { $0["event"] == name && match($0) }
+        }
+        let strangerIdentity = try #require(stranger.clientIdentity)
+        let refused = event("open") { $0["device"] == strangerIdentity }
+        #expect(refused?["status"] == "NotAuthorized (7)", "\(events)")
+        #expect(refused?["address"] == "127.0.0.1")
+        #expect(refused?["package"] == "atrium.examples.echo" && refused?["service"] == "atrium.echo")
+        let requested = event("pairing.requested") { $0["device"] == identity }
+        #expect(requested?["code"]?.count == 6 && requested?["name"] == "audited" && requested?["committed"] == "true")
+        #expect(event("pairing.accepted") { $0["device"] == identity } != nil)
+        #expect(event("open") { $0["device"] == identity && $0["status"] == "Success (0)" } != nil)
+        let launch = event("launch") { $0["device"] == identity }
+        #expect(
+            launch?["scheme"] == "roman-test" && launch?["status"] == "Success (1)",
+            "RemoteLaunchUriStatus: 1 is Success")
+        #expect(!lines.contains { $0.contains("secret-token-123") }, "a launch's URI is not kept")
+        #expect(event("device.revoked") { $0["device"] == identity && $0["name"] == "audited" } != nil)
+        #expect(events.allSatisfy { $0["time"] != nil && $0["event"] != nil })
+    }
+}
