@@ -567,7 +567,9 @@ final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
             finishHandshake(.success(welcome))
             return
         }
-        if case .error(let error) = frame, lock.withLock({ handshake != nil }) {
+        // An error before `welcome` is the host's refusal, also when it came before `hello`
+        // was even sent (a host that refuses at once, say, a local user it does not serve).
+        if case .error(let error) = frame, lock.withLock({ connection == nil }) {
             finishHandshake(
                 .failure(
                     AtriumClientError(

@@ -118,6 +118,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         self.identity = identity
         self.audit = audit
         devices = DeviceRegistry(folder: configuration.stateFolder, logger: logger)
+        tokens = TokenStore(folder: configuration.stateFolder)
         pairingRequired = configuration.pairingRequired
         localPeer = LocalPeer(group: configuration.socketGroup.flatMap { getgrnam($0)?.pointee.gr_gid })
         self.configuration = configuration
@@ -169,10 +170,13 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// Who opens a channel, as the service's access sees it.
     struct Caller {
         var isRemote: Bool
-        /// A local client, a paired device, or any client where pairing is not required.
+        /// A local client, a paired device, a client with a token, or any client where
+        /// pairing is not required.
         var authorized: Bool
         /// The client's TLS identity, if it has one.
         var identity: String?
+        /// The `PACKAGE/SERVICE` entries its token is limited to, if it came with such a token.
+        var tokenServices: [String]? = nil
     }
 
     func route(package name: String, service: String, caller: Caller) -> Result<any ServiceBackend, RouteRefusal> {
@@ -190,6 +194,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(reason)"))
         }
         guard caller.isRemote else { return .success(backend) }
+        if let scope = caller.tokenServices, !scope.contains("\(name)/\(service)") {
+            return .failure(
+                RouteRefusal(.notAuthorized, "the client's token does not cover \(name)/\(service)"))
+        }
         let notPaired = "this device is not paired with the host: pair first (atrium pair HOST)"
         switch declared.access {
         case .local:
@@ -486,11 +494,68 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// configured, a client that sends one is refused: the host cannot check it and must not
     /// pretend it did. With tokens, a TCP client must send one of them; a local client (the
     /// Unix socket, the host's own user) needs none, but one it sends must be right.
+    /// What a token in `hello` is: nothing (none sent), a token of `atriumd token` (with its
+    /// name and services), or one of `--token-file` (every service); or why the client is
+    /// refused.
+    enum TokenVerdict {
+        case none
+        case managed(TokenStore.Token)
+        case fromFile
+    }
+
+    func checkToken(_ token: String?, isLocal: Bool) -> Result<TokenVerdict, TokenRefusal> {
+        if let token, let managed = tokens.match(token) { return .success(.managed(managed)) }
+        // Once `atriumd token` has been used (its file exists, even emptied by revocations), a
+        // token that matches none is one that is unknown or revoked.
+        let managedExist = FileManager.default.fileExists(atPath: tokens.file.path)
+        if token != nil, configuration.tokens == nil, !managedExist {
+            return .failure(
+                TokenRefusal(
+                    reason:
+                        "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
+                ))
+        }
+        if token != nil, configuration.tokens == nil {
+            return .failure(TokenRefusal(reason: "the token is not valid on this host (unknown, or revoked)"))
+        }
+        if let refusal = tokenRefusal(token, isLocal: isLocal) { return .failure(TokenRefusal(reason: refusal)) }
+        return .success(token == nil ? .none : .fromFile)
+    }
+
+    struct TokenRefusal: Error {
+        var reason: String
+    }
+
+    /// The tokens of `atriumd token`, in the state folder.
+    public let tokens: TokenStore
+    /// The tokens' names at the last look for revoked ones, and those clients came with since.
+    private let knownTokens = Mutex<Set<String>>([])
+
+    /// A client came with the token `name`: its revocation must be noticed.
+    func noteToken(_ name: String) {
+        knownTokens.withLock { _ = $0.insert(name) }
+    }
+
+    /// Cuts off the connections whose token is no longer among the tokens (revoked while the
+    /// host runs); called every few seconds.
+    func checkRevokedTokens() {
+        guard let names = try? Set(tokens.tokens().map(\.name)) else { return }
+        // Only when a token is gone since the last look: the connections are left alone else.
+        let gone = knownTokens.withLock { known in
+            defer { known = names }
+            return !known.isSubset(of: names)
+        }
+        guard gone else { return }
+        for link in state.withLock({ Array($0.connections.values) }) {
+            link.run { connection in connection.tokenStillValid(among: names) }
+        }
+    }
+
     func tokenRefusal(_ token: String?, isLocal: Bool) -> String? {
         guard let tokens = configuration.tokens else {
             guard token == nil else {
                 return
-                    "this host has no tokens configured (--token-file), so it cannot check the one sent; connect without a token"
+                    "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
             }
             return nil
         }

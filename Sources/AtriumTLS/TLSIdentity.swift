@@ -63,7 +63,7 @@ public struct TLSIdentity: Sendable {
 
     /// Makes `folder` (mode 0700) if it is missing, and checks that it is a real folder that
     /// belongs to this user (or root) and that no one else may write to.
-    static func prepareFolder(_ folder: URL) throws(TLSIdentityError) {
+    public static func prepareFolder(_ folder: URL) throws(TLSIdentityError) {
         let parent = folder.deletingLastPathComponent()
         do {
             try FileManager.default.createDirectory(
@@ -95,7 +95,7 @@ public struct TLSIdentity: Sendable {
 
     /// Reads a small regular file without following a link, checked on the open file: owned
     /// by this user, and (`mustBePrivate`) readable by no one else.
-    static func readPrivate(_ file: URL, mustBePrivate: Bool = true) throws(TLSIdentityError) -> String {
+    public static func readPrivate(_ file: URL, mustBePrivate: Bool = true) throws(TLSIdentityError) -> String {
         let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             throw TLSIdentityError("cannot read \(file.path): \(String(cString: strerror(errno)))")

@@ -21,7 +21,9 @@ struct Atriumd: AsyncParsableCommand {
               atriumd --listen 0.0.0.0:7340             # accept clients from the network, over TLS only
               atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
               atriumd --check --manifests ~/my-services # validate manifests, print what would load
-            """
+              atriumd token create --name backup        # a token for a script (see atriumd token --help)
+            """,
+        subcommands: [TokenCommand.self]
     )
 
     @Option(help: ArgumentHelp("The folder of package manifests.", valueName: "dir"))
@@ -58,12 +60,7 @@ struct Atriumd: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds a pairing request waits for the operator.", valueName: "seconds"))
     var pairingTimeout: Double = 120
 
-    @Option(
-        name: .customLong("state-dir"),
-        help: ArgumentHelp(
-            "Where the host keeps its identity (its key and certificate, mode 0600, made at first start). Default: $XDG_STATE_HOME/atrium, or ~/.local/state/atrium.",
-            valueName: "dir"))
-    var stateDir: String?
+    @OptionGroup var state: StateOptions
 
     @Option(help: ArgumentHelp("The Unix domain socket for local clients, or 'off'.", valueName: "path"))
     var socket: String = HostConfiguration.defaultSocketPath()
@@ -376,7 +373,7 @@ struct Atriumd: AsyncParsableCommand {
         configuration.socketGroup = socketGroup
         configuration.auditLog = auditLog.map { URL(fileURLWithPath: $0) }
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
-        if let stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
+        if let stateDir = state.stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
 
         if check {
             try runCheck(configuration)

@@ -101,7 +101,7 @@ struct HostileBypassTests {
                     ErrorFrame(
                         code: .notAuthorized,
                         message:
-                            "this host has no tokens configured (--token-file), so it cannot check the one sent; connect without a token"
+                            "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
                     )))
         #expect(await plain.stop() == 0)
 

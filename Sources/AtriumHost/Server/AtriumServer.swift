@@ -200,6 +200,11 @@ public final class AtriumServer: Service, Sendable {
         let trims = group.next().scheduleRepeatedTask(initialDelay: .seconds(2), delay: .seconds(2)) { _ in
             core.trimMemoryAfterBursts()
         }
+        // A token revoked (atriumd token revoke) while its connection is open is cut off
+        // within a second.
+        let tokenChecks = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
+            core.checkRevokedTokens()
+        }
 
         // SIGHUP reloads the manifests, as does any change in their folder (unless watching
         // is off). Reloads run one at a time, off the event loops.
@@ -226,6 +231,7 @@ public final class AtriumServer: Service, Sendable {
         try? await gracefulShutdown()
         flushes.cancel()
         trims.cancel()
+        tokenChecks.cancel()
         hangUps.cancel()
         watcher?.stop()
         // A reload under way finishes before the shutdown takes the packages down.

@@ -59,6 +59,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Whether the client may use services, launch and list apps: a local client, any client
     /// when pairing is not required, or a paired device.
     private var authorized = false
+    /// The `atriumd token` the client came with, and the services it covers (nil: all).
+    private var tokenName: String?
+    private var tokenServices: [String]?
     /// Where this connection's pairing stands, and its timeout.
     private var pairing = PairingStage.none
     private var pairingTimer: Scheduled<Void>?
@@ -415,11 +418,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
             )
             return
         }
-        if let refusal = core.tokenRefusal(hello.token, isLocal: isLocal) {
-            audit("token.refused", ["reason": refusal])
-            core.breaches.record("token refused", "hello refused: \(refusal)")
-            protocolError(FrameError(.notAuthorized, refusal), log: false)
+        let verdict: HostCore.TokenVerdict
+        switch core.checkToken(hello.token, isLocal: isLocal) {
+        case .failure(let refusal):
+            audit("token.refused", ["reason": refusal.reason])
+            core.breaches.record("token refused", "hello refused: \(refusal.reason)")
+            protocolError(FrameError(.notAuthorized, refusal.reason), log: false)
             return
+        case .success(let checked):
+            verdict = checked
         }
         if transport.isTLS, let pipeline = context?.pipeline.syncOperations {
             transport.identify(in: pipeline)
@@ -430,6 +437,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         machine.helloAccepted()
         authorized = isLocal || !core.pairingRequired || (transport.peerIdentity.map(core.devices.isPaired) ?? false)
+        if case .managed(let token) = verdict {
+            // A token serves its holder as a paired device is served, within its services.
+            authorized = true
+            tokenName = token.name
+            tokenServices = token.services
+            core.noteToken(token.name)
+        }
         if authorized, let identity = transport.peerIdentity, core.pairingRequired {
             core.devices.seen(identity, from: peerAddress)
         }
@@ -438,7 +452,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         clientName = hello.clientName
         logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
         if let identity = transport.peerIdentity { logger[metadataKey: "identity"] = "\(identity)" }
-        if hello.token != nil { audit("token.accepted") }
+        if hello.token != nil { audit("token.accepted", tokenName.map { ["token": $0] } ?? [:]) }
         logger.debug("hello", metadata: ["transport": "\(transport.isTLS ? "TLS" : isLocal ? "local" : "plain TCP")"])
         deadline?.cancel()
         armDeadline(after: admission.idleTimeout)
@@ -620,6 +634,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         write(.paired(PairedFrame(id: id, status: status, error: error)))
     }
 
+    /// Tokens were revoked: if this connection came with one that is gone, it is cut off now.
+    func tokenStillValid(among names: Set<String>) {
+        guard let tokenName, !names.contains(tokenName) else { return }
+        self.tokenName = nil
+        authorized = false
+        audit("token.revoked", ["token": tokenName])
+        protocolError(FrameError(.notAuthorized, "this connection's token was revoked by the host's operator"))
+    }
+
     /// A device was unpaired: if it is this connection's, the connection is cut off now.
     func deviceRevoked(_ identity: String) {
         guard transport.peerIdentity == identity, !isLocal, core.pairingRequired else { return }
@@ -682,7 +705,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             refuse(.remoteSystemUnavailable, "the host is shutting down")
             return
         }
-        let caller = HostCore.Caller(isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity)
+        let caller = HostCore.Caller(
+            isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity, tokenServices: tokenServices)
         switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
             refuse(refusal.status, refusal.reason)

@@ -1,0 +1,88 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// Tokens for scripts (`atriumd token`), against a real atriumd that requires pairing: a
+/// token serves its holder within its services, is kept only hashed, and a revoked one is cut
+/// off while connected. Waits are bounded in count and time.
+@Suite(.serialized)
+struct TokenTests {
+    static func atriumd(_ arguments: [String]) throws -> ProgramOutput {
+        try runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
+    }
+
+    @Test func aTokenServesItsServicesOnlyAndARevokedOneIsCutOff() async throws {
+        let state = TLSTests.temporaryFolder("tokens")
+        let made = try Self.atriumd([
+            "token", "create", "--name", "backup-script", "--service", "atrium.examples.echo/atrium.echo",
+            "--state-dir", state.path,
+        ])
+        #expect(made.status == 0, "\(made.output)")
+        let token = try #require(made.output.split(separator: "\n").first { $0.hasPrefix("atrium-") }.map(String.init))
+        let stored = try String(contentsOf: state.appendingPathComponent("tokens.json"), encoding: .utf8)
+        #expect(!stored.contains(token), "only the token's hash is kept")
+        #expect(try TLSTests.mode(state.appendingPathComponent("tokens.json")) == 0o600)
+        let list = try Self.atriumd(["token", "list", "--state-dir", state.path])
+        #expect(list.output.contains("backup-script") && list.output.contains("atrium.examples.echo/atrium.echo"))
+        #expect(!list.output.contains(token))
+
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: PairingTests.arguments + ["--state-dir", state.path])
+        let script = try await AtriumConnection.connect(
+            to: TLSTests.endpoint(host), token: token, tls: try TLSTests.clientTLS())
+        #expect(try await PairingTests.opensEcho(script) == .success, "unpaired, but it has a token")
+        let roman = try await AppServiceConnection(
+            appServiceName: "com.microsoft.test.cdppingpongservice",
+            packageId: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce",
+            connection: script
+        ).openRemote()
+        #expect(roman == .notAuthorized, "outside the token's services")
+
+        do {
+            _ = try await AtriumConnection.connect(
+                to: TLSTests.endpoint(host), token: "atrium-" + String(repeating: "0", count: 64),
+                tls: try TLSTests.clientTLS())
+            Issue.record("a wrong token was accepted")
+        } catch let error as AtriumClientError {
+            #expect(error.code == .protocolError && error.message.contains("notAuthorized"), "\(error)")
+        }
+
+        let revoked = try Self.atriumd(["token", "revoke", "backup-script", "--state-dir", state.path])
+        #expect(revoked.status == 0, "\(revoked.output)")
+        var cutOff = false
+        for _ in 0..<50 {
+            do {
+                _ = try await script.ping(timeout: .seconds(1))
+            } catch {
+                cutOff = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(cutOff, "the revoked token's connection was cut off")
+        #expect(await host.waitForLog("token was revoked"))
+        do {
+            _ = try await AtriumConnection.connect(
+                to: TLSTests.endpoint(host), token: token, tls: try TLSTests.clientTLS())
+            Issue.record("a revoked token was accepted")
+        } catch let error as AtriumClientError {
+            #expect(error.message.contains("not valid"), "\(error)")
+        }
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func tokenCommandsRefuseMistakesPlainly() throws {
+        let state = TLSTests.temporaryFolder("tokens")
+        #expect(try Self.atriumd(["token", "create", "--name", "x y", "--state-dir", state.path]).status == 64)
+        let scope = try Self.atriumd(["token", "create", "--name", "x", "--service", "echo", "--state-dir", state.path])
+        #expect(scope.status == 64 && scope.output.contains("PACKAGE/SERVICE"), "\(scope.output)")
+        #expect(try Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path]).status == 0)
+        let twice = try Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path])
+        #expect(twice.status != 0 && twice.output.contains("already a token named"), "\(twice.output)")
+        let unknown = try Self.atriumd(["token", "revoke", "nope", "--state-dir", state.path])
+        #expect(unknown.status != 0 && unknown.output.contains("no token named"), "\(unknown.output)")
+    }
+}
