@@ -108,6 +108,12 @@ struct HostOptions: ParsableArguments {
     }
 }
 
+/// What to do about an open the host refused, where there is something to do.
+func openHint(_ status: AppServiceConnectionStatus, _ host: String) -> String {
+    guard status == .notAuthorized else { return "" }
+    return " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"
+}
+
 func printError(_ text: String) {
     FileHandle.standardError.write(Data("atrium: \(text)\n".utf8))
 }
@@ -160,7 +166,7 @@ struct Ping: AsyncParsableCommand {
         let ping = AppServiceConnection(appServiceName: Self.service, packageId: Self.package, connection: connection)
         let status = try await reachable { try await ping.openRemote(timeout: options.duration) }
         guard status == .success else {
-            printError("the ping service did not open: \(status)")
+            printError("the ping service did not open: \(status)\(openHint(status, options.host))")
             throw Exit.notSuccess
         }
         print("PING \(options.host) (\(connection.welcome.hostName)) with Roman pings")
@@ -318,7 +324,7 @@ struct Send: AsyncParsableCommand {
             if jsonOutput {
                 print(MessageText.json(["opened": .int(Int64(opened.rawValue)), "openedName": .string("\(opened)")]))
             } else {
-                print("open \(package)/\(service): \(opened)")
+                print("open \(package)/\(service): \(opened)\(openHint(opened, options.host))")
             }
             await connection.close()
             throw Exit.notSuccess
