@@ -8,13 +8,17 @@ go away; a few bytes either way are the allocator's noise.
     Benchmarks/churn.py [--cycles 20000] [--pinned]
 
 One client at a time, nothing else running; the client is Python (cbor2), written from
-docs/PROTOCOL.md. The figures go to BENCHMARKS.md.
+docs/PROTOCOL.md, and over TLS for the TLS cycle (Python's ssl). The figures go to
+BENCHMARKS.md.
 """
 import argparse
 import os
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 
 from hosttools import ROOT, descriptors, rss_bytes as rss, start_host
@@ -38,6 +42,31 @@ class Client(ContractClient):
 
     def close(self):
         self.sock.close()
+
+
+class TLSClient(Client):
+    """The same client over TLS 1.3, presenting a certificate of its own (the host accepts any:
+    trust comes from pairing, and this host does not require it on loopback)."""
+
+    context = None
+
+    def __init__(self, port):
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = TLSClient.context.wrap_socket(raw)
+
+    def close(self):
+        try:
+            self.sock.unwrap()  # close_notify both ways, as a polite client does
+        except (OSError, ssl.SSLError):
+            pass
+        self.sock.close()
+
+
+def tls_hello_close(port, state):
+    client = TLSClient(port)
+    client.hello()
+    client.close()
 
 
 def connect_close(port, state):
@@ -92,6 +121,7 @@ def launch(port, state):
 CYCLES = [
     ("connect, close (no hello)", connect_close),
     ("connect, hello, welcome, close", connect_hello_close),
+    ("TLS handshake, hello, welcome, close", tls_hello_close),
     ("open + close of a channel (Echo)", open_close(ECHO)),
     ("open + close of a channel (Roman ping)", open_close(ROMAN)),
     ("request → response (Echo)", request(ECHO, {"Type": "ping", "TargetId": "churn"})),
@@ -109,7 +139,15 @@ def main():
         os.sched_setaffinity(0, {0})
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    host, port = start_host([], pin)
+    state_folder = tempfile.mkdtemp(prefix="atrium-churn-state-")
+    host, port = start_host(["--state-dir", state_folder], pin)
+    # The TLS cycle's client identity: any certificate will do, so the host's own is used.
+    TLSClient.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    TLSClient.context.minimum_version = ssl.TLSVersion.TLSv1_3
+    TLSClient.context.check_hostname = False
+    TLSClient.context.verify_mode = ssl.CERT_NONE
+    TLSClient.context.load_cert_chain(os.path.join(state_folder, "host-cert.pem"),
+                                      os.path.join(state_folder, "host-key.pem"))
     try:
         warmup = max(arguments.cycles // 10, 500)
         print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
@@ -143,6 +181,7 @@ def main():
     finally:
         host.terminate()
         host.wait()
+        shutil.rmtree(state_folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
