@@ -17,6 +17,13 @@ struct AuditLogTests {
         let admin = try await PairingTests.operatorConnection(host)
         let stranger = try await PairingTests.device(host)
         #expect(try await PairingTests.opensEcho(stranger) == .notAuthorized)
+        await #expect(throws: AtriumClientError.self) { _ = try await stranger.apps() }
+        #expect(
+            try await RemoteLauncher(connection: stranger).launchUri("roman-test://x").status == .deniedByRemoteSystem)
+        // Plain TCP where only TLS is taken.
+        await #expect(throws: AtriumClientError.self) {
+            _ = try await AtriumConnection.connect(to: TLSTests.endpoint(host))
+        }
 
         let device = try await PairingTests.device(host)
         let pairing = Task { try await device.pair(deviceName: "audited", timeout: .seconds(10)) }
@@ -54,6 +61,12 @@ struct AuditLogTests {
             "RemoteLaunchUriStatus: 1 is Success")
         #expect(!lines.contains { $0.contains("secret-token-123") }, "a launch's URI is not kept")
         #expect(event("device.revoked") { $0["device"] == identity && $0["name"] == "audited" } != nil)
+        #expect(event("unpaired.refused") { $0["device"] == strangerIdentity && $0["frame"] == "apps" } != nil)
+        #expect(
+            event("unpaired.refused") {
+                $0["device"] == strangerIdentity && $0["frame"] == "launch" && $0["scheme"] == "roman-test"
+            } != nil)
+        #expect(event("tls.required") { $0["address"] == "127.0.0.1" } != nil)
         #expect(events.allSatisfy { $0["time"] != nil && $0["event"] != nil })
     }
 }

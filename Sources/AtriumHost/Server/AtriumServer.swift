@@ -268,7 +268,8 @@ public final class AtriumServer: Service, Sendable {
                     let security = ConnectionTransport()
                     if transport.context != nil {
                         try channel.pipeline.syncOperations.addHandler(
-                            TransportSniffer(policy: transport, transport: security, breaches: core.breaches))
+                            TransportSniffer(
+                                policy: transport, transport: security, breaches: core.breaches, audit: core.audit))
                     }
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(

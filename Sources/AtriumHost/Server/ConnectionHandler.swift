@@ -371,6 +371,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if !authorized, let refusal = unpairedRefusal(frame) {
             core.breaches.record(
                 "unpaired client refused", level: .info, "\(frame.type) from a device that is not paired")
+            var fields = ["frame": frame.type]
+            if case .launch(let launch) = frame {
+                fields["scheme"] = untrusted(launch.uri.split(separator: ":").first.map(String.init) ?? "", limit: 64)
+            }
+            audit("unpaired.refused", fields)
             write(refusal)
             return
         }

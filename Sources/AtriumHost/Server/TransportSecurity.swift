@@ -71,11 +71,13 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
     let policy: TransportPolicy
     let transport: ConnectionTransport
     let breaches: BreachLog
+    let audit: AuditLog?
 
-    init(policy: TransportPolicy, transport: ConnectionTransport, breaches: BreachLog) {
+    init(policy: TransportPolicy, transport: ConnectionTransport, breaches: BreachLog, audit: AuditLog?) {
         self.policy = policy
         self.transport = transport
         self.breaches = breaches
+        self.audit = audit
     }
 
     /// Set once plain TCP was refused: what else the client sends is dropped.
@@ -99,6 +101,9 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
             breaches.record(
                 "plain TCP refused", level: .info, "a client spoke plain TCP where only TLS is taken; refused",
                 metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
+            audit?.record(
+                "tls.required",
+                ["transport": "tcp", "address": context.remoteAddress?.ipAddress ?? "?"])
             let refusal = HostFrame.error(
                 ErrorFrame(
                     code: .tlsRequired,
