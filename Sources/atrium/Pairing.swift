@@ -195,12 +195,15 @@ struct Devices: AsyncParsableCommand {
                 print("no paired devices")
                 return
             }
-            print("DEVICE                LAST SEEN             FROM             IDENTITY")
+            print("DEVICE                LAST SEEN (UTC)       FROM             IDENTITY")
             for device in devices {
                 print(
                     [
                         pad(clean(device["name"]?.string ?? ""), 21),
-                        pad(device["lastSeen"]?.date.map { "\($0)" } ?? "", 21),
+                        pad(
+                            device["lastSeen"]?.date.map {
+                                $0.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false))
+                            } ?? "", 21),
                         pad(device["lastAddress"]?.string ?? "", 16), device["identity"]?.string ?? "",
                     ].joined(separator: " "))
             }
