@@ -504,19 +504,18 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     }
 
     func checkToken(_ token: String?, isLocal: Bool) -> Result<TokenVerdict, TokenRefusal> {
-        if let token, let managed = tokens.match(token) { return .success(.managed(managed)) }
-        // Once `atriumd token` has been used (its file exists, even emptied by revocations), a
-        // token that matches none is one that is unknown or revoked.
-        let managedExist = FileManager.default.fileExists(atPath: tokens.file.path)
-        if token != nil, configuration.tokens == nil, !managedExist {
-            return .failure(
-                TokenRefusal(
-                    reason:
-                        "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
-                ))
-        }
-        if token != nil, configuration.tokens == nil {
-            return .failure(TokenRefusal(reason: "the token is not valid on this host (unknown, or revoked)"))
+        if let token {
+            if let managed = tokens.match(token) { return .success(.managed(managed)) }
+            if configuration.tokens == nil {
+                // Once `atriumd token` has been used (its file exists, even emptied by
+                // revocations), a token that matches none is one that is unknown or revoked.
+                return .failure(
+                    TokenRefusal(
+                        reason: FileManager.default.fileExists(atPath: tokens.file.path)
+                            ? "the token is not valid on this host (unknown, or revoked)"
+                            : "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
+                    ))
+            }
         }
         if let refusal = tokenRefusal(token, isLocal: isLocal) { return .failure(TokenRefusal(reason: refusal)) }
         return .success(token == nil ? .none : .fromFile)
@@ -551,14 +550,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
-    func tokenRefusal(_ token: String?, isLocal: Bool) -> String? {
-        guard let tokens = configuration.tokens else {
-            guard token == nil else {
-                return
-                    "this host has no tokens (atriumd token create, or --token-file), so it cannot check the one sent; connect without a token"
-            }
-            return nil
-        }
+    /// Why `--token-file` refuses the client, or nil (a host without one has nothing to refuse
+    /// here: ``checkToken(_:isLocal:)`` has answered a token it cannot check).
+    private func tokenRefusal(_ token: String?, isLocal: Bool) -> String? {
+        guard let tokens = configuration.tokens else { return nil }
         guard let token else {
             return isLocal ? nil : "this host requires a token in hello (ask its operator for one)"
         }

@@ -20,22 +20,17 @@ public enum PairingCode {
     /// The commitment a client sends in `pair` for `nonce`: SHA-256 of
     /// `atrium-pairing-commit-v1`, a NUL and the nonce (lowercase hex text), in lowercase hex.
     public static func commitment(to nonce: String) -> String {
-        hex(Array(SHA256.hash(data: Array("atrium-pairing-commit-v1".utf8) + [0] + Array(nonce.lowercased().utf8))))
+        hexString(SHA256.hash(data: Array("atrium-pairing-commit-v1".utf8) + [0] + Array(nonce.lowercased().utf8)))
     }
 
     /// 32 random bytes in lowercase hex: a pairing nonce.
     public static func makeNonce() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return hex((0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) })
+        randomHex(byteCount: 32)
     }
 
     /// Whether `text` is a nonce or commitment as sent: 64 lowercase hex digits.
     public static func isWellFormed(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { $0 < 16 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
     }
 
     static func digits(of parts: [String]) -> String {

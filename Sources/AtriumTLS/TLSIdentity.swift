@@ -209,10 +209,7 @@ public struct TLSIdentity: Sendable {
     }
 
     static func fingerprint(spki: [UInt8]) -> String {
-        SHA256.hash(data: spki).map { byte in
-            let hex = String(byte, radix: 16)
-            return byte < 16 ? "0" + hex : hex
-        }.joined()
+        hexString(SHA256.hash(data: spki))
     }
 }
 

@@ -244,6 +244,7 @@ struct Atriumd: AsyncParsableCommand {
         guard helloTimeout > 0, idleTimeout > 0 else {
             throw ValidationError("--hello-timeout and --idle-timeout take a positive number of seconds")
         }
+        guard pairingTimeout > 0 else { throw ValidationError("--pairing-timeout takes a positive number of seconds") }
         if noLoad && !check { throw ValidationError("--no-load goes with --check") }
         if let socketGroup, getgrnam(socketGroup) == nil {
             throw ValidationError("--socket-group \(socketGroup): there is no such group on this machine")

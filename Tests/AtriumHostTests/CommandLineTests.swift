@@ -63,6 +63,37 @@ struct CommandLineTests {
         #expect(missing.output.contains("cannot read the manifests folder"))
     }
 
+    @Test func securityOptionsThatCannotWorkAreRefusedWithTheReason() throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-opts-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        // An audit log that is a link is not followed (someone could point it at another file).
+        let link = scratch.appendingPathComponent("audit.jsonl")
+        try FileManager.default.createSymbolicLink(
+            at: link, withDestinationURL: scratch.appendingPathComponent("elsewhere"))
+        let refusals: [([String], String)] = [
+            (
+                ["--socket-group", "no-such-group-atrium"],
+                "--socket-group no-such-group-atrium: there is no such group"
+            ),
+            (["--pairing-timeout=-1"], "--pairing-timeout takes a positive number of seconds"),
+            (["--pairing-timeout", "1e9"], "--pairing-timeout takes a number of seconds up to a week"),
+            (["--tls", "sometimes"], "sometimes"),
+            (["--pairing", "maybe"], "maybe"),
+            (["--audit-log", link.path], "cannot open the audit log \(link.path)"),
+            (
+                ["--audit-log", scratch.appendingPathComponent("no/such/folder/audit.jsonl").path],
+                "cannot open the audit log"
+            ),
+        ]
+        for (arguments, reason) in refusals {
+            let (status, output) = try run(
+                arguments + ["--socket", "off", "--listen", "127.0.0.1:0", "--state-dir", scratch.path])
+            #expect(status != 0, "\(arguments)")
+            #expect(output.contains(reason), "\(arguments): \(output)")
+        }
+    }
+
     @Test func badLimitsAndTokenFilesAreRefusedWithTheReason() throws {
         let refusals: [([String], String)] = [
             (["--max-connections", "0"], "--max-connections takes a positive number; got 0"),

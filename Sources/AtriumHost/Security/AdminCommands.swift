@@ -18,27 +18,27 @@ enum AdminCommands {
     static func run(_ admin: AdminFrame, core: HostCore, on eventLoop: any EventLoop) -> EventLoopFuture<
         Result<ValueSet, PairingRefusal>
     > {
-        if admin.command == "devices.revoke" {
-            let arguments = try? admin.arguments?.decode()
-            guard let identity = arguments?["device"]?.string else {
-                return eventLoop.makeSucceededFuture(
-                    .failure(PairingRefusal("devices.revoke needs the device's identity (`device`)")))
-            }
-            return core.revoke(identity, on: eventLoop).map { outcome in
-                outcome.map { device in ["name": .string(device.name), "identity": .string(device.identity)] }
-            }
-        }
-        return eventLoop.makeSucceededFuture(run(admin, core: core))
-    }
-
-    static func run(_ admin: AdminFrame, core: HostCore) -> Result<ValueSet, PairingRefusal> {
         let arguments: ValueSet
         do {
             arguments = try admin.arguments?.decode() ?? [:]
         } catch {
-            return .failure(PairingRefusal("the arguments are not a ValueSet: \(error)"))
+            return eventLoop.makeSucceededFuture(.failure(PairingRefusal("the arguments are not a ValueSet: \(error)")))
         }
-        switch admin.command {
+        guard admin.command == "devices.revoke" else {
+            return eventLoop.makeSucceededFuture(run(admin.command, arguments, core: core))
+        }
+        guard let identity = arguments["device"]?.string else {
+            return eventLoop.makeSucceededFuture(
+                .failure(PairingRefusal("devices.revoke needs the device's identity (`device`)")))
+        }
+        return core.revoke(identity, on: eventLoop).map { outcome in
+            outcome.map { device in ["name": .string(device.name), "identity": .string(device.identity)] }
+        }
+    }
+
+    /// The commands answered at once.
+    static func run(_ command: String, _ arguments: ValueSet, core: HostCore) -> Result<ValueSet, PairingRefusal> {
+        switch command {
         case "pairing.list":
             let now = Date()
             let requests = core.devices.pending.map { request -> ValueSet in
@@ -52,9 +52,9 @@ enum AdminCommands {
             return .success(["requests": .array(ValueArray(maps: requests))])
         case "pairing.accept", "pairing.refuse":
             guard let number = arguments["request"]?.int, number > 0 else {
-                return .failure(PairingRefusal("\(admin.command) needs the request's number (`request`)"))
+                return .failure(PairingRefusal("\(command) needs the request's number (`request`)"))
             }
-            return core.devices.decide(UInt64(number), accept: admin.command == "pairing.accept").map { request in
+            return core.devices.decide(UInt64(number), accept: command == "pairing.accept").map { request in
                 ["deviceName": .string(request.deviceName), "identity": .string(request.identity)]
             }
         case "devices.list":
@@ -70,7 +70,7 @@ enum AdminCommands {
         default:
             return .failure(
                 PairingRefusal(
-                    "unknown admin command \"\(untrusted(admin.command, limit: 64))\"; known: pairing.list, pairing.accept, pairing.refuse, devices.list, devices.revoke"
+                    "unknown admin command \"\(untrusted(command, limit: 64))\"; known: pairing.list, pairing.accept, pairing.refuse, devices.list, devices.revoke"
                 ))
         }
     }

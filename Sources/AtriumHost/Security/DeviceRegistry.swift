@@ -90,15 +90,16 @@ public final class DeviceRegistry: Sendable {
 
     /// A paired device connected again.
     func seen(_ identity: String, from address: String) {
-        let due = state.withLock { state -> [Device]? in
-            guard state.devices[identity] != nil else { return nil }
-            state.devices[identity]!.lastSeen = Date()
+        let due = state.withLock { state -> Bool in
+            let now = Date()
+            guard state.devices[identity] != nil else { return false }
+            state.devices[identity]!.lastSeen = now
             state.devices[identity]!.lastAddress = address
-            guard Date().timeIntervalSince(state.lastWrite) > 60 else { return nil }
-            state.lastWrite = Date()
-            return Array(state.devices.values)
+            guard now.timeIntervalSince(state.lastWrite) > 60 else { return false }
+            state.lastWrite = now
+            return true
         }
-        if let due { write(due) }
+        if due { write() }
     }
 
     /// Counts a pairing attempt, or says why it may not begin: too many began in the last
@@ -164,7 +165,7 @@ public final class DeviceRegistry: Sendable {
     /// The operator's decision on request `number`: an accepted device is paired (and kept);
     /// the requesting connection is told either way.
     public func decide(_ number: UInt64, accept: Bool) -> Result<Request, PairingRefusal> {
-        let outcome = state.withLock { state -> Result<(Request, [Device]?), PairingRefusal> in
+        let outcome = state.withLock { state -> Result<Request, PairingRefusal> in
             if accept, let unreadable = state.unreadable {
                 return .failure(
                     PairingRefusal(
@@ -174,21 +175,16 @@ public final class DeviceRegistry: Sendable {
             guard let request = state.pending.removeValue(forKey: number) else {
                 return .failure(PairingRefusal("there is no pairing request \(number) waiting"))
             }
-            guard accept else { return .success((request, nil)) }
+            guard accept else { return .success(request) }
             let now = Date()
             state.devices[request.identity] = Device(
                 identity: request.identity, name: request.deviceName, pairedAt: now, lastSeen: now,
                 lastAddress: request.address)
             state.lastWrite = now
-            return .success((request, Array(state.devices.values)))
+            return .success(request)
         }
-        let request: Request
-        switch outcome {
-        case .failure(let refusal): return .failure(refusal)
-        case .success(let (decided, devices)):
-            request = decided
-            if let devices { write(devices) }
-        }
+        guard case .success(let request) = outcome else { return outcome }
+        if accept { write() }
         logger.notice(
             "pairing request \(number) \(accept ? "accepted" : "refused")",
             metadata: ["device": "\(request.deviceName)", "identity": "\(request.identity)"])
@@ -209,7 +205,7 @@ public final class DeviceRegistry: Sendable {
     /// Unpairs the device whose identity is `identity` or starts with it (at least 8 hex
     /// digits, and only one device may match).
     public func revoke(_ identity: String) -> Result<Device, PairingRefusal> {
-        let outcome = state.withLock { state -> Result<(Device, [Device]), PairingRefusal> in
+        let outcome = state.withLock { state -> Result<Device, PairingRefusal> in
             let key = identity.lowercased()
             guard key.count >= 8 else {
                 return .failure(PairingRefusal("give at least 8 hex digits of the device's identity"))
@@ -224,18 +220,12 @@ public final class DeviceRegistry: Sendable {
                             : "\(matches.count) paired devices have identities starting with \(key): give more digits"))
             }
             state.lastWrite = Date()
-            return .success((device, Array(state.devices.values)))
-        }
-        switch outcome {
-        case .success(let (device, devices)):
-            write(devices)
-            logger.notice(
-                "device revoked",
-                metadata: ["device": "\(device.name)", "identity": "\(device.identity)"])
             return .success(device)
-        case .failure(let refusal):
-            return .failure(refusal)
         }
+        guard case .success(let device) = outcome else { return outcome }
+        write()
+        logger.notice("device revoked", metadata: ["device": "\(device.name)", "identity": "\(device.identity)"])
+        return outcome
     }
 
     public var devices: [Device] {
@@ -249,7 +239,7 @@ public final class DeviceRegistry: Sendable {
     /// Saves the paired devices as they are now. Writes are serialized and each takes the
     /// list when it begins, so an older list (a `lastSeen` update that raced a revocation)
     /// never lands after a newer one.
-    private func write(_ ignored: [Device]) {
+    private func write() {
         writer.withLock { _ in
             guard let devices = state.withLock({ $0.unreadable == nil ? Array($0.devices.values) : nil }) else {
                 return

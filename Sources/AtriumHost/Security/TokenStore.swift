@@ -59,7 +59,7 @@ public final class TokenStore: Sendable {
         let digest = Array(SHA256.hash(data: Array(offered.utf8)))
         var found: Token?
         for token in tokens {
-            let stored = Self.bytes(hex: token.hash)
+            let stored = HostConfiguration.hexBytes(token.hash) ?? []
             var difference = UInt8(stored.count == digest.count ? 0 : 1)
             for index in 0..<min(stored.count, digest.count) { difference |= stored[index] ^ digest[index] }
             if difference == 0 { found = token }
@@ -74,15 +74,11 @@ public final class TokenStore: Sendable {
         guard !tokens.contains(where: { $0.name == name }) else {
             throw TokenError("there is already a token named \"\(name)\"; revoke it first, or choose another name")
         }
-        var generator = SystemRandomNumberGenerator()
-        let secret =
-            "atrium-"
-            + (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }
-            .joined()
+        let secret = "atrium-" + randomHex(byteCount: 32)
         tokens.append(
             Token(
-                name: name, hash: Self.hex(Array(SHA256.hash(data: Array(secret.utf8)))), services: services,
-                created: Date()))
+                name: name, hash: hexString(SHA256.hash(data: Array(secret.utf8))), services: services, created: Date())
+        )
         try save(tokens)
         return secret
     }
@@ -103,21 +99,6 @@ public final class TokenStore: Sendable {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try TLSIdentity.prepareFolder(file.deletingLastPathComponent())
         try TLSIdentity.writeNew(file, String(decoding: try encoder.encode(tokens), as: UTF8.self) + "\n")
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { String(format: "%02x", $0) }.joined()
-    }
-
-    static func bytes(hex: String) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var index = hex.startIndex
-        while index < hex.endIndex, let next = hex.index(index, offsetBy: 2, limitedBy: hex.endIndex) {
-            guard let byte = UInt8(hex[index..<next], radix: 16) else { return [] }
-            bytes.append(byte)
-            index = next
-        }
-        return bytes
     }
 }
 
