@@ -93,7 +93,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "atriumd",
-            dependencies: ["AtriumHost", argumentParser, logging, lifecycle],
+            dependencies: ["AtriumHost", "AtriumTLS", argumentParser, logging, lifecycle],
             swiftSettings: strict
         ),
         // The load generator behind `atrium bench`, and the raw NIO baseline it compares with.

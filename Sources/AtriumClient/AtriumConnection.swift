@@ -48,13 +48,7 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
 
     /// The host's local socket where atriumd puts it by default: `$XDG_RUNTIME_DIR/atrium/atriumd.sock`,
     /// or `/tmp/atrium-UID/atriumd.sock` without it.
-    public static var defaultLocalSocket: AtriumEndpoint {
-        let environment = ProcessInfo.processInfo.environment
-        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-            return AtriumEndpoint(.unix(path: runtime + "/atrium/atriumd.sock"))
-        }
-        return AtriumEndpoint(.unix(path: "/tmp/atrium-\(getuid())/atriumd.sock"))
-    }
+    public static var defaultLocalSocket: AtriumEndpoint { AtriumEndpoint(.unix(path: defaultLocalSocketPath())) }
 
     /// Whether the host is on this machine: the Unix socket, or a loopback TCP address
     /// (127.0.0.0/8, ::1, localhost).
@@ -81,17 +75,9 @@ public struct ClientTLS: Sendable {
     /// The identity kept in `$XDG_STATE_HOME/atrium` (or `~/.local/state/atrium`) as
     /// `client-key.pem` and `client-cert.pem`, made there at first use.
     public static func defaultIdentity(in folder: URL? = nil) throws -> TLSIdentity {
-        let folder = folder ?? Self.defaultStateFolder()
+        let folder = folder ?? TLSIdentity.defaultStateFolder()
         return try TLSIdentity.loadOrCreate(
             in: folder, name: "client", commonName: "atrium client on \(ProcessInfo.processInfo.hostName)")
-    }
-
-    /// `$XDG_STATE_HOME/atrium`, or `~/.local/state/atrium` without it.
-    public static func defaultStateFolder() -> URL {
-        if let state = ProcessInfo.processInfo.environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-            return URL(fileURLWithPath: state).appendingPathComponent("atrium")
-        }
-        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/atrium")
     }
 }
 

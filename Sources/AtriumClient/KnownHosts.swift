@@ -1,4 +1,4 @@
-import AtriumTLS
+public import AtriumTLS
 public import Foundation
 
 #if canImport(Glibc)
@@ -12,7 +12,7 @@ public import Foundation
 public struct KnownHosts: Sendable {
     public let file: URL
 
-    public init(folder: URL = ClientTLS.defaultStateFolder()) {
+    public init(folder: URL = TLSIdentity.defaultStateFolder()) {
         file = folder.appendingPathComponent("known-hosts.json")
     }
 

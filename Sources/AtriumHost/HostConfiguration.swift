@@ -69,7 +69,7 @@ public struct HostConfiguration: Sendable {
     }
     /// Where the host keeps its identity (and, later, what it learns): made mode 0700 at
     /// first start.
-    public var stateFolder = HostConfiguration.defaultStateFolder()
+    public var stateFolder = TLSIdentity.defaultStateFolder()
 
     public init(
         manifestsFolder: URL = URL(fileURLWithPath: "manifests"),
@@ -106,22 +106,7 @@ public struct HostConfiguration: Sendable {
     }
 
     /// `$XDG_RUNTIME_DIR/atrium/atriumd.sock`, or `/tmp/atrium-<uid>/atriumd.sock` without it.
-    public static func defaultSocketPath() -> String {
-        let environment = ProcessInfo.processInfo.environment
-        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-            return runtime + "/atrium/atriumd.sock"
-        }
-        return "/tmp/atrium-\(getuid())/atriumd.sock"
-    }
-
-    /// `$XDG_STATE_HOME/atrium`, or `~/.local/state/atrium` without it.
-    public static func defaultStateFolder() -> URL {
-        let environment = ProcessInfo.processInfo.environment
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-            return URL(fileURLWithPath: state).appendingPathComponent("atrium")
-        }
-        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/atrium")
-    }
+    public static func defaultSocketPath() -> String { defaultLocalSocketPath() }
 
     /// Whether the TCP listen address is a loopback one (127.0.0.0/8, ::1, localhost).
     public var listensOnLoopbackOnly: Bool {

@@ -19,6 +19,15 @@ public struct TLSIdentity: Sendable {
     /// Where the key is kept.
     public let keyFile: URL
 
+    /// Where identities are kept unless told otherwise, the host's and a client's alike:
+    /// `$XDG_STATE_HOME/atrium`, or `~/.local/state/atrium` without it.
+    public static func defaultStateFolder() -> URL {
+        if let state = ProcessInfo.processInfo.environment["XDG_STATE_HOME"], state.hasPrefix("/") {
+            return URL(fileURLWithPath: state).appendingPathComponent("atrium")
+        }
+        return FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state/atrium")
+    }
+
     /// The identity kept in `folder` as `NAME-key.pem` and `NAME-cert.pem`, made there
     /// (with the folder, mode 0700) when it does not exist yet. `commonName` names the
     /// certificate's subject; it is informative only. A certificate that is missing or does

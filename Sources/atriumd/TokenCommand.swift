@@ -1,5 +1,6 @@
 import ArgumentParser
 import AtriumHost
+import AtriumTLS
 import Foundation
 
 /// `atriumd token`: tokens for scripts and servers, kept hashed in the host's state folder.
@@ -97,6 +98,6 @@ struct StateOptions: ParsableArguments {
     var stateDir: String?
 
     var store: TokenStore {
-        TokenStore(folder: stateDir.map { URL(fileURLWithPath: $0) } ?? HostConfiguration.defaultStateFolder())
+        TokenStore(folder: stateDir.map { URL(fileURLWithPath: $0) } ?? TLSIdentity.defaultStateFolder())
     }
 }
