@@ -92,6 +92,11 @@ final class PluginRuntime: Sendable {
         Task(executorPreference: executor) { await body() }
     }
 
+    /// Whether a call into the host that may wait for it (`send`, `close_channel`: in a worker
+    /// process they wait for the host's reply) must be made on the plugin's queue: a request
+    /// started inline may be on the host's network thread, the one that reads that reply.
+    var hostCallsNeedOwnQueue: Bool { requestsInline && !executor.isCurrent }
+
     /// Runs `body` as a task that starts on the calling thread, until its first suspension,
     /// when the service never blocks in `request`; otherwise as `run` does.
     func runRequest(_ body: @escaping @Sendable () async -> Void) {
@@ -123,11 +128,10 @@ final class PluginRuntime: Sendable {
             return (result, requestId)
         }
         let (result, requestId): (Int32, UInt64)
-        if requestsInline && !executor.isCurrent {
-            // Perhaps on the host's network thread, where the host's reply to `send` (in a
-            // worker process) would have to be read: the call itself runs on the plugin's
-            // queue. (Moving the task there first is not enough: a continuation resumed before
-            // its task has suspended lets the task go on where it was.)
+        if hostCallsNeedOwnQueue {
+            // The call itself runs on the plugin's queue. (Moving the task there first is not
+            // enough: a continuation resumed before its task has suspended lets the task go on
+            // where it was.)
             (result, requestId) = await withCheckedContinuation { continuation in
                 executor.queue.async { continuation.resume(returning: call()) }
             }

@@ -126,7 +126,7 @@ public struct ServiceChannel: Sendable, Hashable {
         let (table, id) = (runtime.table, id)
         let close: @Sendable () -> Void = { _ = table.api.pointee.close_channel(table.api, id, status.int32Value) }
         // Never from the host's network thread, where the host's reply may have to be read.
-        if runtime.requestsInline && !runtime.executor.isCurrent {
+        if runtime.hostCallsNeedOwnQueue {
             runtime.executor.queue.async(execute: close)
         } else {
             close()

@@ -81,6 +81,10 @@ struct LocalOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
     var timeout: Double = 10
 
+    func validate() throws {
+        guard timeout > 0 else { throw ValidationError("--timeout must be above 0 seconds") }
+    }
+
     func connect() async throws -> AtriumConnection {
         let endpoint = socket.map { AtriumEndpoint(.unix(path: $0)) } ?? AtriumEndpoint.defaultLocalSocket
         return try await reachable {
