@@ -70,13 +70,19 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Avahi's client library (apt: libavahi-client-dev), for DNS-SD. Its headers are in
+        // /usr/include; no pkg-config flags are needed (its -D_REENTRANT is refused by SwiftPM).
+        .systemLibrary(name: "CAvahi", providers: [.apt(["libavahi-client-dev"])]),
+        // DNS-SD through avahi-daemon: the host advertises _atrium._tcp, clients browse for it.
+        .target(name: "AtriumDiscovery", dependencies: ["CAvahi", logging], swiftSettings: strict),
         // The Swift SDK for writing plugins.
         .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
         // Manifests, plugin loading, routing, the server.
         .target(
             name: "AtriumHost",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "AtriumTLS", "CAtriumPlugin", "CAtriumFFI", "CAtriumSystem", nioCore,
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", "CAtriumPlugin", "CAtriumFFI",
+                "CAtriumSystem", nioCore,
                 nioPosix, logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
@@ -86,14 +92,14 @@ let package = Package(
         .target(
             name: "AtriumClient",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "AtriumTLS", nioCore, nioPosix,
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", nioCore, nioPosix,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict
         ),
         .executableTarget(
             name: "atriumd",
-            dependencies: ["AtriumHost", "AtriumTLS", argumentParser, logging, lifecycle],
+            dependencies: ["AtriumHost", "AtriumTLS", "AtriumDiscovery", argumentParser, logging, lifecycle],
             swiftSettings: strict
         ),
         // The load generator behind `atrium bench`, and the raw NIO baseline it compares with.
@@ -121,7 +127,8 @@ let package = Package(
         .executableTarget(
             name: "atrium",
             dependencies: [
-                "AtriumClient", "AtriumBench", "AtriumProtocol", "AtriumValues", "AtriumTLS", argumentParser,
+                "AtriumClient", "AtriumBench", "AtriumProtocol", "AtriumValues", "AtriumTLS", "AtriumDiscovery",
+                argumentParser,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict

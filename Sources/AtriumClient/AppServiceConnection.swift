@@ -49,8 +49,15 @@ public final class AppServiceConnection: Sendable {
 
     private let channelNumber: Mutex<UInt64?> = Mutex(nil)
     private let events: AtriumConnection.ChannelEvents
+    /// Whether ``connection`` was made for this service alone (closed with it).
+    private let ownsConnection: Bool
 
-    public init(appServiceName: String, packageId: String, connection: AtriumConnection) {
+    public convenience init(appServiceName: String, packageId: String, connection: AtriumConnection) {
+        self.init(appServiceName: appServiceName, packageId: packageId, connection: connection, ownsConnection: false)
+    }
+
+    init(appServiceName: String, packageId: String, connection: AtriumConnection, ownsConnection: Bool) {
+        self.ownsConnection = ownsConnection
         self.appServiceName = appServiceName
         self.packageId = packageId
         self.connection = connection
@@ -127,17 +134,18 @@ public final class AppServiceConnection: Sendable {
         return try await sendMessage(message, timeout: timeout)
     }
 
-    /// Closes the channel; the service is told.
+    /// Closes the channel; the service is told. A connection made for this service alone
+    /// (``init(appServiceName:packageId:remoteSystem:tls:timeout:)``) is closed too.
     public func close() async {
-        guard
-            let channel = channelNumber.withLock({ number -> UInt64? in
-                defer { number = nil }
-                return number
-            })
-        else { return }
-        let events = connection.state.withLock { $0.channels.removeValue(forKey: channel) }
-        events?.requests.finish()
-        events?.closed.finish()
-        try? await connection.send(.close(channel: channel))
+        if let channel = channelNumber.withLock({ number -> UInt64? in
+            defer { number = nil }
+            return number
+        }) {
+            let events = connection.state.withLock { $0.channels.removeValue(forKey: channel) }
+            events?.requests.finish()
+            events?.closed.finish()
+            try? await connection.send(.close(channel: channel))
+        }
+        if ownsConnection { await connection.close() }
     }
 }

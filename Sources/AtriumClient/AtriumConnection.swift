@@ -91,6 +91,8 @@ public struct ClientTLS: Sendable {
 public final class AtriumConnection: Sendable {
     /// The host's `welcome`: its identity and limits.
     public let welcome: WelcomeFrame
+    /// Where the host was reached.
+    public let endpoint: AtriumEndpoint
     /// The host's identity as its TLS certificate proved it; nil on plain TCP and the Unix
     /// socket.
     public let hostIdentity: String?
@@ -227,15 +229,18 @@ public final class AtriumConnection: Sendable {
             )
         }
         let connection = AtriumConnection(
-            channel: channel, welcome: welcome, hostIdentity: proven,
+            channel: channel, endpoint: endpoint, welcome: welcome, hostIdentity: proven,
             clientIdentity: proven == nil ? nil : tls?.identity.fingerprint, timeout: timeout)
         handler.attach(connection)
         return connection
     }
 
-    init(channel: any Channel, welcome: WelcomeFrame, hostIdentity: String?, clientIdentity: String?, timeout: Duration)
-    {
+    init(
+        channel: any Channel, endpoint: AtriumEndpoint, welcome: WelcomeFrame, hostIdentity: String?,
+        clientIdentity: String?, timeout: Duration
+    ) {
         self.channel = channel
+        self.endpoint = endpoint
         self.welcome = welcome
         self.hostIdentity = hostIdentity
         self.clientIdentity = clientIdentity

@@ -32,6 +32,12 @@ public struct KnownHosts: Sendable {
         try all()[Self.key(endpoint)]
     }
 
+    /// Whether this client paired with a host of `identity`, at any address (an unreadable
+    /// file counts as no).
+    public func isPaired(_ identity: String) -> Bool {
+        (try? all().values.contains(identity)) ?? false
+    }
+
     /// Remembers `identity` for `endpoint` (after a pairing).
     public func remember(_ identity: String, for endpoint: AtriumEndpoint) throws {
         var hosts = try all()

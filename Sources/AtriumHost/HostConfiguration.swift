@@ -1,3 +1,4 @@
+import AtriumDiscovery
 public import AtriumProtocol
 import AtriumTLS
 import Crypto
@@ -67,6 +68,15 @@ public struct HostConfiguration: Sendable {
         case .off: false
         }
     }
+    /// Whether the host advertises itself with DNS-SD (`_atrium._tcp`, through avahi-daemon)
+    /// when its TCP listener is reachable from the network (docs/DISCOVERY.md).
+    public var advertise = true
+    /// The name it advertises under; nil: the machine's pretty hostname, read again on SIGHUP.
+    public var advertisedName: String?
+    /// What kind of machine this is (systemd's chassis names), in `welcome` and the DNS-SD
+    /// record.
+    public var kind = MachineKind.detect()
+
     /// Where the host keeps its identity (and, later, what it learns): made mode 0700 at
     /// first start.
     public var stateFolder = TLSIdentity.defaultStateFolder()

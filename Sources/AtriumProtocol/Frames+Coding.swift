@@ -234,12 +234,14 @@ extension HostFrame {
     public func encode(into buffer: inout ByteBuffer) {
         switch self {
         case .welcome(let welcome):
-            buffer.writeFrameHeader("welcome", keys: welcome.hostIdentity == nil ? 6 : 7)
+            buffer.writeFrameHeader(
+                "welcome", keys: 6 + (welcome.hostIdentity == nil ? 0 : 1) + (welcome.kind == nil ? 0 : 1))
             buffer.writeKey("version", welcome.version)
             buffer.writeKey("hostId", welcome.hostId)
             buffer.writeKey("hostName", welcome.hostName)
             buffer.writeKey("platform", welcome.platform)
             if let identity = welcome.hostIdentity { buffer.writeKey("hostIdentity", identity) }
+            if let kind = welcome.kind { buffer.writeKey("kind", kind) }
             buffer.writeText("limits" as StaticString)
             buffer.writeHead(major: 5, argument: 4)
             buffer.writeKey("maxMessageBytes", UInt64(welcome.limits.maxMessageBytes))
@@ -323,7 +325,8 @@ extension HostFrame {
                             maxChannels: try limits.int("maxChannels"),
                             maxInFlight: try limits.int("maxInFlight")
                         ),
-                        hostIdentity: try named.optionalText("hostIdentity")
+                        hostIdentity: try named.optionalText("hostIdentity"),
+                        kind: try named.optionalText("kind")
                     )
                 )
             case "opened":

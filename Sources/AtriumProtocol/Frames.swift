@@ -112,6 +112,9 @@ public struct WelcomeFrame: Sendable, Hashable {
     /// The host's identity (CONTRACT section 7): the SHA-256 of its certificate's
     /// SubjectPublicKeyInfo, lowercase hex. Sent by a host that has one.
     public var hostIdentity: String?
+    /// What kind of machine the host runs on, in systemd's chassis names (desktop, laptop,
+    /// server, vm, ...; docs/DISCOVERY.md). An Atrium extension: older hosts leave it out.
+    public var kind: String?
 
     public init(
         version: UInt64 = atriumProtocolVersion,
@@ -119,7 +122,8 @@ public struct WelcomeFrame: Sendable, Hashable {
         hostName: String,
         platform: String = "linux",
         limits: ProtocolLimits,
-        hostIdentity: String? = nil
+        hostIdentity: String? = nil,
+        kind: String? = nil
     ) {
         self.version = version
         self.hostId = hostId
@@ -127,6 +131,7 @@ public struct WelcomeFrame: Sendable, Hashable {
         self.platform = platform
         self.limits = limits
         self.hostIdentity = hostIdentity
+        self.kind = kind
     }
 }
 

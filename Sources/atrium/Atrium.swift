@@ -21,8 +21,9 @@ struct Atrium: AsyncParsableCommand {
         commandName: "atrium",
         abstract: "Talk to an Atrium host: ping it, list its apps, send messages to its app services.",
         discussion: """
-            HOST is host:port (port 7340 when left out), or unix:/path for the host's local
-            socket; it defaults to 127.0.0.1:7340. Over TCP, atrium speaks TLS with an
+            HOST is host:port (port 7340 when left out), unix:/path for the host's local
+            socket, or the name of a host on the network as atrium discover lists it (quoted
+            when it has spaces); it defaults to 127.0.0.1:7340. Over TCP, atrium speaks TLS with an
             identity of its own (a key and certificate kept in $XDG_STATE_HOME/atrium, made at
             first use); --insecure speaks plain TCP, to a loopback host only.
 
@@ -31,14 +32,17 @@ struct Atrium: AsyncParsableCommand {
             not answer in time; 64 the command line was wrong.
             """,
         subcommands: [
-            Ping.self, Apps.self, Send.self, Launch.self, Bench.self, Pair.self, Pairing.self, Devices.self,
+            Ping.self, Apps.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self, Pairing.self,
+            Devices.self,
         ]
     )
 }
 
 /// Options every command shares.
 struct HostOptions: ParsableArguments {
-    @Argument(help: ArgumentHelp("The host: host:port, host, or unix:/path.", valueName: "host"))
+    @Argument(
+        help: ArgumentHelp(
+            "The host: host:port, host, unix:/path, or a name atrium discover lists.", valueName: "host"))
     var host: String = "127.0.0.1:7340"
 
     @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
@@ -53,9 +57,9 @@ struct HostOptions: ParsableArguments {
     func validate() throws {
         // A first word with '=' is a KEY=VALUE field of `send`, which then uses the default host.
         guard let endpoint = AtriumEndpoint(host) else {
-            guard host.contains("=") else {
+            guard host.contains("=") || Self.isHostName(host) else {
                 throw ValidationError(
-                    "'\(host)' is not a host: use host:port (like 192.168.1.20:7340), host, or unix:/path/to/atriumd.sock"
+                    "'\(host)' is not a host: use host:port (like 192.168.1.20:7340), host, unix:/path/to/atriumd.sock, or a name atrium discover lists"
                 )
             }
             return
@@ -70,8 +74,16 @@ struct HostOptions: ParsableArguments {
 
     var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
 
+    /// Whether `text` can be the name of a discovered host: one line, no '/' or '='.
+    static func isHostName(_ text: String) -> Bool {
+        !text.trimmingCharacters(in: .whitespaces).isEmpty
+            && !text.contains(where: { "/=".contains($0) || $0.isNewline })
+    }
+
     func connect(to address: String? = nil, checkingKnownHost: Bool = true) async throws -> AtriumConnection {
-        guard let endpoint = AtriumEndpoint(address ?? host) else {
+        let text = address ?? host
+        if !isAddress(text) && Self.isHostName(text) { return try await connectDiscovered(text) }
+        guard let endpoint = AtriumEndpoint(text) else {
             throw ValidationError(
                 "'\(address ?? host)' is not a host: use host:port, host, or unix:/path/to/atriumd.sock")
         }
@@ -98,6 +110,44 @@ struct HostOptions: ParsableArguments {
             if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
                 printError(
                     "\(endpoint) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \(endpoint) makes it known"
+                )
+            }
+            return connection
+        } catch let error as AtriumClientError {
+            printError(error.message)
+            throw Exit.unreachable
+        }
+    }
+}
+
+extension HostOptions {
+    /// Connects to the host advertised as `name` on the network (DNS-SD).
+    func connectDiscovered(_ name: String) async throws -> AtriumConnection {
+        let (found, problem) = await discoveredHost(named: name, within: min(duration, .seconds(5)))
+        guard let system = found else {
+            printError(
+                "no host named \"\(name)\" was found on the network"
+                    + (problem.map { " (\($0); is avahi-daemon running?)" } ?? "")
+                    + "; atrium discover lists the hosts it finds")
+            throw Exit.unreachable
+        }
+        if insecure && !system.endpoints.allSatisfy(\.isLoopback) {
+            throw ValidationError(
+                "--insecure speaks plain TCP: atrium allows it only to a loopback host, not \(system.displayName)")
+        }
+        let tls: ClientTLS?
+        do {
+            tls = insecure ? nil : ClientTLS(identity: try ClientTLS.defaultIdentity())
+        } catch {
+            printError("cannot load this client's TLS identity: \(error)")
+            throw Exit.unreachable
+        }
+        do {
+            let connection = try await AtriumConnection.connect(
+                to: system, clientName: "atrium command line", tls: tls, timeout: duration)
+            if !system.isPaired, tls != nil {
+                printError(
+                    "\"\(system.displayName)\" (\(connection.endpoint)) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \"\(system.displayName)\" makes it known"
                 )
             }
             return connection
@@ -539,8 +589,9 @@ struct Launch: AsyncParsableCommand {
         guard let (host, _) = hostAndURI else {
             throw ValidationError("give the URI, optionally after the host: atrium launch [HOST] URI")
         }
-        guard AtriumEndpoint(host) != nil else {
-            throw ValidationError("'\(host)' is not a host: use host:port, host, or unix:/path")
+        guard AtriumEndpoint(host) != nil || HostOptions.isHostName(host) else {
+            throw ValidationError(
+                "'\(host)' is not a host: use host:port, host, unix:/path, or a name atrium discover lists")
         }
         if let data { _ = try parsedData(data) }
     }

@@ -64,7 +64,7 @@ struct Pair: AsyncParsableCommand {
             throw Exit.notSuccess
         }
         do {
-            try KnownHosts().remember(identity, for: AtriumEndpoint(options.host)!)
+            try KnownHosts().remember(identity, for: connection.endpoint)
         } catch {
             printError("paired, but the host's identity could not be remembered: \(error)")
             throw Exit.notSuccess

@@ -1,4 +1,5 @@
 public import ArgumentParser
+import AtriumDiscovery
 import AtriumHost
 import AtriumProtocol
 import Foundation
@@ -56,6 +57,24 @@ struct Atriumd: AsyncParsableCommand {
             "Whether TCP clients must be paired devices: auto (when listening on an address other than loopback), required, or off. Local clients never pair.",
             valueName: "mode"))
     var pairing: PairingMode = .auto
+
+    @Option(
+        help: ArgumentHelp(
+            "Advertise the host on the local network with DNS-SD (_atrium._tcp, through avahi-daemon): on, or off. Nothing is advertised while the TCP listener is on loopback only.",
+            valueName: "on|off"))
+    var advertise: AdvertiseMode = .on
+
+    @Option(
+        help: ArgumentHelp(
+            "The name the host is advertised under. Default: the machine's pretty hostname (hostnamectl set-hostname --pretty), read again on SIGHUP.",
+            valueName: "name"))
+    var advertiseName: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "What kind of machine this is, for clients that filter by it: \(MachineKind.all.joined(separator: ", ")). Default: found as hostnamectl does (CHASSIS in /etc/machine-info, then the firmware).",
+            valueName: "kind"))
+    var kind: String?
 
     @Option(help: ArgumentHelp("Seconds a pairing request waits for the operator.", valueName: "seconds"))
     var pairingTimeout: Double = 120
@@ -246,6 +265,14 @@ struct Atriumd: AsyncParsableCommand {
         }
         guard pairingTimeout > 0 else { throw ValidationError("--pairing-timeout takes a positive number of seconds") }
         if noLoad && !check { throw ValidationError("--no-load goes with --check") }
+        if let kind, !MachineKind.isValid(kind) {
+            throw ValidationError("--kind takes one of \(MachineKind.all.joined(separator: ", ")); got '\(kind)'")
+        }
+        if let advertiseName,
+            advertiseName.trimmingCharacters(in: .whitespaces).isEmpty || advertiseName.contains(where: \.isNewline)
+        {
+            throw ValidationError("--advertise-name takes a name of one line, not empty")
+        }
         if let socketGroup, getgrnam(socketGroup) == nil {
             throw ValidationError("--socket-group \(socketGroup): there is no such group on this machine")
         }
@@ -371,6 +398,9 @@ struct Atriumd: AsyncParsableCommand {
         configuration.watchManifests = !noWatch
         configuration.tls = tls
         configuration.pairing = pairing
+        configuration.advertise = advertise == .on
+        configuration.advertisedName = advertiseName
+        if let kind { configuration.kind = kind }
         configuration.socketGroup = socketGroup
         configuration.auditLog = auditLog.map { URL(fileURLWithPath: $0) }
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
@@ -445,3 +475,8 @@ func say(_ line: String) {
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 extension TLSMode: ExpressibleByArgument {}
 extension PairingMode: ExpressibleByArgument {}
+
+/// `--advertise`.
+enum AdvertiseMode: String, ExpressibleByArgument, CaseIterable {
+    case on, off
+}

@@ -189,6 +189,10 @@ public final class AtriumServer: Service, Sendable {
             ]
         )
         onReady(addresses)
+        // Found on the network (DNS-SD) once it can be reached there.
+        let advertiser = makeAdvertiser(for: addresses.tcp)
+        advertiser?.start()
+        let advertisedScope = configuration.listenHost.map { Self.advertisingScope(of: $0) }
         // Counts of refusals that were not logged one by one go out once per interval.
         let breaches = core.breaches
         let flushes = group.next().scheduleRepeatedTask(
@@ -211,7 +215,14 @@ public final class AtriumServer: Service, Sendable {
         let reloads = DispatchQueue(label: "atrium.manifests.reload")
         signal(SIGHUP, SIG_IGN)
         let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: reloads)
-        hangUps.setEventHandler { [self] in reload(reason: "SIGHUP") }
+        hangUps.setEventHandler { [self] in
+            reload(reason: "SIGHUP")
+            // The machine's pretty hostname may have changed (hostnamectl set-hostname --pretty).
+            if let advertiser, let port = addresses.tcp?.port, let advertisedScope {
+                advertiser.update(
+                    advertisedService(port: port, interface: advertisedScope.interface, ipv6: advertisedScope.ipv6))
+            }
+        }
         hangUps.resume()
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
@@ -229,6 +240,8 @@ public final class AtriumServer: Service, Sendable {
 
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
+        // Withdrawn first: clients stop finding the host before it stops answering.
+        advertiser?.stop()
         flushes.cancel()
         trims.cancel()
         tokenChecks.cancel()

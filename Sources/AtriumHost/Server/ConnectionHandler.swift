@@ -465,7 +465,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             .welcome(
                 WelcomeFrame(
                     hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits,
-                    hostIdentity: core.identity)
+                    hostIdentity: core.identity, kind: core.configuration.kind)
             )
         )
     }

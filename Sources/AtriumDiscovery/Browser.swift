@@ -1,0 +1,201 @@
+import CAvahi
+public import Dispatch
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Browses DNS-SD for one service type through avahi-daemon and resolves every instance it
+/// finds, keeping each resolver open so that a changed record (a new port, a new TXT
+/// record) is reported again. Survives avahi-daemon restarts: it reports the instances of
+/// the lost daemon removed, then browses again.
+public final class DNSSDBrowser: @unchecked Sendable {
+    /// One instance as Avahi reports it: per interface and per address family.
+    public struct Item: Sendable, Hashable {
+        public var interface: Int32
+        public var ipv6: Bool
+        public var name: String
+        public var domain: String
+    }
+
+    /// What an instance resolved to.
+    public struct Resolution: Sendable, Hashable {
+        public var hostName: String
+        /// The address as text; an IPv6 link-local one carries its interface (`fe80::1%eth0`).
+        public var address: String
+        public var port: Int
+        public var txt: [String: String]
+    }
+
+    public enum Event: Sendable {
+        case resolved(Item, Resolution)
+        case removed(Item)
+        /// Avahi is not reachable (with the reason), or is again (nil).
+        case unavailable(String?)
+    }
+
+    private let type: String
+    private let handler: @Sendable (Event) -> Void
+    private let queue = DispatchQueue(label: "atrium.dnssd.browser")
+    /// Touched on Avahi's thread with the lock held, or under ``AvahiSession/locked(_:)``.
+    private var browser: OpaquePointer?
+    private var resolvers: [Item: OpaquePointer] = [:]
+    private var session: AvahiSession?
+    private let stopped = Mutex(false)
+    /// Whether `.unavailable` with a reason was the last said (only then is "available
+    /// again" news). Touched on Avahi's thread and the queue, one at a time.
+    private let saidUnavailable = Mutex(false)
+    private let retryInterval: DispatchTimeInterval
+
+    /// `handler` is called on Avahi's thread: it must not block, nor call back into this browser.
+    public init(
+        type: String, retryInterval: DispatchTimeInterval = .seconds(5), handler: @escaping @Sendable (Event) -> Void
+    ) {
+        self.type = type
+        self.handler = handler
+        self.retryInterval = retryInterval
+    }
+
+    /// Starts browsing; a missing avahi-daemon is reported as `.unavailable` and waited for.
+    public func start() {
+        queue.async { self.connect() }
+    }
+
+    /// Stops browsing. Returns once no more events come.
+    public func stop() {
+        stopped.withLock { $0 = true }
+        queue.sync {
+            session?.locked { _ in
+                browser = nil
+                resolvers = [:]
+            }
+            session?.close()
+            session = nil
+        }
+    }
+
+    private func connect() {
+        guard !stopped.withLock({ $0 }) else { return }
+        do {
+            session = try AvahiSession { [weak self] client, state in self?.clientChanged(client, state) }
+        } catch {
+            report("\(error)")
+            queue.asyncAfter(deadline: .now() + retryInterval) { [weak self] in self?.connect() }
+        }
+    }
+
+    /// On Avahi's thread, lock held.
+    private func clientChanged(_ client: OpaquePointer, _ state: AvahiClientState) {
+        switch state {
+        case AVAHI_CLIENT_S_RUNNING:
+            guard browser == nil else { return }
+            if saidUnavailable.withLock({ $0 }) { report(nil) }
+            browser = avahi_service_browser_new(
+                client, Int32(AVAHI_IF_UNSPEC), Int32(AVAHI_PROTO_UNSPEC), type, nil, AvahiLookupFlags(0),
+                { _, interface, family, event, name, _, domain, _, userdata in
+                    guard let userdata, let name, let domain else { return }
+                    let item = Item(
+                        interface: interface, ipv6: family == Int32(AVAHI_PROTO_INET6), name: String(cString: name),
+                        domain: String(cString: domain))
+                    Unmanaged<DNSSDBrowser>.fromOpaque(userdata).takeUnretainedValue().browsed(item, event)
+                }, Unmanaged.passUnretained(self).toOpaque())
+            if browser == nil {
+                report("cannot browse for \(type): \(AvahiSession.lastError(of: client))")
+            }
+        case AVAHI_CLIENT_CONNECTING:
+            report("avahi-daemon is not running")
+        case AVAHI_CLIENT_FAILURE:
+            let reason = AvahiSession.lastError(of: client)
+            for item in resolvers.keys { handler(.removed(item)) }
+            resolvers = [:]
+            browser = nil
+            report("lost avahi-daemon (\(reason))")
+            queue.async {
+                self.session?.close()
+                self.session = nil
+                self.connect()
+            }
+        default:
+            break
+        }
+    }
+
+    private func report(_ reason: String?) {
+        saidUnavailable.withLock { $0 = reason != nil }
+        handler(.unavailable(reason))
+    }
+
+    /// On Avahi's thread, lock held.
+    private func browsed(_ item: Item, _ event: AvahiBrowserEvent) {
+        switch event {
+        case AVAHI_BROWSER_NEW:
+            guard resolvers[item] == nil, let browser, let client = avahi_service_browser_get_client(browser) else {
+                return
+            }
+            let resolver = avahi_service_resolver_new(
+                client, item.interface,
+                item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET), item.name, type, item.domain,
+                item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET), AvahiLookupFlags(0),
+                { _, interface, family, event, name, _, domain, hostName, address, port, txt, _, userdata in
+                    guard let userdata, let name, let domain, event == AVAHI_RESOLVER_FOUND, let address else { return }
+                    let item = Item(
+                        interface: interface, ipv6: family == Int32(AVAHI_PROTO_INET6), name: String(cString: name),
+                        domain: String(cString: domain))
+                    let resolution = Resolution(
+                        hostName: hostName.map { String(cString: $0) } ?? "",
+                        address: DNSSDBrowser.text(of: address, interface: interface), port: Int(port),
+                        txt: DNSSDBrowser.pairs(of: txt))
+                    Unmanaged<DNSSDBrowser>.fromOpaque(userdata).takeUnretainedValue().handler(
+                        .resolved(item, resolution))
+                }, Unmanaged.passUnretained(self).toOpaque())
+            if let resolver { resolvers[item] = resolver }
+        case AVAHI_BROWSER_REMOVE:
+            if let resolver = resolvers.removeValue(forKey: item) { avahi_service_resolver_free(resolver) }
+            handler(.removed(item))
+        default:
+            break
+        }
+    }
+
+    static func text(of address: UnsafePointer<AvahiAddress>, interface: Int32) -> String {
+        var buffer = [CChar](repeating: 0, count: Int(AVAHI_ADDRESS_STR_MAX) + 1)
+        avahi_address_snprint(&buffer, buffer.count, address)
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        // A link-local IPv6 address means nothing without its interface.
+        if address.pointee.proto == Int32(AVAHI_PROTO_INET6), text.lowercased().hasPrefix("fe80:"), interface > 0 {
+            var name = [CChar](repeating: 0, count: 32)
+            if if_indextoname(UInt32(interface), &name) != nil {
+                return text + "%"
+                    + String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
+        }
+        return text
+    }
+
+    /// A TXT record as key/value pairs (a key without `=` has the empty value; the first of
+    /// two equal keys wins, RFC 6763 section 6.4).
+    static func pairs(of list: UnsafeMutablePointer<AvahiStringList>?) -> [String: String] {
+        var pairs: [String: String] = [:]
+        var entry = list
+        while let current = entry {
+            let size = Int(current.pointee.size)
+            let bytes = withUnsafePointer(to: &current.pointee.text) {
+                UnsafeRawPointer($0).withMemoryRebound(to: UInt8.self, capacity: size) {
+                    Array(UnsafeBufferPointer(start: $0, count: size))
+                }
+            }
+            if let equals = bytes.firstIndex(of: UInt8(ascii: "=")) {
+                let key = String(decoding: bytes[..<equals], as: UTF8.self).lowercased()
+                if !key.isEmpty, pairs[key] == nil {
+                    pairs[key] = String(decoding: bytes[(equals + 1)...], as: UTF8.self)
+                }
+            } else if !bytes.isEmpty {
+                let key = String(decoding: bytes, as: UTF8.self).lowercased()
+                if pairs[key] == nil { pairs[key] = "" }
+            }
+            entry = current.pointee.next
+        }
+        return pairs
+    }
+}

@@ -1,0 +1,11 @@
+// Avahi's client library (apt: libavahi-client-dev), for DNS-SD: atriumd advertises
+// _atrium._tcp through it, and clients browse for it.
+#include <avahi-client/client.h>
+#include <avahi-client/lookup.h>
+#include <avahi-client/publish.h>
+#include <avahi-common/address.h>
+#include <avahi-common/alternative.h>
+#include <avahi-common/error.h>
+#include <avahi-common/malloc.h>
+#include <avahi-common/strlst.h>
+#include <avahi-common/thread-watch.h>

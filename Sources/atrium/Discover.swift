@@ -1,0 +1,193 @@
+import ArgumentParser
+import AtriumClient
+import AtriumDiscovery
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+struct Discover: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the Atrium hosts on the local network (DNS-SD, through avahi-daemon).",
+        discussion: """
+            Browses for _atrium._tcp for a few seconds, tries each host found with a TCP
+            connection, and lists them. Every atrium command takes a listed NAME where it takes
+            HOST (quote a name with spaces). docs/DISCOVERY.md says what to check when nothing is
+            found.
+
+            Examples:
+              atrium discover
+              atrium discover --watch --json        # one event per line, as they happen
+              atrium discover --kind desktop --kind laptop --available
+              atrium ping "Kitchen PC"
+            """
+    )
+
+    @Option(help: ArgumentHelp("Seconds to look for hosts.", valueName: "seconds"))
+    var timeout: Double = 3
+
+    @Flag(help: "Keep watching, and print each host as it is added, updated or removed, until interrupted.")
+    var watch = false
+
+    @Flag(name: .customLong("json"), help: "Print JSON: a list of hosts, or with --watch one event per line.")
+    var jsonOutput = false
+
+    @Option(
+        help: ArgumentHelp(
+            "Only hosts of this kind (repeatable): \(MachineKind.all.joined(separator: ", ")).", valueName: "kind"))
+    var kind: [String] = []
+
+    @Flag(help: "Only hosts that accept a connection now.")
+    var available = false
+
+    @Flag(help: "Only hosts this client paired with.")
+    var paired = false
+
+    func validate() throws {
+        guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout takes seconds above 0") }
+        for kind in kind where !MachineKind.isValid(kind) {
+            throw ValidationError("--kind takes one of \(MachineKind.all.joined(separator: ", ")); got '\(kind)'")
+        }
+    }
+
+    var filters: [RemoteSystemFilter] {
+        var filters: [RemoteSystemFilter] = []
+        if !kind.isEmpty { filters.append(.kinds(Set(kind))) }
+        if available { filters.append(.status(.available)) }
+        if paired { filters.append(.authorization(.paired)) }
+        return filters
+    }
+
+    func run() async throws {
+        let watcher = RemoteSystemWatcher(filters: filters)
+        let events = watcher.start()
+        if watch {
+            for await event in events { report(event) }
+            return
+        }
+        let stop = Task {
+            try? await Task.sleep(for: .milliseconds(Int64(timeout * 1000)))
+            watcher.stop()
+        }
+        var problem: String?
+        for await event in events {
+            if case .discoveryUnavailable(let reason) = event { problem = reason }
+        }
+        stop.cancel()
+        let systems = watcher.remoteSystems
+        if systems.isEmpty, let problem {
+            printError("cannot look for hosts: \(problem). Is avahi-daemon running? (docs/DISCOVERY.md)")
+            throw Exit.unreachable
+        }
+        if jsonOutput {
+            print(Self.json(systems.map(Self.object)))
+        } else if systems.isEmpty {
+            print("No Atrium hosts found on the network in \(timeout) s. docs/DISCOVERY.md says what to check.")
+        } else {
+            print(Self.table(systems))
+        }
+    }
+
+    private func report(_ event: RemoteSystemEvent) {
+        let (name, object): (String, [String: Any]) =
+            switch event {
+            case .added(let system): ("added", ["system": Self.object(system)])
+            case .updated(let system): ("updated", ["system": Self.object(system)])
+            case .removed(let id): ("removed", ["id": id])
+            case .discoveryUnavailable(let reason): ("discovery", ["unavailable": reason ?? NSNull()])
+            }
+        if jsonOutput {
+            print(Self.json(object.merging(["event": name]) { first, _ in first }))
+        } else {
+            switch event {
+            case .added(let system), .updated(let system):
+                print("\(name): \(Self.line(system))")
+            case .removed(let id):
+                print("removed: \(id)")
+            case .discoveryUnavailable(let reason):
+                printError(reason.map { "discovery unavailable: \($0)" } ?? "discovery available again")
+            }
+        }
+        fflush(nil)  // each event at once, also into a pipe
+    }
+
+    static func object(_ system: RemoteSystem) -> [String: Any] {
+        var object: [String: Any] = [
+            "id": system.id, "name": system.displayName, "kind": system.kind,
+            "endpoints": system.endpoints.map(\.description), "status": system.status.rawValue,
+            "paired": system.isPaired, "tls": system.requiresTLS ? "required" : "optional",
+            "pairing": system.requiresPairing ? "required" : "off", "protocolVersion": system.protocolVersion,
+        ]
+        if let identity = system.identity { object["identity"] = identity }
+        return object
+    }
+
+    static func json(_ value: Any) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: value, options: [.sortedKeys])) ?? Data("null".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func line(_ system: RemoteSystem) -> String {
+        "\"\(system.displayName)\" \(system.kind) \(system.endpoints.map(\.description).joined(separator: " ")) \(system.status.rawValue)\(system.isPaired ? " paired" : "") id \(system.id)"
+    }
+
+    static func table(_ systems: [RemoteSystem]) -> String {
+        let rows =
+            [["NAME", "KIND", "ADDRESS", "STATUS", "PAIRED", "ID"]]
+            + systems.map {
+                [
+                    $0.displayName, $0.kind, $0.endpoints.first?.description ?? "-", $0.status.rawValue,
+                    $0.isPaired ? "yes" : "no", String($0.id.prefix(8)),
+                ]
+            }
+        let widths = (0..<6).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        }.joined(separator: "\n")
+    }
+}
+
+/// HOST as the name of a discovered host: the one advertised under that name (any case), or
+/// whose id starts with it (8 characters at least), found within `within`.
+func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem?, problem: String?) {
+    let watcher = RemoteSystemWatcher()
+    let events = watcher.start()
+    let stop = Task {
+        try? await Task.sleep(for: within)
+        watcher.stop()
+    }
+    defer { stop.cancel() }
+    var problem: String?
+    for await event in events {
+        switch event {
+        case .added(let system), .updated(let system):
+            if system.displayName.caseInsensitiveCompare(name) == .orderedSame
+                || (name.count >= 8 && system.id.hasPrefix(name.lowercased()))
+            {
+                watcher.stop()
+                return (system, nil)
+            }
+        case .discoveryUnavailable(let reason):
+            problem = reason
+        case .removed:
+            break
+        }
+    }
+    return (nil, problem)
+}
+
+/// Whether HOST names an address to connect to as it is (an IP address, a port, a Unix socket,
+/// or a name the resolver knows), rather than a host to find on the network.
+func isAddress(_ text: String) -> Bool {
+    guard let endpoint = AtriumEndpoint(text) else { return false }
+    guard case .tcp(let host, _) = endpoint.address else { return true }
+    if text.contains(":") || host == "localhost" { return true }
+    var hints = addrinfo()
+    hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+    var result: UnsafeMutablePointer<addrinfo>?
+    guard getaddrinfo(host, nil, &hints, &result) == 0 else { return false }
+    freeaddrinfo(result)
+    return true
+}
