@@ -179,7 +179,8 @@ let package = Package(
         .testTarget(
             name: "AtriumClientTests",
             dependencies: [
-                "AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol", "AtriumTLS", nioCore, nioPosix,
+                "AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", nioCore,
+                nioPosix,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict

@@ -17,6 +17,13 @@ public final class DNSSDBrowser: @unchecked Sendable {
         public var ipv6: Bool
         public var name: String
         public var domain: String
+
+        public init(interface: Int32, ipv6: Bool, name: String, domain: String) {
+            self.interface = interface
+            self.ipv6 = ipv6
+            self.name = name
+            self.domain = domain
+        }
     }
 
     /// What an instance resolved to.
@@ -26,6 +33,13 @@ public final class DNSSDBrowser: @unchecked Sendable {
         public var address: String
         public var port: Int
         public var txt: [String: String]
+
+        public init(hostName: String, address: String, port: Int, txt: [String: String]) {
+            self.hostName = hostName
+            self.address = address
+            self.port = port
+            self.txt = txt
+        }
     }
 
     public enum Event: Sendable {

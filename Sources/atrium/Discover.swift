@@ -44,8 +44,17 @@ struct Discover: AsyncParsableCommand {
     @Flag(help: "Only hosts this client paired with.")
     var paired = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a host that disappeared may take to come back (restarted, renamed, on a new port) and be reported as updated rather than removed and added.",
+            valueName: "seconds"))
+    var removalDelay: Double = 1
+
     func validate() throws {
         guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout takes seconds above 0") }
+        guard removalDelay >= 0, removalDelay <= 3600 else {
+            throw ValidationError("--removal-delay takes seconds, 0 or more")
+        }
         for kind in kind where !MachineKind.isValid(kind) {
             throw ValidationError("--kind takes one of \(MachineKind.all.joined(separator: ", ")); got '\(kind)'")
         }
@@ -60,7 +69,8 @@ struct Discover: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let watcher = RemoteSystemWatcher(filters: filters)
+        let watcher = RemoteSystemWatcher(
+            filters: filters, options: .init(removalDelay: .milliseconds(Int64(removalDelay * 1000))))
         let events = watcher.start()
         if watch {
             for await event in events { report(event) }
