@@ -149,11 +149,23 @@ struct RemoteSystemTracker {
         for endpoint in manual[id]?.endpoints ?? [] where !endpoints.contains(endpoint) { endpoints.append(endpoint) }
         let record = latest.record
         return RemoteSystem(
-            id: id, displayName: latest.item.name, kind: record.kind, endpoints: endpoints,
+            id: id, displayName: Self.printable(latest.item.name), kind: record.kind, endpoints: endpoints,
             status: statuses[id] ?? .discoveringAvailability, identity: record.identity,
             isPaired: record.identity.map { pairedIdentities.contains($0) } ?? false, requiresTLS: record.tlsRequired,
             requiresPairing: record.pairingRequired, protocolVersion: record.protocolVersion,
             source: .dnssd(instanceName: latest.item.name))
+    }
+
+    /// A name from the network as it may be shown: anyone on the LAN chooses it, so control
+    /// characters (a terminal's escape sequences among them) and bidirectional overrides
+    /// become U+FFFD.
+    static func printable(_ name: String) -> String {
+        String(
+            String.UnicodeScalarView(
+                name.unicodeScalars.map { scalar in
+                    scalar.properties.generalCategory == .control || scalar.properties.isBidiControl
+                        ? "\u{FFFD}" : scalar
+                }))
     }
 
     private func rank(_ sighting: Sighting) -> (Int, Int) {

@@ -49,6 +49,9 @@ public final class DNSSDBrowser: @unchecked Sendable {
         case unavailable(String?)
     }
 
+    /// The most instances resolved at once.
+    public static let maxInstances = 256
+
     private let type: String
     private let handler: @Sendable (Event) -> Void
     private let queue = DispatchQueue(label: "atrium.dnssd.browser")
@@ -147,6 +150,9 @@ public final class DNSSDBrowser: @unchecked Sendable {
             guard resolvers[item] == nil, let browser, let client = avahi_service_browser_get_client(browser) else {
                 return
             }
+            // Anyone on the network can announce instances: past this many, new ones are
+            // left out, so that a flood costs a bounded number of resolvers.
+            guard resolvers.count < Self.maxInstances else { return }
             let resolver = avahi_service_resolver_new(
                 client, item.interface,
                 item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET), item.name, type, item.domain,

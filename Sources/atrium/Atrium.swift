@@ -74,10 +74,11 @@ struct HostOptions: ParsableArguments {
 
     var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
 
-    /// Whether `text` can be the name of a discovered host: one line, no '/' or '='.
+    /// Whether `text` can be the name of a discovered host: one line, no '/', '=' or ':' (a
+    /// HOST with a colon is an address, and a wrong one is a usage error).
     static func isHostName(_ text: String) -> Bool {
         !text.trimmingCharacters(in: .whitespaces).isEmpty
-            && !text.contains(where: { "/=".contains($0) || $0.isNewline })
+            && !text.contains(where: { "/=:".contains($0) || $0.isNewline })
     }
 
     func connect(to address: String? = nil, checkingKnownHost: Bool = true) async throws -> AtriumConnection {

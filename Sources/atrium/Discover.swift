@@ -169,7 +169,6 @@ func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem
         watcher.stop()
     }
     defer { stop.cancel() }
-    var problem: String?
     for await event in events {
         switch event {
         case .added(let system), .updated(let system):
@@ -180,12 +179,16 @@ func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem
                 return (system, nil)
             }
         case .discoveryUnavailable(let reason):
-            problem = reason
+            // Without avahi-daemon there is nothing to wait for.
+            if let reason {
+                watcher.stop()
+                return (nil, reason)
+            }
         case .removed:
             break
         }
     }
-    return (nil, problem)
+    return (nil, nil)
 }
 
 /// Whether HOST names an address to connect to as it is (an IP address, a port, a Unix socket,

@@ -170,7 +170,7 @@ struct DiscoveryTests {
         func tearDown() {
             for pid in daemons.values { kill(pid, SIGTERM) }
             daemons = [:]
-            for bus in buses { kill(bus, SIGTERM) }
+            for bus in buses { kill(bus, SIGKILL) }  // dbus-daemon blocks SIGTERM
             network.tearDown()
         }
     }
@@ -223,6 +223,23 @@ struct DiscoveryTests {
         var gone = found
         gone.endpoints = [try #require(AtriumEndpoint("127.0.0.1:1"))]
         await #expect(throws: AtriumClientError.self) { try await AtriumConnection.connect(to: gone) }
+    }
+
+    /// docs/DISCOVERY.md's Swift example, kept compiling (it waits for hosts, so it is not run).
+    static func documentationExample() async throws {
+        let watcher = RemoteSystemWatcher(filters: [.kinds(["desktop", "laptop"]), .status(.available)])
+        for await event in watcher.start() {
+            switch event {
+            case .added(let system):
+                let tls = ClientTLS(identity: try ClientTLS.defaultIdentity())
+                let connection = try await AtriumConnection.connect(to: system, tls: tls)
+                print(system.displayName, try await connection.ping())
+                await connection.close()
+            case .updated(let system): print("changed:", system.displayName, system.endpoints, system.status)
+            case .removed(let id): print("gone:", id)
+            case .discoveryUnavailable(let reason): print("discovery:", reason ?? "working again")
+            }
+        }
     }
 
     @Test func badDiscoveryOptionsAreRefusedWithTheReason() throws {

@@ -126,6 +126,17 @@ struct RemoteSystemTrackerTests {
         #expect(tracker.resolved(Self.item("Desk"), stranger).1.map(\.isTimer) == [true])
     }
 
+    @Test func aNameFromTheNetworkCannotDriveTheTerminal() throws {
+        var tracker = RemoteSystemTracker(filters: [], pairedIdentities: [])
+        let (events, _) = tracker.resolved(Self.item("Evil\u{1b}[2J\u{202e}txt.exe\n"), Self.resolution())
+        guard case .added(let system) = try #require(events.first) else {
+            Issue.record("expected added, got \(events)")
+            return
+        }
+        #expect(system.displayName == "Evil\u{FFFD}[2J\u{FFFD}txt.exe\u{FFFD}")
+        #expect(RemoteSystemTracker.printable("Küche 🍳") == "Küche 🍳")
+    }
+
     @Test func theHostRecordReadsWhatItWritesAndDefaultsToTheSafeChoice() throws {
         let record = HostRecord(
             hostId: "abc", kind: "laptop", tlsRequired: false, pairingRequired: false, identity: Self.identity)
