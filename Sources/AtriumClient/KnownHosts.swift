@@ -38,6 +38,20 @@ public struct KnownHosts: Sendable {
         (try? all().values.contains(identity)) ?? false
     }
 
+    /// The identity the host with id `hostId` (`welcome.hostId`) proved when this client
+    /// paired with it, if it did: kept as `id:HOSTID`, so that a host found on the network is
+    /// held to it whatever its address, name or advertised identity.
+    public func identity(ofHostId hostId: String) -> String? {
+        try? all()["id:" + hostId]
+    }
+
+    /// Remembers `identity` for the host with id `hostId` (after a pairing).
+    public func remember(_ identity: String, forHostId hostId: String) throws {
+        var hosts = try all()
+        hosts["id:" + hostId] = identity
+        try save(hosts)
+    }
+
     /// Remembers `identity` for `endpoint` (after a pairing).
     public func remember(_ identity: String, for endpoint: AtriumEndpoint) throws {
         var hosts = try all()

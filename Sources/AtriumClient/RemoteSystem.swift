@@ -24,8 +24,9 @@ public struct RemoteSystem: Sendable, Hashable, Identifiable {
     public var status: RemoteSystemStatus
     /// Its TLS identity as advertised (nothing proves it until a TLS handshake does).
     public var identity: String?
-    /// Whether this client paired with a host of that identity (`known-hosts.json`): a
-    /// connection then expects exactly that identity.
+    /// Whether it advertises an identity this client paired with (`known-hosts.json`): a
+    /// connection then expects exactly that identity, which only the real host can prove.
+    /// A host whose id this client paired with is held to the identity it proved then.
     public var isPaired: Bool
     /// Whether it takes only TLS, and whether a client must pair before opening services.
     public var requiresTLS: Bool
@@ -86,10 +87,17 @@ public struct RemoteSystem: Sendable, Hashable, Identifiable {
     }
 
     /// The TLS settings for a connection to this host: `tls`, expecting the identity this
-    /// client paired with when it did.
+    /// client paired with when it did. A host whose id this client paired with is held to the
+    /// identity it proved then, whatever it advertises now; otherwise an advertised identity
+    /// this client paired with is expected.
     func connectionTLS(_ tls: ClientTLS?) -> ClientTLS? {
-        guard var tls else { return nil }
-        if tls.expectedHostIdentity == nil, isPaired, let identity { tls.expectedHostIdentity = identity }
+        guard var tls, tls.expectedHostIdentity == nil else { return tls }
+        let known = KnownHosts(folder: tls.identity.keyFile.deletingLastPathComponent())
+        if let pinned = known.identity(ofHostId: id) {
+            tls.expectedHostIdentity = pinned
+        } else if isPaired, let identity {
+            tls.expectedHostIdentity = identity
+        }
         return tls
     }
 }
@@ -124,12 +132,17 @@ extension AtriumConnection {
                 "\(system.displayName) takes only TLS: pass tls: ClientTLS(identity: try ClientTLS.defaultIdentity())")
         }
         var lastError: any Error = AtriumClientError(.cannotConnect, "\(system.displayName) could not be reached")
+        let settings = system.connectionTLS(tls)
         for endpoint in system.endpoints {
             do {
                 return try await connect(
-                    to: endpoint, clientId: clientId, clientName: clientName, token: token,
-                    tls: system.connectionTLS(tls), timeout: timeout)
+                    to: endpoint, clientId: clientId, clientName: clientName, token: token, tls: settings,
+                    timeout: timeout)
             } catch let error as AtriumClientError where error.code == .cannotConnect {
+                if (lastError as? AtriumClientError)?.code != .hostIdentityChanged { lastError = error }
+            } catch let error as AtriumClientError where error.code == .hostIdentityChanged {
+                // Another machine announcing itself under this host's name or id: the next
+                // endpoint may be the real one. This error is the one reported if none is.
                 lastError = error
             }
         }

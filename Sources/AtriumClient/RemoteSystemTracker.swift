@@ -33,6 +33,8 @@ struct RemoteSystemTracker {
     private var leaving: [String: Int] = [:]
     private var generation = 0
     private var order = 0
+    /// The most endpoints a system keeps.
+    static let maxEndpoints = 8
     /// Identities this client paired with.
     var pairedIdentities: Set<String>
 
@@ -71,8 +73,10 @@ struct RemoteSystemTracker {
         return refresh(gone.record.hostId)
     }
 
-    mutating func probed(_ id: String, reachable: Bool) -> ([RemoteSystemEvent], [Action]) {
-        guard systems[id] != nil else { return ([], []) }
+    mutating func probed(
+        _ id: String, endpoints: [AtriumEndpoint], reachable: Bool
+    ) -> ([RemoteSystemEvent], [Action]) {
+        guard let system = systems[id], system.endpoints == endpoints else { return ([], []) }
         statuses[id] = reachable ? .available : .unavailable
         return refresh(id, probe: false)
     }
@@ -147,6 +151,8 @@ struct RemoteSystemTracker {
             if !endpoints.contains(endpoint) { endpoints.append(endpoint) }
         }
         for endpoint in manual[id]?.endpoints ?? [] where !endpoints.contains(endpoint) { endpoints.append(endpoint) }
+        // A peer announcing many addresses under one id gets the first few tried.
+        endpoints = Array(endpoints.prefix(Self.maxEndpoints))
         let record = latest.record
         return RemoteSystem(
             id: id, displayName: Self.printable(latest.item.name), kind: record.kind, endpoints: endpoints,

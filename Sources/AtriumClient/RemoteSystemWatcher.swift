@@ -20,6 +20,39 @@ import Synchronization
 /// tried with a TCP connection when they change and every ``Options/probeInterval``: its
 /// ``RemoteSystem/status`` says whether it answered.
 public final class RemoteSystemWatcher: Sendable {
+    private let core: RemoteSystemWatcherCore
+
+    public var filters: [RemoteSystemFilter] { core.filters }
+    public var options: Options { core.options }
+
+    public init(filters: [RemoteSystemFilter] = [], options: Options = Options()) {
+        core = RemoteSystemWatcherCore(filters: filters, options: options)
+    }
+
+    /// Stops watching when the last reference goes: Avahi's callbacks hold only the core, so
+    /// this always runs on the user's side, never on Avahi's thread.
+    deinit { core.stop() }
+
+    /// The hosts that match the filters now.
+    public var remoteSystems: [RemoteSystem] { core.remoteSystems }
+
+    /// Starts watching; the events arrive on the stream until ``stop()`` (or until this watcher
+    /// is released: keep it while you read the stream). Call it once.
+    public func start() -> AsyncStream<RemoteSystemEvent> { core.start() }
+
+    /// Stops watching and ends the stream.
+    public func stop() { core.stop() }
+
+    /// Adds the host at `hostName:port` (Rome's `RemoteSystem.FindByHostNameAsync`): it is
+    /// reported like a discovered one, and its reachability tracked the same way, until the
+    /// watcher stops. Call it after ``start()``.
+    @discardableResult
+    public func add(
+        hostName: String, port: Int = 7340, tls: ClientTLS? = nil, timeout: Duration = .seconds(5)
+    ) async throws -> RemoteSystem {
+        try await core.add(hostName: hostName, port: port, tls: tls, timeout: timeout)
+    }
+
     public struct Options: Sendable {
         /// How long a host that disappeared may take to come back as the same host (an update)
         /// before it is reported removed.
@@ -42,29 +75,35 @@ public final class RemoteSystemWatcher: Sendable {
         }
     }
 
-    public let filters: [RemoteSystemFilter]
-    public let options: Options
+}
+
+/// The watcher's state and work, which Avahi's callbacks, reachability checks and timers
+/// hold on to.
+final class RemoteSystemWatcherCore: Sendable {
+    typealias Options = RemoteSystemWatcher.Options
+    let filters: [RemoteSystemFilter]
+    let options: Options
     private struct State {
         var tracker: RemoteSystemTracker
         var continuation: AsyncStream<RemoteSystemEvent>.Continuation?
         var browser: DNSSDBrowser?
         var periodic: Task<Void, Never>?
         var stopped = false
+        /// Systems whose reachability is being tried: one check at a time each.
+        var probing: Set<String> = []
     }
     private let state: Mutex<State>
 
-    public init(filters: [RemoteSystemFilter] = [], options: Options = Options()) {
+    init(filters: [RemoteSystemFilter], options: Options) {
         self.filters = filters
         self.options = options
         let paired = Set((try? KnownHosts(folder: options.stateFolder).all().values).map(Array.init) ?? [])
         state = Mutex(State(tracker: RemoteSystemTracker(filters: filters, pairedIdentities: paired)))
     }
 
-    /// The hosts that match the filters now.
-    public var remoteSystems: [RemoteSystem] { state.withLock { $0.tracker.matching } }
+    var remoteSystems: [RemoteSystem] { state.withLock { $0.tracker.matching } }
 
-    /// Starts watching; the events arrive on the stream until ``stop()``. Call it once.
-    public func start() -> AsyncStream<RemoteSystemEvent> {
+    func start() -> AsyncStream<RemoteSystemEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: RemoteSystemEvent.self)
         let browser = DNSSDBrowser(type: HostRecord.serviceType) { [weak self] event in self?.browsed(event) }
         let interval = options.probeInterval
@@ -90,8 +129,7 @@ public final class RemoteSystemWatcher: Sendable {
         return stream
     }
 
-    /// Stops watching and ends the stream.
-    public func stop() {
+    func stop() {
         let (browser, periodic, continuation) = state.withLock { state in
             state.stopped = true
             defer {
@@ -106,13 +144,7 @@ public final class RemoteSystemWatcher: Sendable {
         continuation?.finish()
     }
 
-    /// Adds the host at `hostName:port` (Rome's `RemoteSystem.FindByHostNameAsync`): it is
-    /// reported like a discovered one, and its reachability tracked the same way, until the
-    /// watcher stops.
-    @discardableResult
-    public func add(
-        hostName: String, port: Int = 7340, tls: ClientTLS? = nil, timeout: Duration = .seconds(5)
-    ) async throws -> RemoteSystem {
+    func add(hostName: String, port: Int, tls: ClientTLS?, timeout: Duration) async throws -> RemoteSystem {
         let system = try await RemoteSystem.find(hostName: hostName, port: port, tls: tls, timeout: timeout)
         apply { $0.add(system) }
         return system
@@ -151,11 +183,17 @@ public final class RemoteSystemWatcher: Sendable {
         for action in actions {
             switch action {
             case .probe(let id, let endpoints):
+                // One check at a time per system: a peer that changes its record many times a
+                // second costs one connection attempt in flight, not one per change. A result
+                // for endpoints that changed meanwhile is dropped (the next check tries the
+                // new ones).
+                guard state.withLock({ $0.probing.insert(id).inserted }) else { continue }
                 let timeout = options.probeTimeout
                 Task { [weak self] in
                     let reachable = await Self.answers(endpoints, timeout: timeout)
                     guard let self else { return }
-                    self.apply { $0.probed(id, reachable: reachable) }
+                    self.state.withLock { _ = $0.probing.remove(id) }
+                    self.apply { $0.probed(id, endpoints: endpoints, reachable: reachable) }
                 }
             case .expireLater(let id, let generation):
                 let delay = options.removalDelay

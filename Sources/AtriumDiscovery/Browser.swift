@@ -58,6 +58,8 @@ public final class DNSSDBrowser: @unchecked Sendable {
     /// Touched on Avahi's thread with the lock held, or under ``AvahiSession/locked(_:)``.
     private var browser: OpaquePointer?
     private var resolvers: [Item: OpaquePointer] = [:]
+    /// Instances announced while every slot was taken, in order.
+    private var waiting: [Item] = []
     private var session: AvahiSession?
     private let stopped = Mutex(false)
     /// Whether `.unavailable` with a reason was the last said (only then is "available
@@ -86,6 +88,7 @@ public final class DNSSDBrowser: @unchecked Sendable {
             session?.locked { _ in
                 browser = nil
                 resolvers = [:]
+                waiting = []
             }
             session?.close()
             session = nil
@@ -126,6 +129,7 @@ public final class DNSSDBrowser: @unchecked Sendable {
             let reason = AvahiSession.lastError(of: client)
             for item in resolvers.keys { handler(.removed(item)) }
             resolvers = [:]
+            waiting = []
             browser = nil
             report("lost avahi-daemon (\(reason))")
             queue.async {
@@ -147,35 +151,66 @@ public final class DNSSDBrowser: @unchecked Sendable {
     private func browsed(_ item: Item, _ event: AvahiBrowserEvent) {
         switch event {
         case AVAHI_BROWSER_NEW:
-            guard resolvers[item] == nil, let browser, let client = avahi_service_browser_get_client(browser) else {
+            guard resolvers[item] == nil, !waiting.contains(item) else { return }
+            // Anyone on the network can announce instances: past this many, new ones wait for
+            // a free slot (and past that many more, are left out), so that a flood costs a
+            // bounded number of resolvers and a real host announced later is still resolved
+            // once the flood is gone.
+            guard resolvers.count < Self.maxInstances else {
+                if waiting.count < Self.maxInstances * 4 { waiting.append(item) }
                 return
             }
-            // Anyone on the network can announce instances: past this many, new ones are
-            // left out, so that a flood costs a bounded number of resolvers.
-            guard resolvers.count < Self.maxInstances else { return }
-            let resolver = avahi_service_resolver_new(
-                client, item.interface,
-                item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET), item.name, type, item.domain,
-                item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET), AvahiLookupFlags(0),
-                { _, interface, family, event, name, _, domain, hostName, address, port, txt, _, userdata in
-                    guard let userdata, let name, let domain, event == AVAHI_RESOLVER_FOUND, let address else { return }
-                    let item = Item(
-                        interface: interface, ipv6: family == Int32(AVAHI_PROTO_INET6), name: String(cString: name),
-                        domain: String(cString: domain))
-                    let resolution = Resolution(
-                        hostName: hostName.map { String(cString: $0) } ?? "",
-                        address: DNSSDBrowser.text(of: address, interface: interface), port: Int(port),
-                        txt: DNSSDBrowser.pairs(of: txt))
-                    Unmanaged<DNSSDBrowser>.fromOpaque(userdata).takeUnretainedValue().handler(
-                        .resolved(item, resolution))
-                }, Unmanaged.passUnretained(self).toOpaque())
-            if let resolver { resolvers[item] = resolver }
+            resolve(item)
         case AVAHI_BROWSER_REMOVE:
-            if let resolver = resolvers.removeValue(forKey: item) { avahi_service_resolver_free(resolver) }
-            handler(.removed(item))
+            waiting.removeAll { $0 == item }
+            if let resolver = resolvers.removeValue(forKey: item) {
+                avahi_service_resolver_free(resolver)
+                handler(.removed(item))
+                resolveWaiting()
+            }
         default:
             break
         }
+    }
+
+    /// Starts a resolver for `item`, kept open: Avahi reports the instance again whenever its
+    /// records change. On Avahi's thread, lock held.
+    private func resolve(_ item: Item) {
+        guard let browser, let client = avahi_service_browser_get_client(browser) else { return }
+        let family = item.ipv6 ? Int32(AVAHI_PROTO_INET6) : Int32(AVAHI_PROTO_INET)
+        let resolver = avahi_service_resolver_new(
+            client, item.interface, family, item.name, type, item.domain, family, AvahiLookupFlags(0),
+            { _, interface, family, event, name, _, domain, hostName, address, port, txt, _, userdata in
+                guard let userdata, let name, let domain else { return }
+                let browser = Unmanaged<DNSSDBrowser>.fromOpaque(userdata).takeUnretainedValue()
+                let item = Item(
+                    interface: interface, ipv6: family == Int32(AVAHI_PROTO_INET6), name: String(cString: name),
+                    domain: String(cString: domain))
+                guard event == AVAHI_RESOLVER_FOUND, let address else {
+                    // Unresolvable (no address, no SRV record): its slot goes to the next.
+                    browser.dropResolver(item)
+                    return
+                }
+                let resolution = Resolution(
+                    hostName: hostName.map { String(cString: $0) } ?? "",
+                    address: DNSSDBrowser.text(of: address, interface: interface), port: Int(port),
+                    txt: DNSSDBrowser.pairs(of: txt))
+                browser.handler(.resolved(item, resolution))
+            }, Unmanaged.passUnretained(self).toOpaque())
+        if let resolver { resolvers[item] = resolver }
+    }
+
+    /// On Avahi's thread, lock held (from the resolver's own callback, where Avahi allows
+    /// freeing it).
+    private func dropResolver(_ item: Item) {
+        guard let resolver = resolvers.removeValue(forKey: item) else { return }
+        avahi_service_resolver_free(resolver)
+        handler(.removed(item))
+        resolveWaiting()
+    }
+
+    private func resolveWaiting() {
+        while resolvers.count < Self.maxInstances, !waiting.isEmpty { resolve(waiting.removeFirst()) }
     }
 
     static func text(of address: UnsafePointer<AvahiAddress>, interface: Int32) -> String {

@@ -51,7 +51,13 @@ public struct HostRecord: Sendable, Hashable {
         var fields: [String: String] = [:]
         for (key, value) in txt { fields[key.lowercased()] = value }
         if let version = fields["txtvers"], version != "\(Self.recordVersion)" { return nil }
-        guard let id = fields["id"], !id.isEmpty, id.utf8.count <= 64 else { return nil }
+        // An id is letters, digits and '-' (a UUID from Atrium hosts): nothing a terminal or a
+        // file name could take for more.
+        guard let id = fields["id"], !id.isEmpty, id.utf8.count <= 64,
+            id.utf8.allSatisfy({
+                $0 == UInt8(ascii: "-") || (48...57).contains($0) || (65...90).contains($0) || (97...122).contains($0)
+            })
+        else { return nil }
         hostId = id
         protocolVersion = fields["protovers"].flatMap { Int($0) } ?? 1
         kind = fields["kind"].flatMap { MachineKind.isValid($0) ? $0 : nil } ?? MachineKind.unknown

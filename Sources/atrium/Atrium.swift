@@ -146,7 +146,7 @@ extension HostOptions {
         do {
             let connection = try await AtriumConnection.connect(
                 to: system, clientName: "atrium command line", tls: tls, timeout: duration)
-            if !system.isPaired, tls != nil {
+            if !system.isPaired, KnownHosts().identity(ofHostId: system.id) == nil, tls != nil {
                 printError(
                     "\"\(system.displayName)\" (\(connection.endpoint)) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \"\(system.displayName)\" makes it known"
                 )
@@ -448,18 +448,33 @@ struct Bench: AsyncParsableCommand {
             throw ValidationError("--connections and --pipeline take 1 or more")
         }
         guard duration > 0 else { throw ValidationError("--duration takes seconds above 0") }
-        guard AtriumEndpoint(options.host) != nil else { throw ValidationError("'\(options.host)' is not a host") }
+        guard AtriumEndpoint(options.host) != nil || HostOptions.isHostName(options.host) else {
+            throw ValidationError("'\(options.host)' is not a host")
+        }
     }
 
-    var target: BenchConfiguration.Target {
-        switch AtriumEndpoint(options.host)!.address {
-        case .tcp(let host, let port): .tcp(host: host, port: port)
-        case .unix(let path): .unix(path: path)
+    /// HOST as an address, or the first endpoint of the host discovered under that name.
+    func resolveTarget() async throws -> BenchConfiguration.Target {
+        var endpoint = AtriumEndpoint(options.host)
+        if !isAddress(options.host) {
+            let (found, problem) = await discoveredHost(named: options.host, within: .seconds(5))
+            guard let first = found?.endpoints.first else {
+                printError(
+                    "no host named \"\(options.host)\" was found on the network"
+                        + (problem.map { " (\($0))" } ?? "") + "; atrium discover lists the hosts it finds")
+                throw Exit.unreachable
+            }
+            endpoint = first
+        }
+        switch endpoint?.address {
+        case .tcp(let host, let port): return .tcp(host: host, port: port)
+        case .unix(let path): return .unix(path: path)
+        case nil: throw ValidationError("'\(options.host)' is not a host")
         }
     }
 
     /// TLS with this client's identity over TCP, unless --insecure.
-    func tlsContext() throws -> NIOSSLContext? {
+    func tlsContext(for target: BenchConfiguration.Target) throws -> NIOSSLContext? {
         guard case .tcp = target, !options.insecure else { return nil }
         do {
             return try ClientTLS.defaultIdentity().makeClientContext()
@@ -471,7 +486,8 @@ struct Bench: AsyncParsableCommand {
 
     func run() async throws {
         let seconds = Duration.milliseconds(Int64(duration * 1000))
-        let tls = try tlsContext()
+        let target = try await resolveTarget()
+        let tls = try tlsContext(for: target)
         if idle {
             do {
                 try await LoadGenerator.holdIdle(target, connections: connections, tls: tls) {

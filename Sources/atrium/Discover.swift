@@ -74,6 +74,7 @@ struct Discover: AsyncParsableCommand {
         let events = watcher.start()
         if watch {
             for await event in events { report(event) }
+            watcher.stop()  // and the watcher is kept until here
             return
         }
         let stop = Task {
@@ -188,6 +189,7 @@ func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem
             break
         }
     }
+    watcher.stop()  // and the watcher is kept until here
     return (nil, nil)
 }
 

@@ -65,6 +65,7 @@ struct Pair: AsyncParsableCommand {
         }
         do {
             try KnownHosts().remember(identity, for: connection.endpoint)
+            try KnownHosts().remember(identity, forHostId: connection.welcome.hostId)
         } catch {
             printError("paired, but the host's identity could not be remembered: \(error)")
             throw Exit.notSuccess

@@ -225,6 +225,63 @@ struct DiscoveryTests {
         await #expect(throws: AtriumClientError.self) { try await AtriumConnection.connect(to: gone) }
     }
 
+    @Test func aHostAddedByAddressIsTrackedUntilItStopsAnswering() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: ["--kind", "server"])
+        let watcher = RemoteSystemWatcher(
+            options: .init(probeInterval: .milliseconds(200), stateFolder: TLSTests.temporaryFolder("watcher")))
+        let events = watcher.start()
+        let system = try await watcher.add(hostName: "127.0.0.1", port: host.port)
+        #expect(
+            system.status == .available && system.kind == "server" && system.source == .address(system.endpoints[0]))
+        #expect(watcher.remoteSystems.map(\.id) == [system.id])
+        #expect(await host.stop() == 0)
+        let stop = Task {
+            try? await Task.sleep(for: .seconds(10))
+            watcher.stop()
+        }
+        var seen: [RemoteSystemEvent] = []
+        for await event in events {
+            seen.append(event)
+            if case .updated(let changed) = event, changed.status == .unavailable { break }
+        }
+        stop.cancel()
+        watcher.stop()
+        #expect(seen.contains(.added(system)), "\(seen)")
+        #expect(
+            seen.contains {
+                guard case .updated(let changed) = $0 else { return false }
+                return changed.id == system.id && changed.status == .unavailable
+            }, "\(seen)")
+    }
+
+    @Test func aHostPairedByIdIsHeldToItsIdentityWhateverItAdvertises() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        defer { host.process.terminate() }
+        let folder = TLSTests.temporaryFolder("pinned")
+        let tls = ClientTLS(identity: try ClientTLS.defaultIdentity(in: folder))
+        var system = try await RemoteSystem.find(hostName: "127.0.0.1", port: host.port, tls: tls)
+        let real = try #require(system.identity)
+        // Another machine announcing the host's id with an identity of its own: not paired, and
+        // without a pin it would be connected to as an unpaired host.
+        system.identity = String(repeating: "ee", count: 32)
+        system.isPaired = false
+        let known = KnownHosts(folder: folder)
+        try known.remember(String(repeating: "ab", count: 32), forHostId: system.id)
+        await #expect(throws: AtriumClientError.self) {
+            try await AtriumConnection.connect(to: system, tls: tls)
+        }
+        // The identity the host really proved at pairing: connected, and proven.
+        try known.remember(real, forHostId: system.id)
+        let connection = try await AtriumConnection.connect(to: system, tls: tls)
+        #expect(connection.hostIdentity == real)
+        await connection.close()
+        // An endpoint that does not answer is passed over for the next one.
+        system.endpoints.insert(try #require(AtriumEndpoint("127.0.0.1:1")), at: 0)
+        let again = try await AtriumConnection.connect(to: system, tls: tls)
+        #expect(again.endpoint.description == "127.0.0.1:\(host.port)")
+        await again.close()
+    }
+
     /// docs/DISCOVERY.md's Swift example, kept compiling (it waits for hosts, so it is not run).
     static func documentationExample() async throws {
         let watcher = RemoteSystemWatcher(filters: [.kinds(["desktop", "laptop"]), .status(.available)])

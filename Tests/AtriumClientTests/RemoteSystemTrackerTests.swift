@@ -21,6 +21,21 @@ struct RemoteSystemTrackerTests {
         return DNSSDBrowser.Resolution(hostName: "h.local", address: address, port: port, txt: txt)
     }
 
+    /// A reachability result for the system's endpoints as they are.
+    static func probe(_ tracker: inout RemoteSystemTracker, _ id: String, _ reachable: Bool) -> [RemoteSystemEvent] {
+        let endpoints = tracker.systems[id]?.endpoints ?? []
+        return tracker.probed(id, endpoints: endpoints, reachable: reachable).0
+    }
+
+    @Test func aResultForEndpointsThatChangedIsDropped() {
+        var tracker = RemoteSystemTracker(filters: [], pairedIdentities: [])
+        _ = tracker.resolved(Self.item("Desk"), Self.resolution(port: 1))
+        let old = tracker.systems["host-1"]?.endpoints ?? []
+        _ = tracker.resolved(Self.item("Desk"), Self.resolution(port: 2))
+        #expect(tracker.probed("host-1", endpoints: old, reachable: true).0.isEmpty)
+        #expect(tracker.systems["host-1"]?.status == .discoveringAvailability)
+    }
+
     @Test func aHostIsAddedTriedAndUpdatedWithItsStatus() throws {
         var tracker = RemoteSystemTracker(filters: [], pairedIdentities: [])
         let (events, actions) = tracker.resolved(Self.item("Desk"), Self.resolution())
@@ -32,7 +47,8 @@ struct RemoteSystemTrackerTests {
         #expect(system.endpoints == [AtriumEndpoint(.tcp(host: "10.0.0.5", port: 7340))])
         #expect(system.status == .discoveringAvailability && !system.isPaired && system.requiresTLS)
         #expect(actions == [.probe(id: "host-1", endpoints: system.endpoints)])
-        let (probed, _) = tracker.probed("host-1", reachable: true)
+        let (probed, _) = tracker.probed(
+            "host-1", endpoints: tracker.systems["host-1"]?.endpoints ?? [], reachable: true)
         guard case .updated(let available) = try #require(probed.first) else {
             Issue.record("expected updated, got \(probed)")
             return
@@ -96,20 +112,29 @@ struct RemoteSystemTrackerTests {
         // Not tried yet: not reported.
         #expect(tracker.resolved(Self.item("Desk"), Self.resolution()).0.isEmpty)
         // Reachable: reported.
-        #expect(tracker.probed("host-1", reachable: true).0.map(\.kind) == ["added"])
+        #expect(
+            Self.probe(&tracker, "host-1", true).map(
+                \.kind) == ["added"])
         // Unreachable now: removed for this watcher.
-        #expect(tracker.probed("host-1", reachable: false).0 == [.removed(id: "host-1")])
-        #expect(tracker.probed("host-1", reachable: true).0.map(\.kind) == ["added"])
+        #expect(
+            Self.probe(&tracker, "host-1", false) == [
+                .removed(id: "host-1")
+            ])
+        #expect(
+            Self.probe(&tracker, "host-1", true).map(
+                \.kind) == ["added"])
         // Now a server: no longer of a kind asked for.
         #expect(
             tracker.resolved(Self.item("Desk"), Self.resolution(kind: "server")).0 == [.removed(id: "host-1")])
         // A phone and an unpaired laptop never are.
         #expect(tracker.resolved(Self.item("Phone"), Self.resolution(id: "phone", kind: "handset")).0.isEmpty)
-        #expect(tracker.probed("phone", reachable: true).0.isEmpty)
+        #expect(
+            Self.probe(&tracker, "phone", true).isEmpty)
         #expect(
             tracker.resolved(Self.item("Laptop"), Self.resolution(id: "laptop", kind: "laptop", identity: nil)).0
                 .isEmpty)
-        #expect(tracker.probed("laptop", reachable: true).0.isEmpty)
+        #expect(
+            Self.probe(&tracker, "laptop", true).isEmpty)
         #expect(tracker.matching.isEmpty)
     }
 
@@ -148,6 +173,7 @@ struct RemoteSystemTrackerTests {
             HostRecord(txt: ["ID": "x", "KIND": "toaster", "tls": "maybe", "pairing": "", "identity": "nothex"]))
         #expect(odd.kind == "unknown" && odd.tlsRequired && odd.pairingRequired && odd.identity == nil)
         #expect(HostRecord(txt: ["id": ""]) == nil)
+        #expect(HostRecord(txt: ["id": "abc\u{1b}[2J"]) == nil)
         #expect(HostRecord(txt: ["id": String(repeating: "x", count: 65)]) == nil)
     }
 
