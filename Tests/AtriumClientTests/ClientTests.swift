@@ -135,11 +135,13 @@ struct ClientTests {
         }
         #expect(timedOut?.code == .timedOut)
 
-        let cancelled = Task { try await service.sendMessage(["Action": "late", "DelayMs": 300]) }
+        // The answer comes a second later, so that the cancellation lands first even on a
+        // loaded machine.
+        let cancelled = Task { try await service.sendMessage(["Action": "late", "DelayMs": 1000]) }
         try await Task.sleep(for: .milliseconds(50))
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
-        try await Task.sleep(for: .milliseconds(400))  // the late answer arrives and is dropped
+        try await Task.sleep(for: .milliseconds(1100))  // the late answer arrives and is dropped
         #expect(try await service.sendMessage(["Action": "echo"]).status == .success, "nothing was left behind")
 
         let inFlight = Task { try await service.sendMessage(["Action": "hang"]) }
