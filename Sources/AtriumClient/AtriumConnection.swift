@@ -72,6 +72,9 @@ public struct ClientTLS: Sendable {
         self.expectedHostIdentity = expectedHostIdentity
     }
 
+    /// The known hosts kept beside this client's identity.
+    var knownHosts: KnownHosts { KnownHosts(folder: identity.keyFile.deletingLastPathComponent()) }
+
     /// The identity kept in `$XDG_STATE_HOME/atrium` (or `~/.local/state/atrium`) as
     /// `client-key.pem` and `client-cert.pem`, made there at first use.
     public static func defaultIdentity(in folder: URL? = nil) throws -> TLSIdentity {

@@ -76,9 +76,7 @@ public struct RemoteSystem: Sendable, Hashable, Identifiable {
         let welcome = connection.welcome
         await connection.close()
         let identity = connection.hostIdentity ?? welcome.hostIdentity
-        let folder = tls?.identity.keyFile.deletingLastPathComponent()
-        let paired =
-            identity.map { KnownHosts(folder: folder ?? TLSIdentity.defaultStateFolder()).isPaired($0) } ?? false
+        let paired = identity.map { (tls?.knownHosts ?? KnownHosts()).isPaired($0) } ?? false
         return RemoteSystem(
             id: welcome.hostId, displayName: welcome.hostName, kind: welcome.kind ?? MachineKind.unknown,
             endpoints: [endpoint], status: .available, identity: identity, isPaired: paired,
@@ -92,8 +90,7 @@ public struct RemoteSystem: Sendable, Hashable, Identifiable {
     /// this client paired with is expected.
     func connectionTLS(_ tls: ClientTLS?) -> ClientTLS? {
         guard var tls, tls.expectedHostIdentity == nil else { return tls }
-        let known = KnownHosts(folder: tls.identity.keyFile.deletingLastPathComponent())
-        if let pinned = known.identity(ofHostId: id) {
+        if let pinned = tls.knownHosts.identity(ofHostId: id) {
             tls.expectedHostIdentity = pinned
         } else if isPaired, let identity {
             tls.expectedHostIdentity = identity

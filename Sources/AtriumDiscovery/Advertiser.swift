@@ -41,30 +41,36 @@ public final class DNSSDAdvertiser: @unchecked Sendable {
         }
     }
 
-    /// Everything below is touched on Avahi's thread with the poll's lock held, or with the
-    /// session's ``AvahiSession/locked(_:)``.
+    /// Everything below is touched on Avahi's thread with the poll's lock held, or in
+    /// ``AvahiLink/withClient(_:)`` and ``AvahiLink/stop(_:)``, which hold it too.
     private var service: Service
     /// The name in use: the service's, or Avahi's alternative after a conflict.
     private var name: String
     private var group: OpaquePointer?
-    private var session: AvahiSession?
+    /// Set once, at the end of init.
+    private var link: AvahiLink!
 
-    private let queue = DispatchQueue(label: "atrium.dnssd.advertiser")
     private let logger: Logger
     private struct Status {
-        var stopped = false
         var saidUnreachable = false
         var established: String?
     }
     private let status = Mutex(Status())
-    /// How long to wait before trying again without a system bus.
-    private let retryInterval: DispatchTimeInterval
 
+    /// `retryInterval`: how long to wait before trying again without a system bus.
     public init(_ service: Service, logger: Logger, retryInterval: DispatchTimeInterval = .seconds(5)) {
         self.service = service
         self.name = service.name
         self.logger = logger
-        self.retryInterval = retryInterval
+        link = AvahiLink(
+            label: "atrium.dnssd.advertiser", retryInterval: retryInterval,
+            stateChanged: { [weak self] client, state in self?.clientChanged(client, state) },
+            unreachable: { [weak self] error in
+                guard let self, self.firstTimeUnreachable() else { return }
+                self.logger.warning(
+                    "not discoverable on the network: \(error). Is avahi-daemon running? Clients can still connect by address; the host advertises itself as soon as avahi-daemon can be reached."
+                )
+            })
     }
 
     /// The name the service is advertised under now (nil until avahi-daemon confirms it).
@@ -72,61 +78,32 @@ public final class DNSSDAdvertiser: @unchecked Sendable {
 
     /// Starts advertising (asynchronously: the outcome is logged).
     public func start() {
-        queue.async { self.connect() }
+        link.start()
     }
 
     /// Advertises `service` instead (a new name, port or TXT record). Avahi withdraws the
     /// old records and announces the new ones. The same service again changes nothing.
     public func update(_ service: Service) {
-        queue.async {
-            // Written only here, on this queue: read here without the lock.
+        link.withClient { client in
             guard service != self.service else { return }
-            guard let session = self.session else {
-                self.service = service
-                self.name = service.name
-                return
-            }
-            session.locked { client in
-                self.service = service
-                self.name = service.name
-                if let client, avahi_client_get_state(client) == AVAHI_CLIENT_S_RUNNING { self.register(client) }
-            }
+            self.service = service
+            self.name = service.name
+            if let client, avahi_client_get_state(client) == AVAHI_CLIENT_S_RUNNING { self.register(client) }
         }
     }
 
     /// Withdraws the service (Avahi sends goodbye packets) and disconnects. Returns once done.
     public func stop() {
-        status.withLock { $0.stopped = true }
-        queue.sync {
-            session?.locked { _ in group = nil }
-            session?.close()
-            session = nil
-        }
+        link.stop { _ in group = nil }
     }
 
-    /// On the queue.
-    private func connect() {
-        guard !status.withLock({ $0.stopped }) else { return }
-        do {
-            session = try AvahiSession { [weak self] client, state in self?.clientChanged(client, state) }
-        } catch {
-            let first = status.withLock { status in
-                defer { status.saidUnreachable = true }
-                return !status.saidUnreachable
-            }
-            if first {
-                logger.warning(
-                    "not discoverable on the network: \(error). Is avahi-daemon running? Clients can still connect by address; the host advertises itself as soon as avahi-daemon can be reached."
-                )
-            }
-            scheduleRetry()
+    /// Whether the host has not yet said that it cannot be found (it says so once, until it
+    /// is advertised again).
+    private func firstTimeUnreachable() -> Bool {
+        status.withLock { status in
+            defer { status.saidUnreachable = true }
+            return !status.saidUnreachable
         }
-    }
-
-    /// On the queue.
-    private func scheduleRetry() {
-        guard !status.withLock({ $0.stopped }) else { return }
-        queue.asyncAfter(deadline: .now() + retryInterval) { [weak self] in self?.connect() }
     }
 
     /// On Avahi's thread, lock held.
@@ -139,34 +116,28 @@ public final class DNSSDAdvertiser: @unchecked Sendable {
             // and come back at S_RUNNING.
             if let group { avahi_entry_group_reset(group) }
         case AVAHI_CLIENT_CONNECTING:
-            let first = status.withLock { status in
-                defer { status.saidUnreachable = true }
-                return !status.saidUnreachable
-            }
-            if first {
+            if firstTimeUnreachable() {
                 logger.warning(
                     "not discoverable on the network yet: avahi-daemon is not running. Clients can still connect by address; the host advertises itself as soon as avahi-daemon starts."
                 )
             }
         case AVAHI_CLIENT_FAILURE:
-            // The daemon went away (or the bus did): this client is done; a new one waits for
-            // the daemon to come back. Freed off Avahi's thread.
+            // The daemon went away (or the bus did): the group went with this client, and the
+            // link makes a new one, which waits for the daemon to come back. Having said that,
+            // the host does not also say it is "not discoverable yet".
             let reason = AvahiSession.lastError(of: client)
             group = nil
             let was = status.withLock { status in
-                defer { status.established = nil }
+                defer {
+                    status.saidUnreachable = status.established != nil
+                    status.established = nil
+                }
                 return status.established
             }
             if was != nil {
                 logger.warning(
                     "no longer discoverable: lost avahi-daemon (\(reason)); the host advertises itself again when it is back"
                 )
-            }
-            queue.async {
-                self.session?.close()
-                self.session = nil
-                self.status.withLock { $0.saidUnreachable = was != nil }
-                self.connect()
             }
         default:
             break

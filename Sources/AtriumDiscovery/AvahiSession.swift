@@ -1,4 +1,5 @@
 import CAvahi
+import Dispatch
 import Synchronization
 
 /// Why Avahi cannot be used, in words for the operator.
@@ -102,4 +103,75 @@ final class AvahiSession: @unchecked Sendable {
     }
 
     deinit { close() }
+}
+
+/// An ``AvahiSession`` kept up: made on ``start()``, made again after a failed attempt (no
+/// system bus yet) every `retryInterval`, and after the daemon goes away
+/// (`AVAHI_CLIENT_FAILURE`), until ``stop(_:)``. The advertiser and the browser each own one.
+final class AvahiLink: @unchecked Sendable {
+    private let queue: DispatchQueue
+    /// Touched on the queue only.
+    private var session: AvahiSession?
+    private let stopped = Mutex(false)
+    private let retryInterval: DispatchTimeInterval
+    private let stateChanged: AvahiSession.StateHandler
+    private let unreachable: @Sendable (AvahiError) -> Void
+
+    /// `stateChanged` is called on Avahi's thread with the lock held, `AVAHI_CLIENT_FAILURE`
+    /// included (the owner forgets what it made with that client; the link then reconnects);
+    /// `unreachable` on the link's queue after each attempt that finds no way to the daemon.
+    init(
+        label: String, retryInterval: DispatchTimeInterval, stateChanged: @escaping AvahiSession.StateHandler,
+        unreachable: @escaping @Sendable (AvahiError) -> Void
+    ) {
+        queue = DispatchQueue(label: label)
+        self.retryInterval = retryInterval
+        self.stateChanged = stateChanged
+        self.unreachable = unreachable
+    }
+
+    func start() {
+        queue.async { self.connect() }
+    }
+
+    /// Runs `body` on the link's queue, with the poll's lock held and the client when
+    /// connected (nil otherwise).
+    func withClient(_ body: @escaping @Sendable (OpaquePointer?) -> Void) {
+        queue.async {
+            if let session = self.session { session.locked(body) } else { body(nil) }
+        }
+    }
+
+    /// Stops for good: `cleanup` runs under the lock (the owner forgets its Avahi objects),
+    /// then the client is freed. Returns once no more callbacks come.
+    func stop(_ cleanup: (OpaquePointer?) -> Void) {
+        stopped.withLock { $0 = true }
+        queue.sync {
+            session?.locked(cleanup)
+            session?.close()
+            session = nil
+        }
+    }
+
+    /// On the queue.
+    private func connect() {
+        guard !stopped.withLock({ $0 }) else { return }
+        do {
+            session = try AvahiSession { [weak self] client, state in
+                guard let self else { return }
+                self.stateChanged(client, state)
+                guard state == AVAHI_CLIENT_FAILURE else { return }
+                // This client is done; it is freed off Avahi's thread, and a new one waits
+                // for the daemon to come back.
+                self.queue.async {
+                    self.session?.close()
+                    self.session = nil
+                    self.connect()
+                }
+            }
+        } catch {
+            unreachable(error)
+            queue.asyncAfter(deadline: .now() + retryInterval) { [weak self] in self?.connect() }
+        }
+    }
 }

@@ -54,18 +54,16 @@ public final class DNSSDBrowser: @unchecked Sendable {
 
     private let type: String
     private let handler: @Sendable (Event) -> Void
-    private let queue = DispatchQueue(label: "atrium.dnssd.browser")
     /// Touched on Avahi's thread with the lock held, or under ``AvahiSession/locked(_:)``.
     private var browser: OpaquePointer?
     private var resolvers: [Item: OpaquePointer] = [:]
     /// Instances announced while every slot was taken, in order.
     private var waiting: [Item] = []
-    private var session: AvahiSession?
-    private let stopped = Mutex(false)
+    /// Set once, at the end of init.
+    private var link: AvahiLink!
     /// Whether `.unavailable` with a reason was the last said (only then is "available
     /// again" news). Touched on Avahi's thread and the queue, one at a time.
     private let saidUnavailable = Mutex(false)
-    private let retryInterval: DispatchTimeInterval
 
     /// `handler` is called on Avahi's thread: it must not block, nor call back into this browser.
     public init(
@@ -73,35 +71,23 @@ public final class DNSSDBrowser: @unchecked Sendable {
     ) {
         self.type = type
         self.handler = handler
-        self.retryInterval = retryInterval
+        link = AvahiLink(
+            label: "atrium.dnssd.browser", retryInterval: retryInterval,
+            stateChanged: { [weak self] client, state in self?.clientChanged(client, state) },
+            unreachable: { [weak self] error in self?.report("\(error)") })
     }
 
     /// Starts browsing; a missing avahi-daemon is reported as `.unavailable` and waited for.
     public func start() {
-        queue.async { self.connect() }
+        link.start()
     }
 
     /// Stops browsing. Returns once no more events come.
     public func stop() {
-        stopped.withLock { $0 = true }
-        queue.sync {
-            session?.locked { _ in
-                browser = nil
-                resolvers = [:]
-                waiting = []
-            }
-            session?.close()
-            session = nil
-        }
-    }
-
-    private func connect() {
-        guard !stopped.withLock({ $0 }) else { return }
-        do {
-            session = try AvahiSession { [weak self] client, state in self?.clientChanged(client, state) }
-        } catch {
-            report("\(error)")
-            queue.asyncAfter(deadline: .now() + retryInterval) { [weak self] in self?.connect() }
+        link.stop { _ in
+            browser = nil
+            resolvers = [:]
+            waiting = []
         }
     }
 
@@ -131,12 +117,7 @@ public final class DNSSDBrowser: @unchecked Sendable {
             resolvers = [:]
             waiting = []
             browser = nil
-            report("lost avahi-daemon (\(reason))")
-            queue.async {
-                self.session?.close()
-                self.session = nil
-                self.connect()
-            }
+            report("lost avahi-daemon (\(reason))")  // the link connects again
         default:
             break
         }

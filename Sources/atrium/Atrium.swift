@@ -104,20 +104,16 @@ struct HostOptions: ParsableArguments {
                 throw Exit.unreachable
             }
         }
-        do {
-            let connection = try await AtriumConnection.connect(
-                to: endpoint, clientName: "atrium command line", tls: tls, timeout: duration
-            )
-            if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
-                printError(
-                    "\(endpoint) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \(endpoint) makes it known"
-                )
-            }
-            return connection
-        } catch let error as AtriumClientError {
-            printError(error.message)
-            throw Exit.unreachable
+        let connection = try await reachable {
+            try await AtriumConnection.connect(
+                to: endpoint, clientName: "atrium command line", tls: tls, timeout: duration)
         }
+        if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
+            printError(
+                "\(endpoint) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \(endpoint) makes it known"
+            )
+        }
+        return connection
     }
 }
 
@@ -143,19 +139,16 @@ extension HostOptions {
             printError("cannot load this client's TLS identity: \(error)")
             throw Exit.unreachable
         }
-        do {
-            let connection = try await AtriumConnection.connect(
+        let connection = try await reachable {
+            try await AtriumConnection.connect(
                 to: system, clientName: "atrium command line", tls: tls, timeout: duration)
-            if !system.isPaired, KnownHosts().identity(ofHostId: system.id) == nil, tls != nil {
-                printError(
-                    "\"\(system.displayName)\" (\(connection.endpoint)) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \"\(system.displayName)\" makes it known"
-                )
-            }
-            return connection
-        } catch let error as AtriumClientError {
-            printError(error.message)
-            throw Exit.unreachable
         }
+        if !system.isPaired, KnownHosts().identity(ofHostId: system.id) == nil, tls != nil {
+            printError(
+                "\"\(system.displayName)\" (\(connection.endpoint)) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \"\(system.displayName)\" makes it known"
+            )
+        }
+        return connection
     }
 }
 
