@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <stdlib.h> /* defines __GLIBC__ on glibc */
@@ -79,4 +80,11 @@ int atrium_receive_descriptors(int socket, int *descriptors, int max) {
         }
     }
     return count;
+}
+
+void atrium_name_this_thread(const char *name) {
+    char shortened[16];
+    strncpy(shortened, name, sizeof shortened - 1);
+    shortened[sizeof shortened - 1] = 0;
+    pthread_setname_np(pthread_self(), shortened);
 }

@@ -39,13 +39,14 @@ import Testing
         #expect(try await client.open(channel: 1, service: "test", package: Self.inline) == .success)
         #expect(try await client.open(channel: 2, service: "test", package: Fixtures.testPackage) == .success)
         #expect(try await client.open(channel: 3, service: "test", package: Self.inlineWorker) == .success)
-        // SwiftNIO names its event loops' threads "NIO-…"; a plugin's own queue is not one.
+        // SwiftNIO names its event loops' threads "NIO-…", and a worker process the threads that
+        // read its links to the host "atrium-link-N"; a plugin's own queue is neither.
         let inline = try await Self.thread(client, channel: 1, id: 1)
         let usual = try await Self.thread(client, channel: 2, id: 2)
         let worker = try await Self.thread(client, channel: 3, id: 3)
         #expect(inline?.hasPrefix("NIO-") == true, "inline: \(inline ?? "no name")")
         #expect(usual != nil && usual?.hasPrefix("NIO-") == false, "usual: \(usual ?? "no name")")
-        #expect(worker?.hasPrefix("NIO-") == true, "in a worker: \(worker ?? "no name")")
+        #expect(worker?.hasPrefix("atrium-link-") == true, "in a worker: \(worker ?? "no name")")
         await client.close()
         #expect(await host.stop() == 0)
     }

@@ -15,4 +15,7 @@ int atrium_send_descriptors(int socket, const int *descriptors, int count);
  * at most `max` (at most 16), made close-on-exec. Returns how many, or -1 with errno set. */
 int atrium_receive_descriptors(int socket, int *descriptors, int max);
 
+/* Names the calling thread (at most 15 bytes are kept), as ps and /proc show it. */
+void atrium_name_this_thread(const char *name);
+
 #endif

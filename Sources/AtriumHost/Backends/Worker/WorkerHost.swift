@@ -6,7 +6,6 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 
 #if canImport(Glibc)
     import Glibc
@@ -19,9 +18,8 @@ import NIOPosix
 /// where a plugin's nonblocking `request` runs (ATRIUM_PLUGIN_NONBLOCKING): there, those
 /// three are refused at once (the reply could never be read), and the log says so.
 final class WorkerHost: BackendHost, @unchecked Sendable {
-    /// The links to the host, by number; each is attached as its channel is set up, before
-    /// anything is read from it, and never changes after.
-    private let links: NIOLockedValueBox<[WorkerLink?]>
+    /// The links to the host, by number.
+    private let links: [WorkerSocket]
     let maxQueuedPerService = Int.max
     /// Requests handed to the plugin and not answered yet: the link each came on, by id.
     private let pending = NIOLockedValueBox<[UInt64: Int]>([:])
@@ -37,17 +35,13 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         var frame: WorkerFrame?
     }
 
-    init(links: Int, logger: Logger) {
-        self.links = NIOLockedValueBox(Array(repeating: nil, count: links))
+    init(links: [WorkerSocket], logger: Logger) {
+        self.links = links
         self.logger = logger
     }
 
-    func attach(_ channel: any Channel, as link: Int) {
-        links.withLockedValue { $0[link] = WorkerLink(channel) }
-    }
-
-    private func channel(_ link: Int) -> WorkerLink? {
-        links.withLockedValue { $0.indices.contains(link) ? $0[link] : nil }
+    private func channel(_ link: Int) -> WorkerSocket? {
+        links.indices.contains(link) ? links[link] : nil
     }
 
     /// Sends `frame` on link `link`.
@@ -58,16 +52,13 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     /// Sends `frame` on link `link`, then runs `then` once it has gone out (or could not):
     /// for the last thing a worker says before it exits.
     func write(_ frame: WorkerFrame, on link: Int, then: @escaping @Sendable () -> Void) {
-        guard let channel = channel(link)?.channel else {
-            then()
-            return
-        }
-        channel.writeAndFlush(frame).whenComplete { _ in then() }
+        channel(link)?.sendNow(frame)
+        then()
     }
 
-    /// Whether the calling thread is one of the links' event loops, where nothing may wait.
+    /// Whether the calling thread reads one of the links, where nothing may wait.
     private var onALinksLoop: Bool {
-        links.withLockedValue { $0.contains { $0?.channel.eventLoop.inEventLoop ?? false } }
+        links.contains { $0.isReadingThread }
     }
 
     /// Which link each channel's frames came on: the plugin's calls about a channel go back

@@ -6,7 +6,6 @@ import Foundation
 public import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOPosix
 
 #if canImport(Glibc)
     import Glibc
@@ -15,7 +14,7 @@ import NIOPosix
 /// The worker process's side: `atriumd --worker` runs this with its first socket to the host
 /// as standard input. The first thing on it is a message carrying the other sockets: one link
 /// per event loop of the host, so that a request never leaves its connection's loop on the
-/// host's side; each link gets an event loop of the worker's own. Then the worker reads
+/// host's side; each link gets a thread of the worker's own that reads it (``WorkerSocket``). Then the worker reads
 /// `start` (on link 0), sets its limits, loads the plugin through the same C ABI as in
 /// process, answers `ready`, and carries calls both ways until the host says `shutdown` or
 /// goes away. A channel's frames all travel on one link, in order.
@@ -40,31 +39,21 @@ public enum WorkerMain {
             return 70
         }
         if null != 0 { close(null) }
-        let sockets = [first] + passed.prefix(Int(count))
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: sockets.count)
-        let loops = Array(group.makeIterator())
+        let sockets = ([first] + passed.prefix(Int(count))).map(WorkerSocket.init)
         let done = DispatchSemaphore(value: 0)
         let dispatcher = WorkerDispatcher(logger: logger, done: done, links: sockets.count)
-        dispatcher.host = WorkerHost(links: sockets.count, logger: logger)
-        do {
-            for (index, socket) in sockets.enumerated() {
-                _ = try ClientBootstrap(group: loops[index])
-                    .channelInitializer { channel in
-                        // Before anything is read: the first frames need it.
-                        dispatcher.host.attach(channel, as: index)
-                        return channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHandlers([
-                                ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: Int(UInt32.max >> 1))),
-                                MessageToByteHandler(FrameEncoder<WorkerFrame>()),
-                                WorkerInboundHandler(dispatcher: dispatcher, link: index),
-                            ])
-                        }
-                    }
-                    .withConnectedSocket(socket).wait()
+        dispatcher.host = WorkerHost(links: sockets, logger: logger)
+        // A thread per link reads it; the host closing any link ends the worker.
+        for (index, socket) in sockets.enumerated() {
+            let thread = Thread {
+                atrium_name_this_thread("atrium-link-\(index)")
+                let failure = socket.run(maxFrameBytes: Int(UInt32.max >> 1)) { frame in
+                    dispatcher.received(frame, link: index)
+                }
+                if let failure { logger.error("worker: \(failure)") }
+                dispatcher.finish(0)
             }
-        } catch {
-            logger.error("worker: a socket from the host is not usable: \(error)")
-            return 70
+            thread.start()
         }
         done.wait()
         return dispatcher.exitStatus
@@ -77,7 +66,7 @@ final class WorkerDispatcher: @unchecked Sendable {
     let done: DispatchSemaphore
     /// Set once, before any link is set up.
     var host: WorkerHost!
-    /// Set by `start` (on link 0's loop); read from every link's loop.
+    /// Set by `start` (on link 0's thread); read from every link's thread.
     private let loaded = NIOLockedValueBox<InProcessPlugin?>(nil)
     private let status = NIOLockedValueBox<(exit: Int32, shutdowns: Int)>((0, 0))
     /// How many links the host says `shutdown` on before the plugin stops.
@@ -153,7 +142,7 @@ final class WorkerDispatcher: @unchecked Sendable {
         case .reply(let call, _, _, _, _):
             host.replied(call, frame)
         case .shutdown:
-            // Once every link has said so (each after what it carried), off the links' loops.
+            // Once every link has said so (each after what it carried), off the links' threads.
             let all = status.withLockedValue { status -> Bool in
                 status.shutdowns += 1
                 return status.shutdowns == links
@@ -241,31 +230,5 @@ final class WorkerDispatcher: @unchecked Sendable {
         if setrlimit(resource, &limit) != 0 {
             logger.warning("worker: could not set the \(name) limit to \(value): errno \(errno)")
         }
-    }
-}
-
-/// The worker's end of the socket: frames go to the dispatcher; the host going away ends
-/// the worker.
-final class WorkerInboundHandler: ChannelInboundHandler, Sendable {
-    typealias InboundIn = WorkerFrame
-    let dispatcher: WorkerDispatcher
-    let link: Int
-
-    init(dispatcher: WorkerDispatcher, link: Int) {
-        self.dispatcher = dispatcher
-        self.link = link
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        dispatcher.received(unwrapInboundIn(data), link: link)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        dispatcher.finish(0)
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        dispatcher.logger.error("worker: \(error)")
-        context.close(promise: nil)
     }
 }
