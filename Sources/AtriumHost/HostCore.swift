@@ -38,6 +38,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let reloading = Mutex<[String: DispatchQueue]>([:])
     let state = Mutex(State())
     private let nextId = Atomic<UInt64>(1)
+    /// When the host started (for `host.status`).
+    let started = ContinuousClock.now
     /// One slot per connection the host may hold (TCP and local), handed out at admission.
     let slots: [ConnectionSlot]
     /// Read on every request: an atomic, not the state lock.

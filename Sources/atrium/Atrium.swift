@@ -33,7 +33,7 @@ struct Atrium: AsyncParsableCommand {
             """,
         subcommands: [
             Ping.self, Apps.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self, Pairing.self,
-            Devices.self,
+            Devices.self, Status.self,
         ]
     )
 }

@@ -47,11 +47,30 @@ protocol ServiceBackend: AnyObject, Sendable {
     /// Stops the backend once the work it has is done; nothing is called on it afterwards.
     /// Returns false when it did not finish within `timeout` (the host then exits without it).
     func shutDown(within timeout: Duration) -> Bool
+
+    /// How the backend is doing, for the operator (`atrium status`).
+    var health: BackendHealth { get }
 }
 
 extension ServiceBackend {
     /// A backend in the host's process asks the host table (`isPending`) instead.
     func abandoned(request: UInt64, on channel: UInt64, timedOut: Bool) {}
+
+    /// A backend in the host's process is ready for as long as it is loaded.
+    var health: BackendHealth { BackendHealth(state: .ready) }
+}
+
+/// How a backend is doing: ready, starting, restarting after a crash, or failed for good
+/// (until a reload), with the reason; and for a worker process, its pid and crashes.
+struct BackendHealth: Sendable {
+    enum State: String, Sendable {
+        case ready, starting, restarting, failed
+    }
+    var state: State
+    var reason: String? = nil
+    var pid: Int32? = nil
+    /// Crashes within the window the host gives up after.
+    var recentCrashes = 0
 }
 
 /// A channel a client asks to open.

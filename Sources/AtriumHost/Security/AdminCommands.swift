@@ -3,8 +3,8 @@ import AtriumValues
 import Foundation
 import NIOCore
 
-/// The operator's commands, taken on the local socket only (`admin` frames): the pairing
-/// requests waiting, and the paired devices.
+/// The operator's commands, taken on the local socket only (`admin` frames): what the host
+/// holds, the pairing requests waiting, and the paired devices.
 ///
 /// | command | arguments | result |
 /// |---|---|---|
@@ -12,6 +12,7 @@ import NIOCore
 /// | `pairing.accept`, `pairing.refuse` | `request` int | `deviceName`, `identity` |
 /// | `devices.list` | none | `devices`: maps of `identity`, `name`, `pairedAt`, `lastSeen`, optional `lastAddress` |
 /// | `devices.revoke` | `device` text: the identity, or at least its first 8 hex digits | `name`, `identity` |
+/// | `host.status` | none | the counts of ``HostCore/statusReport()``: connections, channels, requests, launches, packages |
 enum AdminCommands {
     /// Runs `admin`; the answer comes on `eventLoop` (a revocation answers once the device's
     /// connections are cut off).
@@ -57,6 +58,8 @@ enum AdminCommands {
             return core.devices.decide(UInt64(number), accept: command == "pairing.accept").map { request in
                 ["deviceName": .string(request.deviceName), "identity": .string(request.identity)]
             }
+        case "host.status":
+            return .success(core.statusReport())
         case "devices.list":
             let devices = core.devices.devices.map { device -> ValueSet in
                 var entry: ValueSet = [
@@ -70,7 +73,7 @@ enum AdminCommands {
         default:
             return .failure(
                 PairingRefusal(
-                    "unknown admin command \"\(untrusted(command, limit: 64))\"; known: pairing.list, pairing.accept, pairing.refuse, devices.list, devices.revoke"
+                    "unknown admin command \"\(untrusted(command, limit: 64))\"; known: host.status, pairing.list, pairing.accept, pairing.refuse, devices.list, devices.revoke"
                 ))
         }
     }

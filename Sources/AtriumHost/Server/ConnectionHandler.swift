@@ -268,10 +268,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if case ChannelEvent.inputClosed = event {
             // The client will send nothing more but may still read: answer what is due first.
             machine.inputDidClose()
+            answerOutgoingAfterInputClosed()
             closeIfDrained()
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    /// After a half-close the client can answer nothing more: the backends' messages waiting
+    /// for its answer are answered now (RemoteSystemUnavailable), not at their timeout. A
+    /// service that waits for such an answer before it answers the client's own request
+    /// would otherwise hold the connection, and its slot, for the whole response timeout.
+    private func answerOutgoingAfterInputClosed() {
+        guard let slot = link?.slot else { return }
+        let waiting = slot.book.withLock { book -> [(UInt64, ConnectionSlot.OutgoingRequest)] in
+            let ids = Array(book.outgoing.keys)
+            return ids.compactMap { id in book.takeOutgoing(id).map { (id, $0) } }
+        }
+        for (id, request) in waiting {
+            request.timeout?.cancel()
+            request.backend.response(to: id, on: request.channel, status: .remoteSystemUnavailable, message: nil)
+        }
     }
 
     /// After a half-close, closes the connection once nothing is left to answer.

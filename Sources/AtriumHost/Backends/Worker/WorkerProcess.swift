@@ -100,6 +100,21 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     private let state = Mutex(State())
 
+    var health: BackendHealth {
+        state.withLock { state in
+            let pid = state.process.map(\.processIdentifier).flatMap { $0 > 0 ? $0 : nil }
+            let now = ContinuousClock.now
+            let crashes = state.crashes.filter { now - $0 < Self.crashWindow }.count
+            switch state.phase {
+            case .starting: return BackendHealth(state: .starting, pid: pid, recentCrashes: crashes)
+            case .running: return BackendHealth(state: .ready, pid: pid, recentCrashes: crashes)
+            case .restarting(let reason):
+                return BackendHealth(state: .restarting, reason: reason, recentCrashes: crashes)
+            case .failed(let reason): return BackendHealth(state: .failed, reason: reason, recentCrashes: crashes)
+            }
+        }
+    }
+
     init(manifest: Manifest, library: URL, executable: URL, core: HostCore, group: any EventLoopGroup, logger: Logger) {
         self.manifest = manifest
         package = manifest.package
