@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Repeats each of the cycles a host goes through all day (a client connecting and leaving,
-a channel opened and closed, a request, a launch) many times against a release atriumd, and
-prints how much the host's resident memory (RSS) and open descriptors grew per cycle after a
-warm-up. A host that keeps something per cycle shows it here as bytes per cycle that do not
+a channel opened and closed, a request, a launch, a manifest reload that restarts a package's
+worker) many times against a release atriumd, and prints how much the host's resident memory
+(RSS) and open descriptors grew per cycle after a warm-up. A host that keeps something per cycle shows it here as bytes per cycle that do not
 go away; a few bytes either way are the allocator's noise.
 
-    Benchmarks/churn.py [--cycles 20000] [--pinned]
+    Benchmarks/churn.py [--cycles 20000] [--reloads 1000] [--pinned]
 
 One client at a time, nothing else running; the client is Python (cbor2), written from
 docs/PROTOCOL.md, and over TLS for the TLS cycle (Python's ssl). The figures go to
@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from hosttools import ROOT, descriptors, rss_bytes as rss, start_host
+from reloads import measure_reloads
 
 sys.path.insert(0, os.path.join(ROOT, "Scripts"))
 from contract_client import Client as ContractClient  # noqa: E402
@@ -133,6 +134,8 @@ CYCLES = [
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
+    parser.add_argument("--reloads", type=int, default=1000,
+                        help="manifest reloads measured per kind (default 1000; 0 leaves them out)")
     parser.add_argument("--pinned", action="store_true", help="run the host and the client on core 0")
     arguments = parser.parse_args()
     if arguments.pinned:
@@ -182,6 +185,15 @@ def main():
         host.terminate()
         host.wait()
         shutil.rmtree(state_folder, ignore_errors=True)
+    # Reloads on a host of their own, which logs each one done.
+    if arguments.reloads > 0:
+        for kind, count, per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+                measure_reloads(arguments.reloads, pin):
+            restarts = "; its worker restarts" if "worker" in kind else ""
+            print(f"| manifest reload, the package {kind}{restarts} ({count} reloads; worker processes left "
+                  f"{workers}, backends in memory {worker_objects} + {plugin_objects}) | {per_reload:.1f} B "
+                  f"| {fds_after - fds} | |")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

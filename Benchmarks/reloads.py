@@ -2,12 +2,13 @@
 """What a manifest reload leaves behind: a release atriumd with the reference manifests and one
 more package, whose manifest is rewritten (its config changed) for each reload, so that every
 reload restarts that package. Prints the host's resident memory (RSS) and open descriptors
-before and after, per reload, with the package in a worker process and then in process, and how
-many worker processes are left running.
+before and after, per reload, with the package in a worker process and then in process, how
+many worker processes are left running, and what the host itself still holds (`atrium
+status`: backends retired by a reload and not yet freed).
 
-    Benchmarks/reloads.py [--reloads 200]
+    Benchmarks/reloads.py [--reloads 1000]
 
-The figures go to BENCHMARKS.md.
+Benchmarks/churn.py runs the same after its other cycles. The figures go to BENCHMARKS.md.
 """
 import argparse
 import json
@@ -15,18 +16,26 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 from hosttools import RELEASE, ROOT, copy_of_reference_manifests, descriptors, rss_bytes
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reloads", type=int, default=200, help="reloads measured for each kind (default 200)")
-    arguments = parser.parse_args()
-    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+def host_status(socket_path):
+    """The host's own counts (`atrium status --json` over its local socket)."""
+    answer = subprocess.run([os.path.join(RELEASE, "atrium"), "status", "--json", "--socket", socket_path],
+                            capture_output=True, text=True, timeout=30)
+    return json.loads(answer.stdout) if answer.returncode == 0 else {}
+
+
+def measure_reloads(reloads, pin=()):
+    """Yields (kind, reloads, RSS bytes per reload, descriptors before, after, worker processes
+    left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
     folder = copy_of_reference_manifests()
+    scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
+    socket_path = os.path.join(scratch, "atriumd.sock")
 
     def write(version, isolated):
         manifest = {"manifestVersion": 1, "package": "bench.reloaded", "library": os.path.join(RELEASE, "libEcho.so"),
@@ -34,51 +43,64 @@ def main():
         if isolated:
             manifest["isolation"] = "process"
         # Written whole, then renamed into place: one change for the watcher.
-        scratch = os.path.join(folder, ".next")
-        with open(scratch, "w") as file:
+        next_file = os.path.join(folder, ".next")
+        with open(next_file, "w") as file:
             json.dump(manifest, file)
-        os.rename(scratch, os.path.join(folder, "zz-reloaded.json"))
+        os.rename(next_file, os.path.join(folder, "zz-reloaded.json"))
 
     write(0, True)
     # The log (standard error) says when each reload is done.
     host = subprocess.Popen(
-        [os.path.join(RELEASE, "atriumd"), "--manifests", folder, "--listen", "127.0.0.1:0", "--socket", "off",
-         "--log-level", "notice"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    reloads = [0]
+        list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", folder, "--listen", "127.0.0.1:0", "--socket",
+                     socket_path, "--state-dir", scratch, "--log-level", "notice"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reloaded = [0]
 
     def read():
         for line in host.stdout:
             if "manifests reloaded" in line:
-                reloads[0] += 1
+                reloaded[0] += 1
     threading.Thread(target=read, daemon=True).start()
 
     def cycle(count, isolated, base):
         for index in range(count):
-            wanted = reloads[0] + 1
+            wanted = reloaded[0] + 1
             write(base + index, isolated)
             deadline = time.time() + 5
-            while reloads[0] < wanted and time.time() < deadline:
-                time.sleep(0.01)
+            while reloaded[0] < wanted and time.time() < deadline:
+                time.sleep(0.005)
     try:
+        time.sleep(1)
         for isolated in (True, False):
             base = 1_000_000 if isolated else 2_000_000
-            cycle(20, isolated, base)  # warm-up
-            time.sleep(1)
+            cycle(max(reloads // 10, 20), isolated, base)  # warm-up
+            time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
             rss, fds = rss_bytes(host.pid), descriptors(host.pid)
-            cycle(arguments.reloads, isolated, base + 100)
-            # Start timers of retired workers (10 s) let go of them.
+            cycle(reloads, isolated, base + reloads)
             time.sleep(11)
             rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
-            kind = "in a worker process" if isolated else "in process"
-            print(f"- {kind}: {arguments.reloads} reloads: RSS {rss / 1048576:.1f} -> {rss_after / 1048576:.1f} MiB "
-                  f"({(rss_after - rss) / arguments.reloads:.0f} B a reload), descriptors {fds} -> {fds_after}, "
-                  f"worker processes left: {len(workers)}")
-            sys.stdout.flush()
+            status = host_status(socket_path)
+            yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads, fds,
+                   fds_after, len(workers), status.get("workersInMemory"), status.get("pluginsInMemory"))
     finally:
         host.terminate()
         host.wait()
-        shutil.rmtree(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reloads", type=int, default=1000, help="reloads measured for each kind (default 1000)")
+    arguments = parser.parse_args()
+    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+    for kind, count, per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+            measure_reloads(arguments.reloads):
+        print(f"- {kind}: {count} reloads: {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
+              f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
+              f"{plugin_objects} plugin instances")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

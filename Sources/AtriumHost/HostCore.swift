@@ -753,9 +753,16 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             }
             group.notify(queue: .global()) { done.resume() }
         }
-        // Launches still queued are answered as the host going away; running ones finish on
-        // their own threads without holding up the exit.
-        launchPool.shutdownGracefully { _ in }
+        // Launches still queued are answered as the host going away; running ones get 2
+        // seconds to finish, then the exit goes on without them.
+        let poolDone = DispatchSemaphore(value: 0)
+        launchPool.shutdownGracefully { _ in poolDone.signal() }
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                _ = poolDone.wait(timeout: .now() + 2)
+                done.resume()
+            }
+        }
         logger.info("shut down")
     }
 }

@@ -70,11 +70,12 @@ public struct ManifestCheck: Sendable {
                 }
             } else if let library = manifest.library {
                 do {
-                    let (path, _) = try PluginLibrary.open(
+                    let (path, descriptor) = try PluginLibrary.open(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(),
                         searchPath: pluginSearchPath,
                         strictModes: strictModes
                     )
+                    descriptor.deallocate()
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path)"
                 } catch {
                     entry.problem = error.reason

@@ -90,7 +90,11 @@ public final class TestHost: @unchecked Sendable {
             process.executableURL = executable
             process.arguments = hostArguments
         }
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        var inherited = ProcessInfo.processInfo.environment
+        // Under Scripts/test-asan.sh the host and its workers check for leaks at exit, with
+        // options of their own; the test runner itself does not.
+        if let options = inherited["ATRIUM_HOST_ASAN_OPTIONS"] { inherited["ASAN_OPTIONS"] = options }
+        process.environment = inherited.merging(environment) { $1 }
         let collector = OutputCollector()
         let pipe = Pipe()
         process.standardOutput = pipe

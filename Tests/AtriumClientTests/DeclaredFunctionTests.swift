@@ -159,7 +159,11 @@ struct DeclaredFunctionTests {
         #expect(await host.stop() == 0)
     }
 
-    @Test func returnedStringsAreFreedAsDeclared() async throws {
+    @Test(
+        .disabled(
+            if: TestEnvironment.addressSanitizer,
+            "AddressSanitizer keeps freed memory in quarantine, so resident memory says nothing of what is freed"))
+    func returnedStringsAreFreedAsDeclared() async throws {
         let host = try await TestHost.start(manifests: Self.manifests)
         let ffi = try await service(host)
         for index in 0..<200 {

@@ -170,7 +170,11 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
-    @Test func paddedRequestsHoldOnlyWhatTheirMessagesCountFor() async throws {
+    @Test(
+        .disabled(
+            if: TestEnvironment.addressSanitizer,
+            "AddressSanitizer keeps freed memory in quarantine, so resident memory says nothing of what is held"))
+    func paddedRequestsHoldOnlyWhatTheirMessagesCountFor() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)

@@ -17,7 +17,8 @@ import Testing
           "isolation": "process", \(limits.map { "\"limits\": \($0)," } ?? "") \(user.map { "\"user\": \"\($0)\"," } ?? "")
           "services": [{ "name": "c", "supportsRemoteSystems": true },
                        { "name": "status.-3", "supportsRemoteSystems": true },
-                       { "name": "sleep.600", "supportsRemoteSystems": true }],
+                       { "name": "sleep.600", "supportsRemoteSystems": true },
+                       { "name": "sleep.2000", "supportsRemoteSystems": true }],
           "schemes": ["atrium-ctest"] }
         """
     }
@@ -127,7 +128,11 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
-    @Test func aWorkerOverItsLimitsIsKilledAndRestarted() async throws {
+    @Test(
+        .disabled(
+            if: TestEnvironment.addressSanitizer,
+            "AddressSanitizer reserves terabytes of address space, which a memory limit (RLIMIT_AS) cannot allow"))
+    func aWorkerOverItsLimitsIsKilledAndRestarted() async throws {
         let host = try await Self.startWorkerHost(limits: #"{"memoryMB": 320, "cpuSeconds": 1}"#)
         let bystander = try await Self.bystander(host)
         let client = try await connectedClient(host)
@@ -259,8 +264,9 @@ import Testing
             inWorker ? Self.manifest() : Self.manifest().replacingOccurrences(of: #""isolation": "process","#, with: "")
         let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
         let client = try await connectedClient(host)
-        // The worker's open sleeps 600 ms; the manifest changes meanwhile.
-        try await client.send(.open(OpenFrame(channel: 1, service: "sleep.600", package: Self.package)))
+        // The worker's open sleeps 2 s; the manifest changes meanwhile (a reload takes well
+        // under that, also in a build with AddressSanitizer).
+        try await client.send(.open(OpenFrame(channel: 1, service: "sleep.2000", package: Self.package)))
         try await Task.sleep(for: .milliseconds(100))
         try manifest.replacingOccurrences(of: "\"library\"", with: "\"config\": {\"v\": 2}, \"library\"")
             .write(to: host.manifestsFolder.appendingPathComponent("w.json"), atomically: true, encoding: .utf8)

@@ -21,6 +21,7 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     let package: String
     /// The manifest's `config`, as JSON text, for `create`.
     let config: String
+    /// The host's copy of the plugin's descriptor (PluginLibrary.open): this object owns it.
     let descriptor: UnsafePointer<atrium_plugin>
     let queues: BackendQueues
     let table: UnsafeMutablePointer<atrium_host_api>
@@ -37,10 +38,14 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// In a worker process too, a nonblocking `request` is called where the request arrived:
     /// on the thread that reads the host's socket, from which the worker's host refuses the
     /// calls that would wait for the host's reply (see ``WorkerHost``).
+    /// How many exist, loaded or retired by a reload and not yet freed (`host.status`).
+    static let live = Atomic<Int>(0)
+
     init(
         package: String, config: String, concurrent: Bool, descriptor: UnsafePointer<atrium_plugin>,
         host: any BackendHost, logger: Logger
     ) {
+        Self.live.wrappingAdd(1, ordering: .relaxed)
         self.package = package
         self.config = config
         self.descriptor = descriptor
@@ -267,6 +272,9 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// the plugin gone, it goes too. A plugin never destroyed (its `create` failed, or it was
     /// still busy when the host stopped waiting) may still hold it: it is then kept.
     deinit {
+        Self.live.wrappingSubtract(1, ordering: .relaxed)
+        // The host's own copy (PluginLibrary.copy), which nothing but this object reads.
+        descriptor.deallocate()
         guard isDestroyed else { return }
         table.deinitialize(count: 1)
         table.deallocate()

@@ -12,6 +12,7 @@ import Foundation
 /// | `uptimeSeconds` | since the host started |
 /// | `connections`, `tcpConnections`, `localConnections` | connections admitted and not yet gone |
 /// | `connectionsInMemory` | connection handlers not yet freed (a leak shows here first) |
+/// | `workersInMemory`, `pluginsInMemory` | worker process backends and loaded plugin libraries (in this process) not yet freed: the current ones, and those a reload retired that are still being let go |
 /// | `peers` | addresses with connections counted against the per-address limit |
 /// | `freeSlots`, `slots` | connection slots free, and in all |
 /// | `channels`, `pendingRequests`, `outgoingRequests` | across every connection's slot |
@@ -58,6 +59,8 @@ extension HostCore {
             "tcpConnections": .int(Int64(counted.tcp)),
             "localConnections": .int(Int64(counted.local)),
             "connectionsInMemory": .int(Int64(ConnectionHandler.live.load(ordering: .relaxed))),
+            "workersInMemory": .int(Int64(WorkerProcess.live.load(ordering: .relaxed))),
+            "pluginsInMemory": .int(Int64(InProcessPlugin.live.load(ordering: .relaxed))),
             "peers": .int(Int64(counted.peers)),
             "freeSlots": .int(Int64(counted.free)),
             "slots": .int(Int64(slots.count)),

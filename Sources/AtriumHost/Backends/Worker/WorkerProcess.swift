@@ -115,7 +115,16 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
+    /// How many exist, current or retired by a reload and not yet freed (`host.status`): a
+    /// retired worker kept in memory shows here.
+    static let live = Atomic<Int>(0)
+
+    deinit {
+        Self.live.wrappingSubtract(1, ordering: .relaxed)
+    }
+
     init(manifest: Manifest, library: URL, executable: URL, core: HostCore, group: any EventLoopGroup, logger: Logger) {
+        Self.live.wrappingAdd(1, ordering: .relaxed)
         self.manifest = manifest
         package = manifest.package
         self.library = library
