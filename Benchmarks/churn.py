@@ -187,12 +187,12 @@ def main():
         shutil.rmtree(state_folder, ignore_errors=True)
     # Reloads on a host of their own, which logs each one done.
     if arguments.reloads > 0:
-        for kind, count, per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+        for kind, count, per_reload, heap, fds, fds_after, workers, worker_objects, plugin_objects in \
                 measure_reloads(arguments.reloads, pin):
             restarts = "; its worker restarts" if "worker" in kind else ""
             print(f"| manifest reload, the package {kind}{restarts} ({count} reloads; worker processes left "
                   f"{workers}, backends in memory {worker_objects} + {plugin_objects}) | {per_reload:.1f} B "
-                  f"| {fds_after - fds} | |")
+                  f"(heap in use {heap:.1f} B) | {fds_after - fds} | |")
             sys.stdout.flush()
 
 

@@ -31,8 +31,9 @@ def host_status(socket_path):
 
 
 def measure_reloads(reloads, pin=()):
-    """Yields (kind, reloads, RSS bytes per reload, descriptors before, after, worker processes
-    left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
+    """Yields (kind, reloads, RSS bytes per reload, heap bytes in use per reload, descriptors
+    before, after, worker processes left, workersInMemory, pluginsInMemory) for the package in
+    a worker, then in process."""
     folder = copy_of_reference_manifests()
     scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
     socket_path = os.path.join(scratch, "atriumd.sock")
@@ -75,14 +76,15 @@ def measure_reloads(reloads, pin=()):
             base = 1_000_000 if isolated else 2_000_000
             cycle(max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
-            rss, fds = rss_bytes(host.pid), descriptors(host.pid)
+            rss, fds, heap = rss_bytes(host.pid), descriptors(host.pid), host_status(socket_path).get("heapInUseBytes", 0)
             cycle(reloads, isolated, base + reloads)
             time.sleep(11)
             rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
             status = host_status(socket_path)
-            yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads, fds,
-                   fds_after, len(workers), status.get("workersInMemory"), status.get("pluginsInMemory"))
+            yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads,
+                   (status.get("heapInUseBytes", 0) - heap) / reloads, fds, fds_after, len(workers),
+                   status.get("workersInMemory"), status.get("pluginsInMemory"))
     finally:
         host.terminate()
         host.wait()
@@ -95,9 +97,10 @@ def main():
     parser.add_argument("--reloads", type=int, default=1000, help="reloads measured for each kind (default 1000)")
     arguments = parser.parse_args()
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    for kind, count, per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+    for kind, count, per_reload, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
             measure_reloads(arguments.reloads):
-        print(f"- {kind}: {count} reloads: {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
+        print(f"- {kind}: {count} reloads: {per_reload:.1f} B of RSS and {heap_per_reload:.1f} B of heap in use a "
+              f"reload, descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
               f"{plugin_objects} plugin instances")
         sys.stdout.flush()

@@ -4,13 +4,25 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include <stdlib.h> /* defines __GLIBC__ on glibc */
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+
+long long atrium_heap_in_use(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 info = mallinfo2();
+    return (long long)(info.uordblks + info.hblkhd);
+#else
+    return -1;
+#endif
+}
 
 int atrium_release_free_memory(void) {
 #if defined(__GLIBC__)
@@ -87,4 +99,35 @@ void atrium_name_this_thread(const char *name) {
     strncpy(shortened, name, sizeof shortened - 1);
     shortened[sizeof shortened - 1] = 0;
     pthread_setname_np(pthread_self(), shortened);
+}
+
+int atrium_spawn(const char *path, char *const argv[], char *const envp[], int input, int output, int error) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    if (posix_spawn_file_actions_init(&actions) != 0) return -ENOMEM;
+    if (posix_spawnattr_init(&attributes) != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return -ENOMEM;
+    }
+    int result = 0;
+    int sources[3] = {input, output, error};
+    for (int target = 0; target < 3 && result == 0; target++) {
+        result = sources[target] >= 0
+            ? posix_spawn_file_actions_adddup2(&actions, sources[target], target)
+            : posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_RDWR, 0);
+    }
+    if (result == 0) result = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    if (result == 0) result = posix_spawnattr_setsigdefault(&attributes, &all);
+    if (result == 0) result = posix_spawnattr_setsigmask(&attributes, &none);
+    if (result == 0)
+        result = posix_spawnattr_setflags(
+            &attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = 0;
+    if (result == 0) result = posix_spawn(&pid, path, &actions, &attributes, argv, envp);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attributes);
+    return result == 0 ? (int)pid : -result;
 }

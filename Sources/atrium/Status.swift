@@ -69,7 +69,10 @@ struct Status: AsyncParsableCommand {
     static func text(_ report: ValueSet) -> String {
         func count(_ key: String) -> Int64 { report[key]?.int ?? 0 }
         var lines: [String] = []
-        lines.append("up \(uptime(report["uptimeSeconds"]?.double ?? 0))")
+        let heap = count("heapInUseBytes")
+        lines.append(
+            "up \(uptime(report["uptimeSeconds"]?.double ?? 0))"
+                + (heap >= 0 ? "; heap in use \(String(format: "%.1f", Double(heap) / 1_048_576)) MiB" : ""))
         lines.append(
             "connections  \(count("connections")) (tcp \(count("tcpConnections")), local \(count("localConnections"))); in memory \(count("connectionsInMemory")); slots free \(count("freeSlots")) of \(count("slots"))"
         )

@@ -76,11 +76,6 @@ public struct ExecLauncher: Sendable, Hashable {
             return LaunchOutcome(
                 status: .appUnavailable, error: "the program \(command[0]) was not found or is not executable")
         }
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments(for: uri)
-        process.standardInput = FileHandle.nullDevice
-        process.environment = Self.environment(from: ProcessInfo.processInfo.environment)
         // The program's output goes to the log through a pipe the event loop reads, which
         // closes it when the program (and whatever inherited it) is done with it.
         var ends: [Int32] = [-1, -1]
@@ -90,29 +85,29 @@ public struct ExecLauncher: Sendable, Hashable {
         // Neither end may leak into other programs the host starts meanwhile.
         _ = fcntl(ends[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
-        let writeEnd = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
-        process.standardOutput = writeEnd
-        process.standardError = writeEnd
         let name = executable.lastPathComponent
         let finished = DispatchSemaphore(value: 0)
-        process.terminationHandler = { ended in
-            logger.info("\(name) (pid \(ended.processIdentifier)) ended with status \(ended.terminationStatus)")
-            RunningPrograms.shared.remove(ended)
-            finished.signal()
-        }
         // Counted before it starts: a program that ends at once must not be counted after
-        // its end was (its termination handler removes it).
-        RunningPrograms.shared.add(process)
+        // its end was.
+        let ticket = RunningPrograms.shared.add()
+        let process: ChildProcess
         do {
-            try process.run()
+            process = try ChildProcess(
+                executable: executable, arguments: arguments(for: uri),
+                environment: Self.environment(from: ProcessInfo.processInfo.environment), output: ends[1],
+                error: ends[1]
+            ) { ended in
+                logger.info("\(name) (pid \(ended.processIdentifier)) ended with status \(ended.terminationStatus)")
+                RunningPrograms.shared.remove(ticket)
+                finished.signal()
+            }
         } catch {
-            RunningPrograms.shared.remove(process)
+            RunningPrograms.shared.remove(ticket)
             close(ends[0])
-            try? writeEnd.close()
-            return LaunchOutcome(
-                status: .appUnavailable, error: "cannot start \(executable.path): \(error.localizedDescription)")
+            close(ends[1])
+            return LaunchOutcome(status: .appUnavailable, error: "cannot start \(executable.path): \(error)")
         }
-        try? writeEnd.close()  // the program has its own copy
+        close(ends[1])  // the program has its own copy
         OutputLog.attach(ends[0], name: name, logger: logger)
         logger.info("started \(executable.path) (pid \(process.processIdentifier)) for \(untrusted(uri))")
         guard wait else { return LaunchOutcome(status: .success, error: nil) }
@@ -134,25 +129,27 @@ public struct ExecLauncher: Sendable, Hashable {
     }
 }
 
-/// Programs started and not yet ended: held so that each is watched (and reaped) to its end.
+/// How many programs started for launches are still running (each is reaped by its
+/// ``ChildProcess``): what `--max-launches` counts.
 final class RunningPrograms: Sendable {
     static let shared = RunningPrograms()
-    private let running = Mutex<[ObjectIdentifier: ProcessBox]>([:])
+    private let running = Mutex<(next: UInt64, tickets: Set<UInt64>)>((0, []))
 
-    struct ProcessBox: @unchecked Sendable {
-        let process: Process
+    /// Counts one more; the ticket is for ``remove(_:)``.
+    func add() -> UInt64 {
+        running.withLock { running in
+            running.next += 1
+            running.tickets.insert(running.next)
+            return running.next
+        }
     }
 
-    func add(_ process: Process) {
-        running.withLock { $0[ObjectIdentifier(process)] = ProcessBox(process: process) }
-    }
-
-    func remove(_ process: Process) {
-        _ = running.withLock { $0.removeValue(forKey: ObjectIdentifier(process)) }
+    func remove(_ ticket: UInt64) {
+        _ = running.withLock { $0.tickets.remove(ticket) }
     }
 
     /// How many are running.
-    var count: Int { running.withLock { $0.count } }
+    var count: Int { running.withLock { $0.tickets.count } }
 }
 
 /// Logs what a launched program writes, line by line, at most ``maxLines`` lines of at most

@@ -1,4 +1,5 @@
 import AtriumValues
+import CAtriumSystem
 import Foundation
 
 /// What the host holds right now, counted by the host itself: the `host.status` admin command
@@ -12,6 +13,7 @@ import Foundation
 /// | `uptimeSeconds` | since the host started |
 /// | `connections`, `tcpConnections`, `localConnections` | connections admitted and not yet gone |
 /// | `connectionsInMemory` | connection handlers not yet freed (a leak shows here first) |
+/// | `heapInUseBytes` | what the host's heap holds now (allocated, not merely kept by the allocator as RSS is; -1 where it cannot be told) |
 /// | `workersInMemory`, `pluginsInMemory` | worker process backends and loaded plugin libraries (in this process) not yet freed: the current ones, and those a reload retired that are still being let go |
 /// | `peers` | addresses with connections counted against the per-address limit |
 /// | `freeSlots`, `slots` | connection slots free, and in all |
@@ -61,6 +63,7 @@ extension HostCore {
             "connectionsInMemory": .int(Int64(ConnectionHandler.live.load(ordering: .relaxed))),
             "workersInMemory": .int(Int64(WorkerProcess.live.load(ordering: .relaxed))),
             "pluginsInMemory": .int(Int64(InProcessPlugin.live.load(ordering: .relaxed))),
+            "heapInUseBytes": .int(Int64(atrium_heap_in_use())),
             "peers": .int(Int64(counted.peers)),
             "freeSlots": .int(Int64(counted.free)),
             "slots": .int(Int64(slots.count)),

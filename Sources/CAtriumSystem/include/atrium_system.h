@@ -15,6 +15,16 @@ int atrium_send_descriptors(int socket, const int *descriptors, int count);
  * at most `max` (at most 16), made close-on-exec. Returns how many, or -1 with errno set. */
 int atrium_receive_descriptors(int socket, int *descriptors, int max);
 
+/* Starts the program at `path` with `argv` and `envp` (each NULL-terminated) in a session of
+ * its own (so it leads its own process group), with standard input, output and error from
+ * `input`, `output` and `error` (-1: /dev/null), every other descriptor closed, every signal
+ * at its default and none blocked. Returns the child's pid, or -errno. */
+int atrium_spawn(const char *path, char *const argv[], char *const envp[], int input, int output, int error);
+
+/* The bytes the heap holds for the program now, in every arena, mmapped blocks included
+ * (glibc's mallinfo2: uordblks + hblkhd); -1 where there is no mallinfo2. */
+long long atrium_heap_in_use(void);
+
 /* Names the calling thread (at most 15 bytes are kept), as ps and /proc show it. */
 void atrium_name_this_thread(const char *name);
 

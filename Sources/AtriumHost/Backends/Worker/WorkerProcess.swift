@@ -72,7 +72,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var links: [WorkerLink] = []
         /// Which link each channel's frames travel on (the one of the loop that opened it).
         var channelLinks: [UInt64: Int] = [:]
-        var process: Process?
+        var process: ChildProcess?
         /// Which start of the worker this is: frames and exits of an earlier one are ignored.
         var generation = 0
         var opens: [UInt64: @Sendable (AppServiceConnectionStatus) -> Void] = [:]
@@ -185,14 +185,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// SIGKILL for a worker process that runs, and everything it started (a worker leads a
     /// process group of its own); never for one that did not start: its pid would be 0, the
     /// host's own group.
-    private static func kill(_ process: Process?) {
+    private static func kill(_ process: ChildProcess?) {
         guard let process, process.isRunning, process.processIdentifier > 0 else { return }
         if Glibc.kill(-process.processIdentifier, SIGKILL) != 0 { Glibc.kill(process.processIdentifier, SIGKILL) }
     }
 
     /// Marks the package failed and kills its worker: no restart follows.
     private func giveUp(_ reason: String) {
-        let process = state.withLock { state -> Process? in
+        let process = state.withLock { state -> ChildProcess? in
             state.phase = .failed(reason: reason)
             state.ready = nil
             return state.process
@@ -216,9 +216,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
             hostEnds.append(pair[0])
             workerEnds.append(pair[1])
         }
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = ["--worker", "--worker-links", "\(loops.count)"]
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
         // worker's address space, which its memory limit counts, near what it really uses.
         // Swift's crash backtracer would hold a crashed worker for a second or more while it
@@ -227,10 +224,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["MALLOC_ARENA_MAX"] = "2"
         environment["SWIFT_BACKTRACE"] = environment["SWIFT_BACKTRACE"] ?? "enable=no"
-        process.environment = environment
-        // The worker's first end becomes its standard input (dup2 clears close-on-exec on the
-        // copy).
-        process.standardInput = FileHandle(fileDescriptor: workerEnds[0], closeOnDealloc: false)
         // What the worker (its plugin included) prints goes to the host's log through a pipe,
         // escaped, cut and counted as a program's output is: never raw into the log.
         var output: [Int32] = [-1, -1]
@@ -240,9 +233,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
         _ = fcntl(output[0], F_SETFD, FD_CLOEXEC)
         _ = fcntl(output[1], F_SETFD, FD_CLOEXEC)
-        let outputHandle = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
-        process.standardOutput = outputHandle
-        process.standardError = outputHandle
         let generation = state.withLock { state -> Int? in
             guard !state.shuttingDown else { return nil }
             state.generation += 1
@@ -260,16 +250,20 @@ final class WorkerProcess: ServiceBackend, Sendable {
             close(output[1])
             return "the host is shutting down"
         }
-        process.terminationHandler = { [weak self] ended in
-            self?.workerEnded(ended, generation: generation)
-        }
+        let process: ChildProcess
         do {
-            try process.run()
+            // The worker's first end becomes its standard input.
+            process = try ChildProcess(
+                executable: executable, arguments: ["--worker", "--worker-links", "\(loops.count)"],
+                environment: environment, input: workerEnds[0], output: output[1], error: output[1]
+            ) { [weak self] ended in
+                self?.workerEnded(ended, generation: generation)
+            }
         } catch {
             closeAll()
             close(output[0])
             close(output[1])
-            return "cannot start the worker process (\(executable.path)): \(error.localizedDescription)"
+            return "cannot start the worker process (\(executable.path)): \(error)"
         }
         // Published only once it runs (a process that never started has no pid to signal),
         // and only if shutdown did not begin meanwhile.
@@ -365,7 +359,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// Kills the worker of `generation` (if it is still that one) for `reason`; its end is
     /// then handled as a crash.
     private func kill(generation: Int, reason: String?) {
-        let process = state.withLock { state -> Process? in
+        let process = state.withLock { state -> ChildProcess? in
             guard state.generation == generation else { return nil }
             if let reason, state.killReason == nil { state.killReason = reason }
             return state.process
@@ -399,11 +393,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
-    /// A worker whose plugin started processes of its own can end without the host hearing
-    /// of it: those processes keep the worker's sockets (and what Foundation watches for its
-    /// end) open. Once a second, a worker that has exited but not been reaped (a zombie) gets
-    /// its process group killed, which closes them, and its end is then handled as any other.
-    private func watchForEnd(_ process: Process, generation: Int) {
+    /// A safety net under the reaping thread (``ChildProcess``), which waits for the worker's
+    /// pid itself: once a second, a worker that has exited but not been reaped (a zombie) gets
+    /// its process group killed, which closes the sockets what it started still hold, and its
+    /// end is then handled as any other.
+    private func watchForEnd(_ process: ChildProcess, generation: Int) {
         let pid = process.processIdentifier
         let task = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { task in
             guard pid > 0, Self.isZombie(pid) else { return }
@@ -431,7 +425,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// The worker process ended. What it wrote before it went (an answer, or why the plugin
     /// did not load) is read first: its links are left to reach their end (at most a second)
     /// before the end is handled.
-    private func workerEnded(_ process: Process, generation: Int) {
+    private func workerEnded(_ process: ChildProcess, generation: Int) {
         let links = state.withLock { $0.generation == generation ? $0.links : [] }
         guard let first = links.first else {
             handleEnd(process, generation: generation)
@@ -451,7 +445,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         first.channel.eventLoop.scheduleTask(in: .seconds(1)) { handle() }
     }
 
-    private func handleEnd(_ process: Process, generation: Int) {
+    private func handleEnd(_ process: ChildProcess, generation: Int) {
         state.withLock { state -> RepeatedTask? in
             guard state.generation == generation else { return nil }
             defer { state.watch = nil }
@@ -829,7 +823,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func shutDown(within timeout: Duration) -> Bool {
-        let (links, process) = state.withLock { state -> ([WorkerLink], Process?) in
+        let (links, process) = state.withLock { state -> ([WorkerLink], ChildProcess?) in
             state.shuttingDown = true
             return (state.links, state.process)
         }
