@@ -256,8 +256,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
             process = try ChildProcess(
                 executable: executable, arguments: ["--worker", "--worker-links", "\(loops.count)"],
                 environment: environment, input: workerEnds[0], output: output[1], error: output[1]
-            ) { [weak self] ended in
-                self?.workerEnded(ended, generation: generation)
+            ) { [self] ended in
+                // Held until the worker is reaped, which a retired worker soon is.
+                workerEnded(ended, generation: generation)
             }
         } catch {
             closeAll()
