@@ -275,10 +275,17 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         Self.live.wrappingSubtract(1, ordering: .relaxed)
         // The host's own copy (PluginLibrary.copy), which nothing but this object reads.
         descriptor.deallocate()
-        guard isDestroyed else { return }
+        guard isDestroyed else {
+            Self.kept.withLock { $0.append((UnsafeMutableRawPointer(table), instance)) }
+            return
+        }
         table.deinitialize(count: 1)
         table.deallocate()
     }
+
+    /// The tables (and instances) of plugins never destroyed, kept on purpose for as long as
+    /// the process runs: the plugin may still call into its table.
+    private static let kept = Mutex<[(table: UnsafeMutableRawPointer, instance: UnsafeMutableRawPointer?)]>([])
 
     /// Calls `destroy` once the plugin's queues are idle, after which the plugin is never
     /// called again.

@@ -22,10 +22,13 @@ final class ChildProcess: Sendable {
     let processIdentifier: Int32
     private let ended = Mutex<(reason: TerminationReason, status: Int32)?>(nil)
 
-    /// Starts `executable`; `onExit` runs on the reaping thread once it has ended.
+    /// Starts `executable`; `onExit` runs on the reaping thread once it has ended. With
+    /// `killGroupWhenItEnds`, what it started (its process group) is killed as it ends, while
+    /// its pid cannot yet be anyone else's.
     init(
         executable: URL, arguments: [String], environment: [String: String], input: Int32 = -1,
-        output: Int32 = -1, error: Int32 = -1, onExit: @escaping @Sendable (ChildProcess) -> Void
+        output: Int32 = -1, error: Int32 = -1, killGroupWhenItEnds: Bool = false,
+        onExit: @escaping @Sendable (ChildProcess) -> Void
     ) throws(SpawnError) {
         let argv = [executable.path] + arguments
         let envp = environment.map { "\($0.key)=\($0.value)" }
@@ -37,12 +40,17 @@ final class ChildProcess: Sendable {
         guard pid > 0 else { throw SpawnError(errno: -pid) }
         processIdentifier = pid
         Self.detachThread { [self] in
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0, errno == EINTR {}
-            // WIFSIGNALED / WTERMSIG / WEXITSTATUS, which Swift does not import.
-            let signal = status & 0x7F
-            ended.withLock {
-                $0 = signal != 0 && signal != 0x7F ? (.uncaughtSignal, signal) : (.exit, (status >> 8) & 0xFF)
+            // Until it is reaped its pid stays its own (a zombie's): the group is killed, and
+            // ``signal(_:group:)`` signals, only in that time.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0, errno == EINTR {}
+            if killGroupWhenItEnds { kill(-pid, SIGKILL) }
+            ended.withLock { ended in
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+                // WIFSIGNALED / WTERMSIG / WEXITSTATUS, which Swift does not import.
+                let signal = status & 0x7F
+                ended = signal != 0 && signal != 0x7F ? (.uncaughtSignal, signal) : (.exit, (status >> 8) & 0xFF)
             }
             onExit(self)
         }
@@ -87,9 +95,13 @@ final class ChildProcess: Sendable {
     /// Its exit status, or the signal that ended it.
     var terminationStatus: Int32 { ended.withLock { $0?.status ?? 0 } }
 
-    /// SIGTERM, if it still runs.
-    func terminate() {
-        if isRunning { kill(processIdentifier, SIGTERM) }
+    /// Sends `signal` to the program (or to its whole process group, which it leads), unless
+    /// it has been reaped: a pid is never signalled once it may be someone else's.
+    func signal(_ signal: Int32, group: Bool = false) {
+        ended.withLock { ended in
+            guard ended == nil else { return }
+            kill(group ? -processIdentifier : processIdentifier, signal)
+        }
     }
 
     private static func withCStrings<Result>(

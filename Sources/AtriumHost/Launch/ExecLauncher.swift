@@ -113,9 +113,10 @@ public struct ExecLauncher: Sendable, Hashable {
         guard wait else { return LaunchOutcome(status: .success, error: nil) }
 
         if finished.wait(timeout: .now() + timeoutSeconds) == .timedOut {
-            process.terminate()
+            // The program leads a process group of its own: what it started goes with it.
+            process.signal(SIGTERM, group: true)
             if finished.wait(timeout: .now() + 1) == .timedOut {
-                kill(process.processIdentifier, SIGKILL)
+                process.signal(SIGKILL, group: true)
                 _ = finished.wait(timeout: .now() + 1)
             }
             return LaunchOutcome(

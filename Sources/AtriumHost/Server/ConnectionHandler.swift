@@ -884,6 +884,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// backend was then answered as the channel closed).
     func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer) {
         guard let slot = link?.slot, slot.book.withLock({ $0.outgoing[id] != nil }) else { return }
+        guard !machine.inputClosed else {
+            // The client half-closed: it can answer nothing more (see answerOutgoingAfterInputClosed).
+            answerOutgoingAfterInputClosed()
+            return
+        }
         write(.request(RequestFrame(channel: number, id: id, message: EncodedValueSet(uncheckedBytes: message))))
     }
 

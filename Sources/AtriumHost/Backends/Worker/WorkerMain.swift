@@ -23,6 +23,9 @@ public enum WorkerMain {
     public static func run(links: Int, logger: Logger) -> Int32 {
         // atriumd ignores SIGHUP (it reloads on it); a worker and what it starts do not.
         signal(SIGHUP, SIG_DFL)
+        // A write to a closed pipe or socket is an error to the plugin (EPIPE), as in process
+        // (where SwiftNIO has SIGPIPE ignored), not the worker's death.
+        signal(SIGPIPE, SIG_IGN)
         var passed = [Int32](repeating: -1, count: 16)
         let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
         guard count >= 0, Int(count) == links - 1 else {

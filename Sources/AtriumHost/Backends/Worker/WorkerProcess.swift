@@ -89,8 +89,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var timeoutsSinceAnswer = 0
         /// Set when the host killed the worker: the reason it gives.
         var killReason: String?
-        /// Looks every second for the worker having ended unnoticed (see ``watchForEnd``).
-        var watch: RepeatedTask?
         /// The first start, waited for by ``start()``.
         var ready: DispatchSemaphore?
         var startError: String?
@@ -186,8 +184,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// process group of its own); never for one that did not start: its pid would be 0, the
     /// host's own group.
     private static func kill(_ process: ChildProcess?) {
-        guard let process, process.isRunning, process.processIdentifier > 0 else { return }
-        if Glibc.kill(-process.processIdentifier, SIGKILL) != 0 { Glibc.kill(process.processIdentifier, SIGKILL) }
+        process?.signal(SIGKILL, group: true)
     }
 
     /// Marks the package failed and kills its worker: no restart follows.
@@ -255,7 +252,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
             // The worker's first end becomes its standard input.
             process = try ChildProcess(
                 executable: executable, arguments: ["--worker", "--worker-links", "\(loops.count)"],
-                environment: environment, input: workerEnds[0], output: output[1], error: output[1]
+                environment: environment, input: workerEnds[0], output: output[1], error: output[1],
+                // What the plugin started goes with its worker.
+                killGroupWhenItEnds: true
             ) { [self] ended in
                 // Held until the worker is reaped, which a retired worker soon is.
                 workerEnded(ended, generation: generation)
@@ -280,7 +279,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
             close(output[1])
             return "the host is shutting down"
         }
-        watchForEnd(process, generation: generation)
         // The other links go over the first before anything else does.
         let extra = Array(workerEnds.dropFirst())
         let passed = extra.withUnsafeBufferPointer {
@@ -394,35 +392,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
     }
 
-    /// A safety net under the reaping thread (``ChildProcess``), which waits for the worker's
-    /// pid itself: once a second, a worker that has exited but not been reaped (a zombie) gets
-    /// its process group killed, which closes the sockets what it started still hold, and its
-    /// end is then handled as any other.
-    private func watchForEnd(_ process: ChildProcess, generation: Int) {
-        let pid = process.processIdentifier
-        let task = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { task in
-            guard pid > 0, Self.isZombie(pid) else { return }
-            task.cancel()
-            Glibc.kill(-pid, SIGKILL)
-        }
-        let stale = state.withLock { state -> RepeatedTask? in
-            // A start that is no longer the current one stops its own watch.
-            guard state.generation == generation else { return task }
-            let previous = state.watch
-            state.watch = task
-            return previous
-        }
-        stale?.cancel()
-    }
-
-    /// Whether `pid` has exited and waits to be reaped.
-    static func isZombie(_ pid: pid_t) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")"), stat.index(close, offsetBy: 2) < stat.endIndex
-        else { return false }
-        return stat[stat.index(close, offsetBy: 2)] == "Z"
-    }
-
     /// The worker process ended. What it wrote before it went (an answer, or why the plugin
     /// did not load) is read first: its links are left to reach their end (at most a second)
     /// before the end is handled.
@@ -447,14 +416,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func handleEnd(_ process: ChildProcess, generation: Int) {
-        state.withLock { state -> RepeatedTask? in
-            guard state.generation == generation else { return nil }
-            defer { state.watch = nil }
-            return state.watch
-        }?.cancel()
-        // What the plugin started goes with its worker (they share the worker's process
-        // group, which outlives the worker only while they run).
-        if process.processIdentifier > 0 { Glibc.kill(-process.processIdentifier, SIGKILL) }
         let killed = state.withLock { state -> String? in
             guard state.generation == generation else { return nil }
             defer { state.killReason = nil }
