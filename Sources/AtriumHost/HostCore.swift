@@ -484,9 +484,15 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             request.backend.abandoned(request: handle, on: request.channel, timedOut: false)
             connection?.finish(request, status: requestStatus, message: nil, error: reason)
         }
-        for (id, request) in closed.outgoing {
+        answer(closed.outgoing, status: outgoingStatus)
+    }
+
+    /// Answers backends' messages to a client that will never answer them (taken out of their
+    /// slot by the caller), with `status`.
+    func answer(_ outgoing: [(UInt64, ConnectionSlot.OutgoingRequest)], status: AppServiceResponseStatus) {
+        for (id, request) in outgoing {
             request.timeout?.cancel()
-            request.backend.response(to: id, on: request.channel, status: outgoingStatus, message: nil)
+            request.backend.response(to: id, on: request.channel, status: status, message: nil)
         }
     }
 

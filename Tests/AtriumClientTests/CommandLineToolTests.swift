@@ -66,6 +66,23 @@ struct CommandLineToolTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func statusShowsWhatTheHostHolds() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let status = try atrium(["status", "--socket", host.socketPath])
+        #expect(status.status == 0, "\(status.output)")
+        // The asking connection is the only one; the Echo package is loaded and ready.
+        #expect(status.output.contains("connections  1 (tcp 0, local 1); in memory 1"), "\(status.output)")
+        #expect(status.output.contains("ready      in process atrium.examples.echo"), "\(status.output)")
+        let json = try atrium(["status", "--socket", host.socketPath, "--json"])
+        #expect(json.status == 0 && json.output.contains(#""channels": 0"#), "\(json.output)")
+        // A refresh interval too short to mean anything, and a socket nobody listens on.
+        let tooOften = try atrium(["status", "--socket", host.socketPath, "--watch", "--interval", "0.01"])
+        #expect(tooOften.status == 64 && tooOften.output.contains("--interval must be at least 0.1 seconds"))
+        let nobody = try atrium(["status", "--socket", host.socketPath + ".missing"])
+        #expect(nobody.status == 3, "\(nobody.output)")
+        #expect(await host.stop() == 0)
+    }
+
     @Test func exitCodesScriptsCanUse() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         let address = "127.0.0.1:\(host.port)"

@@ -35,12 +35,12 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// The host, for the table's functions. Set before `create` and never changed.
     unowned let host: any BackendHost
 
-    /// In a worker process too, a nonblocking `request` is called where the request arrived:
-    /// on the thread that reads the host's socket, from which the worker's host refuses the
-    /// calls that would wait for the host's reply (see ``WorkerHost``).
     /// How many exist, loaded or retired by a reload and not yet freed (`host.status`).
     static let live = Atomic<Int>(0)
 
+    /// In a worker process too, a nonblocking `request` is called where the request arrived:
+    /// on the thread that reads the host's socket, from which the worker's host refuses the
+    /// calls that would wait for the host's reply (see ``WorkerHost``).
     init(
         package: String, config: String, concurrent: Bool, descriptor: UnsafePointer<atrium_plugin>,
         host: any BackendHost, logger: Logger

@@ -87,9 +87,7 @@ public struct ExecLauncher: Sendable, Hashable {
         _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
         let name = executable.lastPathComponent
         let finished = DispatchSemaphore(value: 0)
-        // Counted before it starts: a program that ends at once must not be counted after
-        // its end was.
-        let ticket = RunningPrograms.shared.add()
+        RunningPrograms.shared.add()
         let process: ChildProcess
         do {
             process = try ChildProcess(
@@ -98,11 +96,11 @@ public struct ExecLauncher: Sendable, Hashable {
                 error: ends[1]
             ) { ended in
                 logger.info("\(name) (pid \(ended.processIdentifier)) ended with status \(ended.terminationStatus)")
-                RunningPrograms.shared.remove(ticket)
+                RunningPrograms.shared.remove()
                 finished.signal()
             }
         } catch {
-            RunningPrograms.shared.remove(ticket)
+            RunningPrograms.shared.remove()
             close(ends[0])
             close(ends[1])
             return LaunchOutcome(status: .appUnavailable, error: "cannot start \(executable.path): \(error)")
@@ -134,23 +132,17 @@ public struct ExecLauncher: Sendable, Hashable {
 /// ``ChildProcess``): what `--max-launches` counts.
 final class RunningPrograms: Sendable {
     static let shared = RunningPrograms()
-    private let running = Mutex<(next: UInt64, tickets: Set<UInt64>)>((0, []))
+    private let running = Atomic<Int>(0)
 
-    /// Counts one more; the ticket is for ``remove(_:)``.
-    func add() -> UInt64 {
-        running.withLock { running in
-            running.next += 1
-            running.tickets.insert(running.next)
-            return running.next
-        }
-    }
+    /// One more started (counted before it starts: one that ends at once is not counted after
+    /// its end was).
+    func add() { running.wrappingAdd(1, ordering: .relaxed) }
 
-    func remove(_ ticket: UInt64) {
-        _ = running.withLock { $0.tickets.remove(ticket) }
-    }
+    /// One ended, or never started.
+    func remove() { running.wrappingSubtract(1, ordering: .relaxed) }
 
     /// How many are running.
-    var count: Int { running.withLock { $0.tickets.count } }
+    var count: Int { running.load(ordering: .relaxed) }
 }
 
 /// Logs what a launched program writes, line by line, at most ``maxLines`` lines of at most

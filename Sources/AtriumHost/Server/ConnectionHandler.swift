@@ -285,10 +285,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             let ids = Array(book.outgoing.keys)
             return ids.compactMap { id in book.takeOutgoing(id).map { (id, $0) } }
         }
-        for (id, request) in waiting {
-            request.timeout?.cancel()
-            request.backend.response(to: id, on: request.channel, status: .remoteSystemUnavailable, message: nil)
-        }
+        core.answer(waiting, status: .remoteSystemUnavailable)
     }
 
     /// After a half-close, closes the connection once nothing is left to answer.

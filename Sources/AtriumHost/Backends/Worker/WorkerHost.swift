@@ -40,19 +40,19 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         self.logger = logger
     }
 
-    private func channel(_ link: Int) -> WorkerSocket? {
+    private func socket(_ link: Int) -> WorkerSocket? {
         links.indices.contains(link) ? links[link] : nil
     }
 
     /// Sends `frame` on link `link`.
     func write(_ frame: WorkerFrame, on link: Int) {
-        channel(link)?.send(frame)
+        socket(link)?.send(frame)
     }
 
     /// Sends `frame` on link `link`, then runs `then` once it has gone out (or could not):
     /// for the last thing a worker says before it exits.
     func write(_ frame: WorkerFrame, on link: Int, then: @escaping @Sendable () -> Void) {
-        channel(link)?.sendNow(frame)
+        socket(link)?.sendNow(frame)
         then()
     }
 

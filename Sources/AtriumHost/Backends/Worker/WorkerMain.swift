@@ -14,10 +14,10 @@ import NIOCore
 /// The worker process's side: `atriumd --worker` runs this with its first socket to the host
 /// as standard input. The first thing on it is a message carrying the other sockets: one link
 /// per event loop of the host, so that a request never leaves its connection's loop on the
-/// host's side; each link gets a thread of the worker's own that reads it (``WorkerSocket``). Then the worker reads
-/// `start` (on link 0), sets its limits, loads the plugin through the same C ABI as in
-/// process, answers `ready`, and carries calls both ways until the host says `shutdown` or
-/// goes away. A channel's frames all travel on one link, in order.
+/// host's side; each link gets a thread of the worker's own that reads it (``WorkerSocket``).
+/// Then the worker reads `start` (on link 0), sets its limits, loads the plugin through the
+/// same C ABI as in process, answers `ready`, and carries calls both ways until the host says
+/// `shutdown` or goes away. A channel's frames all travel on one link, in order.
 public enum WorkerMain {
     /// Runs the worker with `links` links to the host; returns its exit status.
     public static func run(links: Int, logger: Logger) -> Int32 {

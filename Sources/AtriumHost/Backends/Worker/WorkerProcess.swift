@@ -100,7 +100,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     var health: BackendHealth {
         state.withLock { state in
-            let pid = state.process.map(\.processIdentifier).flatMap { $0 > 0 ? $0 : nil }
+            let pid = state.process?.processIdentifier
             let now = ContinuousClock.now
             let crashes = state.crashes.filter { now - $0 < Self.crashWindow }.count
             switch state.phase {
