@@ -696,6 +696,21 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// the rest with status 4, closes every channel (clients get `closed`, plugins are told),
     /// closes the connections and destroys the plugins.
     func shutDown() async {
+        await closeEveryConnection()
+        // Every connection is closed: none should be left in memory (within a moment, while
+        // their pipelines are torn down). The count is in the log for tests and operators.
+        let settled = ContinuousClock.now + .seconds(1)
+        while ConnectionHandler.live.load(ordering: .relaxed) > 0, ContinuousClock.now < settled {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        logger.info("connections left in memory: \(ConnectionHandler.live.load(ordering: .relaxed))")
+        await stopEveryPackage()
+    }
+
+    /// Answers what every connection still waits for (after the drain timeout) and closes it.
+    /// A function of its own: the links it holds (each holds its handler) are let go when it
+    /// returns, before the count of handlers left in memory is read.
+    private func closeEveryConnection() async {
         let connections = state.withLock { state -> [ConnectionLink] in
             state.shuttingDown = true
             stoppingFlag.store(true, ordering: .relaxed)
@@ -731,13 +746,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             closes.append(promise.futureResult)
         }
         for close in closes { try? await close.get() }
-        // Every connection is closed: none should be left in memory (within a moment, while
-        // their pipelines are torn down). The count is in the log for tests and operators.
-        let settled = ContinuousClock.now + .seconds(1)
-        while ConnectionHandler.live.load(ordering: .relaxed) > 0, ContinuousClock.now < settled {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        logger.info("connections left in memory: \(ConnectionHandler.live.load(ordering: .relaxed))")
+    }
+
+    /// Stops every package's backend, all at once, and the launch pool.
+    private func stopEveryPackage() async {
         // Under the reload lock: a reload under way finishes first, and none starts after.
         let stopping = reloading.withLock { _ in packages }
         // Each package stops on a thread of its own, all at once: the exit waits for the

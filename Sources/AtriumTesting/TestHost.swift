@@ -165,6 +165,10 @@ public final class TestHost: @unchecked Sendable {
     /// Everything the host printed so far (standard output and the log on standard error).
     public var log: String { output.text }
 
+    /// Whether the host's output so far contains `text`. For expectations: one on
+    /// `log.contains(...)` would print the whole log when it fails.
+    public func logged(_ text: String) -> Bool { log.contains(text) }
+
     /// Whether the host's output contains `text` within `timeout` (for things the host logs
     /// a moment after answering).
     public func waitForLog(_ text: String, timeout: Duration = .seconds(2)) async -> Bool {

@@ -73,7 +73,7 @@ struct ExecLaunchTests {
         #expect(result.status == .success, "\(String(describing: result.error))")
         #expect(try await contents(output) == uri)
         #expect(!FileManager.default.fileExists(atPath: marker.path), "nothing in the URI was run")
-        #expect(host.log.contains("handled one launch"), "the program's output is logged")
+        #expect(host.logged("handled one launch"), "the program's output is logged")
         await connection.close()
         #expect(await host.stop() == 0)
     }

@@ -255,7 +255,7 @@ struct PairingTests {
         let shown = try #require(request["deviceName"]?.string)
         #expect(!shown.unicodeScalars.contains { $0.value < 0x20 || $0 == "\"" || $0.value == 0x202e }, "\(shown)")
         #expect(shown.count <= 65)
-        #expect(!host.log.contains("\u{1b}[2K"))
+        #expect(!host.logged("\u{1b}[2K"))
         // One more from this address may wait; the next is refused.
         let second = try await Self.device(host)
         let secondFiling = Task { try await second.pair(deviceName: "second", timeout: .seconds(10)) }

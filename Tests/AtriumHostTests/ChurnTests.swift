@@ -121,6 +121,27 @@ import Testing
         ]
     }
 
+    /// The log lines of the connections the host logged as connected and not as disconnected
+    /// (the host runs at debug level), at most 12 connections: what to look at when a count
+    /// does not come back.
+    static func stillOpen(in log: String) -> String {
+        let lines = log.split(separator: "\n")
+        func connection(_ line: Substring) -> Substring? {
+            guard let start = line.range(of: "connection=") else { return nil }
+            return line[start.upperBound...].prefix { $0.isNumber }
+        }
+        var open: [Substring] = []
+        var closed = Set<Substring>()
+        for line in lines {
+            guard let id = connection(line) else { continue }
+            if line.hasSuffix(" connected") || line.contains("] connected") { open.append(id) }
+            if line.contains("disconnected") { closed.insert(id) }
+        }
+        let left = Set(open.filter { !closed.contains($0) }.prefix(12))
+        guard !left.isEmpty else { return "none: every connection logged its end" }
+        return lines.filter { connection($0).map(left.contains) ?? false }.suffix(80).joined(separator: "\n")
+    }
+
     static func counts(_ report: ValueSet) -> [String: Int64] {
         atRest(slots: 0).keys.reduce(into: [:]) { counts, key in counts[key] = report[key]?.int ?? -1 }
     }
@@ -131,7 +152,8 @@ import Testing
         // (CONTRACT: the host still answers what it owes): a request the service never answers
         // keeps its connection until the response timeout, 2 s here.
         let host = try await startHost(
-            arguments: ["--max-connections-per-peer", "1000", "--response-timeout", "2"], manifests: Self.manifests)
+            arguments: ["--max-connections-per-peer", "1000", "--response-timeout", "2", "--log-level", "debug"],
+            manifests: Self.manifests)
         let local = try await TestClient.connect(unixSocket: host.socketPath)
         try await local.hello()
         // A warm-up round of every kind first: what the host makes once, on first use (a
@@ -175,6 +197,9 @@ import Testing
             asked += 1
         }
         #expect(Self.counts(after) == Self.atRest(slots: slots), "after \(number) connections")
+        if Self.counts(after) != Self.atRest(slots: slots) {
+            Issue.record("what the connections still open did: \(Self.stillOpen(in: host.log))")
+        }
         let descriptorsAfter = Self.descriptors(of: host)
         // Not one that was not there before (the host may have let go of something of its own).
         #expect(
@@ -195,7 +220,7 @@ import Testing
 
         await local.close()
         #expect(await host.stop() == 0)
-        #expect(host.log.contains("connections left in memory: 0"), "\(host.log.suffix(400))")
+        #expect(host.logged("connections left in memory: 0"), "\(host.log.suffix(400))")
     }
 
     /// Whether the client half-closes after the service's message has reached it, or at once

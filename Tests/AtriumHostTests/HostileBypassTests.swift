@@ -39,7 +39,7 @@ struct HostileBypassTests {
                 ))
         }
         // The files service never got them (it logs "files launched <uri>" when it does).
-        #expect(!host.log.contains("files launched"))
+        #expect(!host.logged("files launched"))
         // A local client (the host's own user) may: Roman launches for it as a local launch.
         let local = try await TestClient.connect(unixSocket: host.socketPath)
         try await local.hello(clientId: "desk")
@@ -178,14 +178,14 @@ struct HostileBypassTests {
             !host.log.contains("\ncritical atriumd: forged")
                 && !host.log.contains("\n2026-01-01T00:00:00+0000 critical"))
         #expect(!host.log.unicodeScalars.contains("\u{1b}"))
-        #expect(host.log.contains("x\\u{A}2026-01-01"))
+        #expect(host.logged("x\\u{A}2026-01-01"))
         // A plugin that logs what a client sent it (Roman ping logs each URI it launches).
         #expect(
             try await forger.open(channel: 1, service: Fixtures.romanService, package: Fixtures.romanPackage)
                 == .success)
         _ = try await forger.request(channel: 1, id: 1, ["Type": "LaunchUri", "Uri": "x:y\nFORGED-LINE"])
         #expect(await host.waitForLog("launched x:y\\u{A}FORGED-LINE"))
-        #expect(!host.log.contains("\nFORGED-LINE"))
+        #expect(!host.logged("\nFORGED-LINE"))
         // A 1 MiB unknown type: the error frame and the log line are cut.
         let verbose = try await connectedClient(host)
         let type = String(repeating: "A", count: 1 << 20)
@@ -195,7 +195,7 @@ struct HostileBypassTests {
             return
         }
         #expect(error.code == .unknownType && error.message.utf8.count < 200)
-        #expect(!host.log.contains(String(repeating: "A", count: 1000)))
+        #expect(!host.logged(String(repeating: "A", count: 1000)))
         // 2,000 refused opens: one log line, not 2,000.
         var frames: [UInt8] = []
         for channel in 0..<2000 {
@@ -258,7 +258,7 @@ struct HostileBypassTests {
         }
         #expect(launched.status == .protocolUnavailable)
         #expect(launched.error?.contains(named) == true, "\(launched.error ?? "")")
-        #expect(!host.log.contains("hi launched"))
+        #expect(!host.logged("hi launched"))
         #expect(!host.log.unicodeScalars.contains("\u{202E}"))
         await client.close()
         #expect(await host.stop() == 0)

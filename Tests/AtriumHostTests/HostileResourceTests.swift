@@ -224,7 +224,7 @@ struct HostileResourceTests {
         let start = ContinuousClock.now
         #expect(await host.stop(timeout: .seconds(20)) == 0)
         #expect(ContinuousClock.now - start < .seconds(15))
-        #expect(host.log.contains("is still busy in a callback after 5 seconds"))
+        #expect(host.logged("is still busy in a callback after 5 seconds"))
     }
 
     @Test func programsStartedForLaunchesAreBounded() async throws {
@@ -344,7 +344,7 @@ struct HostileResourceTests {
         }
         #expect(await host.stop() == 0)
         // Counted by the host itself as it shuts down: every handler it ever made is gone.
-        #expect(host.log.contains("connections left in memory: 0"), "\(host.log.suffix(400))")
+        #expect(host.logged("connections left in memory: 0"), "\(host.log.suffix(400))")
     }
 
     @Test func silentConnectionsAreClosedAtTheirDeadlines() async throws {
@@ -374,7 +374,7 @@ struct HostileResourceTests {
         // 320 descriptors hold 128 TCP connections after the host's reserve; the host says so.
         let host = try await TestHost.start(
             manifests: Fixtures.referenceManifests, arguments: ["--hello-timeout", "2"], descriptorLimit: 320)
-        #expect(host.log.contains("holds only 128 connections, not the 1000 of --max-connections"))
+        #expect(host.logged("holds only 128 connections, not the 1000 of --max-connections"))
         // One address holds its 32 silent connections; the 33rd is refused with a reason.
         var silent: [TestClient] = []
         for _ in 0..<32 { silent.append(try await TestClient.connect(port: host.port)) }
@@ -601,7 +601,7 @@ struct HostileResourceTests {
                 == .error(ErrorFrame(code: .helloRequired, message: "the first frame must be hello, not ping")))
         #expect(try await client.next() == nil, "no welcome, no launched: nothing after the error")
         try await Task.sleep(for: .milliseconds(300))
-        #expect(!host.log.contains("after-the-error"))
+        #expect(!host.logged("after-the-error"))
         #expect(await host.stop() == 0)
     }
 

@@ -50,7 +50,7 @@ import Testing
         // Added: available at once.
         try write(host, "test-service.json", Self.testServiceManifest)
         #expect(await reloaded(host, count: 1))
-        #expect(host.log.contains("added \(Fixtures.testPackage)"))
+        #expect(host.logged("added \(Fixtures.testPackage)"))
         #expect(try await apps(client, id: 2)[Fixtures.testPackage]?.displayName == "Test Service")
         #expect(try await client.open(channel: 2, service: "test", package: Fixtures.testPackage) == .success)
         #expect(try await echoes(client, 1))
@@ -61,7 +61,7 @@ import Testing
             Self.testServiceManifest.replacingOccurrences(of: "\"Test Service\"", with: "\"Test Service 2\""))
         #expect(await reloaded(host, count: 2))
         #expect(try await client.next() == .closed(ClosedFrame(channel: 2, status: .canceled)))
-        #expect(host.log.contains("restarted \(Fixtures.testPackage) (changed)"))
+        #expect(host.logged("restarted \(Fixtures.testPackage) (changed)"))
         #expect(try await apps(client, id: 3)[Fixtures.testPackage]?.displayName == "Test Service 2")
         #expect(try await client.open(channel: 3, service: "test", package: Fixtures.testPackage) == .success)
         #expect(try await echoes(client, 2))
@@ -70,7 +70,7 @@ import Testing
         try FileManager.default.removeItem(at: host.manifestsFolder.appendingPathComponent("test-service.json"))
         #expect(await reloaded(host, count: 3))
         #expect(try await client.next() == .closed(ClosedFrame(channel: 3, status: .canceled)))
-        #expect(host.log.contains("removed \(Fixtures.testPackage)"))
+        #expect(host.logged("removed \(Fixtures.testPackage)"))
         #expect(try await apps(client, id: 4)[Fixtures.testPackage] == nil)
         #expect(try await client.open(channel: 4, service: "test", package: Fixtures.testPackage) == .appNotInstalled)
         #expect(try await echoes(client, 3))
@@ -86,7 +86,7 @@ import Testing
         #expect(try await client.open(channel: 2, service: "test", package: Fixtures.testPackage) == .success)
         try write(host, "test-service.json", #"{ "manifestVersion": 1, "package": "#)
         #expect(await reloaded(host, count: 1))
-        #expect(host.log.contains("kept \(Fixtures.testPackage) as it was: test-service.json"), "\(host.log)")
+        #expect(host.logged("kept \(Fixtures.testPackage) as it was: test-service.json"), "\(host.log)")
         // Still there, and the open channel still answers.
         #expect(try await apps(client, id: 1)[Fixtures.testPackage] != nil)
         let answer = try await client.request(channel: 2, id: 1, ["Action": "echo", "x": 1])
@@ -107,7 +107,7 @@ import Testing
         #expect(try await apps(client, id: 1)[Fixtures.testPackage] == nil)
         kill(host.process.processIdentifier, SIGHUP)
         #expect(await reloaded(host, count: 1))
-        #expect(host.log.contains("manifests reloaded (SIGHUP): added \(Fixtures.testPackage)"))
+        #expect(host.logged("manifests reloaded (SIGHUP): added \(Fixtures.testPackage)"))
         #expect(try await apps(client, id: 2)[Fixtures.testPackage] != nil)
         #expect(try await echoes(client, 1))
         await client.close()
@@ -134,6 +134,6 @@ import Testing
         await client.close()
         #expect(await host.stop() == 0)
         // The old worker was shut down, not lost.
-        #expect(!host.log.contains("exited with status"))
+        #expect(!host.logged("exited with status"))
     }
 }

@@ -29,7 +29,7 @@ struct StatusTests {
         #expect(onRefused.status == .failure && onRefused.error == "channel 5 is not open")
         await client.close()
         #expect(await host.stop() == 0)
-        #expect(host.log.contains("libDoesNotExist.so not found"), "the load failure is in the log with its reason")
+        #expect(host.logged("libDoesNotExist.so not found"), "the load failure is in the log with its reason")
     }
 
     @Test func pluginFailuresBecomeStatusOne() async throws {
@@ -82,7 +82,7 @@ struct StatusTests {
         #expect(try await client.next() == .pong(id: 4), "and the second never reaches the client")
         await client.close()
         #expect(await host.stop() == 0)
-        #expect(host.log.contains("answered twice: first taken true, second taken false"))
+        #expect(host.logged("answered twice: first taken true, second taken false"))
     }
 
     @Test func servicesSendTheirOwnMessagesAndCloseChannels() async throws {

@@ -56,7 +56,7 @@ import Testing
 
     @Test func aPluginInAWorkerAnswersAsInProcess() async throws {
         let host = try await Self.startWorkerHost()
-        #expect(host.log.contains("worker process started"))
+        #expect(host.logged("worker process started"))
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
         let answer = try await client.request(channel: 1, id: 1, ["Int": 41, "Text": "ünï", "Bytes": .bytes([1, 2])])
@@ -80,7 +80,7 @@ import Testing
         #expect(try own.decoded["LaunchStatus"] == .int(Int64(RemoteLaunchUriStatus.deniedByLocalSystem.rawValue)))
         await client.close()
         #expect(await host.stop() == 0)
-        #expect(host.log.contains("exited with status") == false, "the worker was shut down, not lost")
+        #expect(host.logged("exited with status") == false, "the worker was shut down, not lost")
     }
 
     @Test(arguments: [
@@ -429,7 +429,7 @@ import Testing
         #expect(await host.waitForLog("is given up"))
         // From then on the package answers AppUnavailable at once, and says why in the log.
         #expect(try await client.open(channel: channel, service: "c", package: Self.package) == .appUnavailable)
-        #expect(host.log.contains("crashed 5 times within 60 seconds"))
+        #expect(host.logged("crashed 5 times within 60 seconds"))
         await client.close()
         #expect(await host.stop() == 0)
     }
@@ -457,7 +457,7 @@ import Testing
         } else {
             // Only root may switch users: the package is unavailable, and the log says why.
             #expect(status == .appUnavailable)
-            #expect(host.log.contains("does not run as root, so its worker cannot run as \"nobody\""))
+            #expect(host.logged("does not run as root, so its worker cannot run as \"nobody\""))
         }
         await client.close()
         #expect(await host.stop() == 0)
@@ -469,8 +469,8 @@ import Testing
               "isolation": "process", "services": [{ "name": "x", "supportsRemoteSystems": true }] }
             """
         let host = try await startHost(manifests: ["b.json": broken])
-        #expect(host.log.contains("package atrium.tests.notaplugin"))
-        #expect(host.log.contains("atrium_plugin_entry_v1"), "\(host.log)")
+        #expect(host.logged("package atrium.tests.notaplugin"))
+        #expect(host.logged("atrium_plugin_entry_v1"), "\(host.log)")
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "x", package: "atrium.tests.notaplugin") == .appUnavailable)
         await client.close()
