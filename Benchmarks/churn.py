@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from hosttools import ROOT, descriptors, rss_bytes as rss, start_host
+from hosttools import ROOT, descriptors, read_live_bytes, rss_bytes as rss, start_host
 from reloads import host_status, measure_reloads
 
 sys.path.insert(0, os.path.join(ROOT, "Scripts"))
@@ -148,7 +148,10 @@ def main():
     # `atrium status`, whose heap figure is what the host has allocated, not what the
     # allocator keeps resident.
     status_socket = os.path.join(state_folder, "atriumd.sock")
-    host, port = start_host(["--state-dir", state_folder, "--socket", status_socket], pin)
+    # What the host has allocated and not freed, counted exactly (Benchmarks/livebytes.c): a
+    # leak shows there, whatever the allocator keeps.
+    live_file = os.path.join(state_folder, "live-bytes")
+    host, port = start_host(["--state-dir", state_folder, "--socket", status_socket], pin, live_bytes=live_file)
     # The TLS cycle's client identity: any certificate will do, so the host's own is used.
     TLSClient.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     TLSClient.context.minimum_version = ssl.TLSVersion.TLSv1_3
@@ -160,8 +163,9 @@ def main():
         warmup = max(arguments.cycles // 10, 500)
         print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
               f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
-        print("| cycle | heap in use, growth per cycle | RSS growth per cycle | descriptor growth | seconds |")
-        print("|---|---|---|---|---|")
+        print("| cycle | allocated, growth per cycle | heap in use (glibc), growth per cycle | RSS growth per cycle "
+              "| descriptor growth | seconds |")
+        print("|---|---|---|---|---|---|")
         for name, cycle in CYCLES:
             state = {}
             # Warm up for the cycles and for longer than the host's hello timeout (10 s): a
@@ -174,6 +178,7 @@ def main():
             time.sleep(0.5)
             before_rss, before_fds = rss(host.pid), descriptors(host.pid)
             before_heap = host_status(status_socket).get("heapInUseBytes", 0)
+            before_live = read_live_bytes(live_file)[0]
             began = time.time()
             give_up = began + 300
             done = 0
@@ -187,7 +192,9 @@ def main():
             time.sleep(11)
             after_rss, after_fds = rss(host.pid), descriptors(host.pid)
             after_heap = host_status(status_socket).get("heapInUseBytes", 0)
-            print(f"| {name} | {(after_heap - before_heap) / done:.1f} B | {(after_rss - before_rss) / done:.1f} B "
+            after_live = read_live_bytes(live_file)[0]
+            print(f"| {name} | {(after_live - before_live) / done:.1f} B | {(after_heap - before_heap) / done:.1f} B "
+                  f"| {(after_rss - before_rss) / done:.1f} B "
                   f"| {after_fds - before_fds} | {time.time() - began:.1f} |")
             sys.stdout.flush()
     finally:
@@ -196,11 +203,11 @@ def main():
         shutil.rmtree(state_folder, ignore_errors=True)
     # Reloads on a host of their own, which logs each one done.
     if arguments.reloads > 0:
-        for kind, count, per_reload, heap, fds, fds_after, workers, worker_objects, plugin_objects in \
+        for kind, count, per_reload, live, heap, fds, fds_after, workers, worker_objects, plugin_objects in \
                 measure_reloads(arguments.reloads, pin):
             restarts = "; its worker restarts" if "worker" in kind else ""
             print(f"| manifest reload, the package {kind}{restarts} ({count} reloads; worker processes left "
-                  f"{workers}, backends in memory {worker_objects} + {plugin_objects}) | {heap:.1f} B "
+                  f"{workers}, backends in memory {worker_objects} + {plugin_objects}) | {live:.1f} B | {heap:.1f} B "
                   f"| {per_reload:.1f} B | {fds_after - fds} | |")
             sys.stdout.flush()
 

@@ -12,14 +12,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 
 
-def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests")):
+def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests"), live_bytes=None):
     """Starts the release atriumd with the reference manifests (or those of `manifests`), on a
     free port, without the local socket, logging errors only, plus `arguments`; returns
-    (process, port)."""
+    (process, port). With `live_bytes` (a file's path), the host's allocations are counted
+    (see `counting_allocations` and `read_live_bytes`)."""
     process = subprocess.Popen(
         list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", manifests, "--listen",
                      "127.0.0.1:0", "--socket", "off", "--log-level", "error", *arguments],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=counting_allocations(live_bytes))
     deadline = time.time() + 30
     while time.time() < deadline:
         match = re.search(r"listening on tcp 127\.0\.0\.1:(\d+)", process.stdout.readline())
@@ -51,3 +52,32 @@ def rss_bytes(pid):
 def descriptors(pid):
     """How many descriptors `pid` has open."""
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def counting_allocations(answer_file):
+    """The environment that makes a process count what it has allocated and not freed
+    (Benchmarks/livebytes.c, built here into .build/release/livebytes.so when it is missing or
+    older than its source), answering in `answer_file`; the plain environment without one."""
+    if answer_file is None:
+        return None
+    source = os.path.join(ROOT, "Benchmarks", "livebytes.c")
+    library = os.path.join(RELEASE, "livebytes.so")
+    if not os.path.exists(library) or os.path.getmtime(library) < os.path.getmtime(source):
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", library, source, "-ldl", "-lpthread"], check=True)
+    return dict(os.environ, LD_PRELOAD=library, LIVEBYTES_FILE=answer_file)
+
+
+def read_live_bytes(answer_file, timeout=5):
+    """What the process started with `counting_allocations(answer_file)` has allocated and not
+    freed now: (bytes, blocks)."""
+    if os.path.exists(answer_file):
+        os.unlink(answer_file)
+    open(answer_file + ".ask", "w").close()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(answer_file):
+            with open(answer_file) as file:
+                bytes_, blocks = file.read().split()
+            return int(bytes_), int(blocks)
+        time.sleep(0.02)
+    sys.exit("the host did not say what it has allocated (is livebytes.so loaded?)")

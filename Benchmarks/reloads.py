@@ -20,7 +20,8 @@ import tempfile
 import threading
 import time
 
-from hosttools import RELEASE, ROOT, copy_of_reference_manifests, descriptors, rss_bytes
+from hosttools import (RELEASE, ROOT, copy_of_reference_manifests, counting_allocations, descriptors, read_live_bytes,
+                       rss_bytes)
 
 
 def host_status(socket_path):
@@ -31,12 +32,13 @@ def host_status(socket_path):
 
 
 def measure_reloads(reloads, pin=()):
-    """Yields (kind, reloads, RSS bytes per reload, heap bytes in use per reload, descriptors
-    before, after, worker processes left, workersInMemory, pluginsInMemory) for the package in
-    a worker, then in process."""
+    """Yields (kind, reloads, RSS bytes per reload, bytes allocated and not freed per reload,
+    heap bytes in use per reload (glibc's count), descriptors before, after, worker processes
+    left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
     folder = copy_of_reference_manifests()
     scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
     socket_path = os.path.join(scratch, "atriumd.sock")
+    live_file = os.path.join(scratch, "live-bytes")
 
     def write(version, isolated):
         manifest = {"manifestVersion": 1, "package": "bench.reloaded", "library": os.path.join(RELEASE, "libEcho.so"),
@@ -54,7 +56,7 @@ def measure_reloads(reloads, pin=()):
     host = subprocess.Popen(
         list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", folder, "--listen", "127.0.0.1:0", "--socket",
                      socket_path, "--state-dir", scratch, "--log-level", "notice"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=counting_allocations(live_file))
     reloaded = [0]
 
     def read():
@@ -77,13 +79,15 @@ def measure_reloads(reloads, pin=()):
             cycle(max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
             rss, fds, heap = rss_bytes(host.pid), descriptors(host.pid), host_status(socket_path).get("heapInUseBytes", 0)
+            live = read_live_bytes(live_file)[0]
             cycle(reloads, isolated, base + reloads)
             time.sleep(11)
             rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
             status = host_status(socket_path)
+            live_after = read_live_bytes(live_file)[0]
             yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads,
-                   (status.get("heapInUseBytes", 0) - heap) / reloads, fds, fds_after, len(workers),
+                   (live_after - live) / reloads, (status.get("heapInUseBytes", 0) - heap) / reloads, fds, fds_after, len(workers),
                    status.get("workersInMemory"), status.get("pluginsInMemory"))
     finally:
         host.terminate()
@@ -97,10 +101,10 @@ def main():
     parser.add_argument("--reloads", type=int, default=1000, help="reloads measured for each kind (default 1000)")
     arguments = parser.parse_args()
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    for kind, count, per_reload, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+    for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
             measure_reloads(arguments.reloads):
-        print(f"- {kind}: {count} reloads: {per_reload:.1f} B of RSS and {heap_per_reload:.1f} B of heap in use a "
-              f"reload, descriptors {fds} -> {fds_after}, "
+        print(f"- {kind}: {count} reloads: {live:.1f} B allocated and not freed, {heap_per_reload:.1f} B of heap in "
+              f"use (glibc) and {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
               f"{plugin_objects} plugin instances")
         sys.stdout.flush()

@@ -91,6 +91,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var killReason: String?
         /// The first start, waited for by ``start()``.
         var ready: DispatchSemaphore?
+        /// Kills a start that never says `ready`; cancelled when it does, so that it does not
+        /// hold this backend for the rest of ``startTimeout`` (a reload retires it meanwhile).
+        var startTimer: Scheduled<Void>?
         var startError: String?
         /// The links over their high-water mark.
         var blocked: Set<Int> = []
@@ -296,7 +299,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             return nil
         }
         // A worker that never says it is ready (the first start waits in ``start()``).
-        group.next().scheduleTask(in: .init(Self.startTimeout)) { [self] in
+        let startTimer = group.next().scheduleTask(in: .init(Self.startTimeout)) { [self] in
             let stuck = state.withLock { state -> Bool in
                 guard state.generation == generation, case .starting = state.phase, state.ready == nil else {
                     return false
@@ -306,6 +309,12 @@ final class WorkerProcess: ServiceBackend, Sendable {
             }
             if stuck { Self.kill(process) }
         }
+        let stillStarting = state.withLock { state -> Bool in
+            guard state.generation == generation, case .starting = state.phase else { return false }
+            state.startTimer = startTimer
+            return true
+        }
+        if !stillStarting { startTimer.cancel() }
         let limits = manifest.workerLimits
         let start = WorkerFrame.start(
             package: package, library: library.path, config: manifest.configJSON, concurrent: manifest.concurrent,
@@ -512,6 +521,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 }
                 let ready = state.ready
                 state.ready = nil
+                state.startTimer?.cancel()
+                state.startTimer = nil
                 return (ready, true)
             }
             guard starting else {
