@@ -14,6 +14,12 @@ public struct HostConfiguration: Sendable {
     public var listenPort: Int
     /// The Unix domain socket for local clients, or `nil` for none.
     public var socketPath: String?
+    /// Listening sockets systemd passed (socket activation): used as they are, instead of
+    /// binding `listenHost`/`listenPort` (for a TCP one) or `socketPath` (for a Unix one),
+    /// which then name what they are bound to.
+    public var activatedSockets: [Systemd.ActivatedSocket] = []
+    /// Told when the host is ready, reloads and stops (systemd's `Type=notify`).
+    public var notifier: Systemd.Notifier?
     /// Where relative `library` paths are looked for after the manifest's own folder.
     public var pluginSearchPath: [URL]
     /// The limits announced in `welcome` and enforced.

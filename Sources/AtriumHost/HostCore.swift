@@ -51,6 +51,12 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let launchPool: NIOThreadPool
     /// Launches in flight, from clients and plugins together (at most `admission.maxLaunches`).
     let launchesInFlight = Atomic<Int>(0)
+    /// Totals since the host started, for `host.status` (and the rates `atrium status` shows):
+    /// connections accepted (admitted or not), client requests and client launches received.
+    let totals = Totals()
+    /// What the host listens on, as `atrium status` shows it (`tcp 127.0.0.1:7340`,
+    /// `unix /run/user/1000/atrium/atriumd.sock`); set once the listeners are bound.
+    let listeners = Mutex<[String]>([])
 
     /// The limits, kept apart from the rest of the configuration: the request path reads them
     /// for every frame, and they hold nothing that needs retaining.
@@ -790,4 +796,12 @@ func describe(_ duration: Duration) -> String {
     let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     let text = seconds == seconds.rounded() ? String(Int64(seconds)) : String(seconds)
     return text + (seconds == 1 ? " second" : " seconds")
+}
+
+/// Counts that only grow, each an atomic of its own: bumped on the request path, read by
+/// `host.status`.
+final class Totals: Sendable {
+    let connections = Atomic<UInt64>(0)
+    let requests = Atomic<UInt64>(0)
+    let launches = Atomic<UInt64>(0)
 }

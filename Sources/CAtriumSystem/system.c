@@ -4,6 +4,11 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <stddef.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -130,4 +135,64 @@ int atrium_spawn(const char *path, char *const argv[], char *const envp[], int i
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attributes);
     return result == 0 ? (int)pid : -result;
+}
+
+int atrium_notify(const char *path, const char *message) {
+    struct sockaddr_un address;
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    size_t length = strlen(path);
+    if (length == 0 || length >= sizeof address.sun_path) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(address.sun_path, path, length);
+    if (path[0] == '@') address.sun_path[0] = 0; /* an abstract socket */
+    int socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (socket_ < 0) return -1;
+    socklen_t size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + length);
+    ssize_t sent = sendto(socket_, message, strlen(message), MSG_NOSIGNAL, (struct sockaddr *)&address, size);
+    int saved = errno;
+    close(socket_);
+    errno = saved;
+    return sent < 0 ? -1 : 0;
+}
+
+int atrium_listening_kind(int descriptor, char *path, int capacity) {
+    int type = 0, listening = 0;
+    socklen_t size = sizeof type;
+    if (getsockopt(descriptor, SOL_SOCKET, SO_TYPE, &type, &size) < 0) return -1;
+    size = sizeof listening;
+    if (getsockopt(descriptor, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) < 0 || !listening) return 0;
+    if (type != SOCK_STREAM) return 0;
+    struct sockaddr_storage address;
+    size = sizeof address;
+    if (getsockname(descriptor, (struct sockaddr *)&address, &size) < 0) return 0;
+    if (address.ss_family == AF_INET || address.ss_family == AF_INET6) {
+        if (path && capacity > 0) {
+            char text[INET6_ADDRSTRLEN] = "";
+            int port;
+            if (address.ss_family == AF_INET) {
+                struct sockaddr_in *in4 = (struct sockaddr_in *)&address;
+                inet_ntop(AF_INET, &in4->sin_addr, text, sizeof text);
+                port = ntohs(in4->sin_port);
+            } else {
+                struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&address;
+                inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+                port = ntohs(in6->sin6_port);
+            }
+            snprintf(path, (size_t)capacity, "%s %d", text, port);
+        }
+        return 1;
+    }
+    if (address.ss_family != AF_UNIX) return 0;
+    struct sockaddr_un *unix_address = (struct sockaddr_un *)&address;
+    if (path && capacity > 0) {
+        size_t length = size > offsetof(struct sockaddr_un, sun_path) ? size - offsetof(struct sockaddr_un, sun_path) : 0;
+        if (length >= (size_t)capacity) length = (size_t)capacity - 1;
+        memcpy(path, unix_address->sun_path, length);
+        path[length] = 0;
+        if (length > 0 && path[0] == 0) path[0] = '@';
+    }
+    return 2;
 }

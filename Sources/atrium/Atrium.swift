@@ -31,6 +31,7 @@ struct Atrium: AsyncParsableCommand {
             success (or pings were lost); 3 the host could not be reached, went away or did
             not answer in time; 64 the command line was wrong.
             """,
+        version: AtriumVersion.current,
         subcommands: [
             Ping.self, Apps.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self, Pairing.self,
             Devices.self, Status.self,

@@ -24,6 +24,7 @@ struct Atriumd: AsyncParsableCommand {
               atriumd --check --manifests ~/my-services # validate manifests, print what would load
               atriumd token create --name backup        # a token for a script (see atriumd token --help)
             """,
+        version: AtriumVersion.current,
         subcommands: [TokenCommand.self]
     )
 
@@ -393,7 +394,27 @@ struct Atriumd: AsyncParsableCommand {
             Foundation.exit(WorkerMain.run(links: workerLinks, logger: Logger(label: "atriumd.worker")))
         }
         let logger = Logger(label: "atriumd")
+        // Under systemd: the sockets of a socket unit, and where to say the host is ready.
+        let activated: [Systemd.ActivatedSocket]
+        do {
+            activated = try Systemd.takeActivatedSockets()
+        } catch {
+            throw ValidationError(error.description)
+        }
         var configuration = try makeConfiguration()
+        configuration.activatedSockets = activated
+        configuration.notifier = Systemd.Notifier.fromEnvironment()
+        for socket in activated {
+            // What they are bound to decides what listening there means (TLS, pairing,
+            // advertising), as --listen and --socket would.
+            switch socket.kind {
+            case .tcp(let address, let port):
+                configuration.listenHost = address
+                configuration.listenPort = port
+            case .unix(let path):
+                configuration.socketPath = path
+            }
+        }
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         configuration.watchManifests = !noWatch
         configuration.tls = tls

@@ -1,4 +1,5 @@
 import AtriumClient
+import AtriumProtocol
 import AtriumTesting
 import AtriumValues
 import Foundation
@@ -68,13 +69,28 @@ struct CommandLineToolTests {
 
     @Test func statusShowsWhatTheHostHolds() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
+        // Traffic first: three requests (Roman pings) and their connection.
+        let pings = try atrium(["ping", "127.0.0.1:\(host.port)", "--insecure", "-c", "3", "-i", "0.05"])
+        #expect(pings.status == 0, "\(pings.output)")
         let status = try atrium(["status", "--socket", host.socketPath])
         #expect(status.status == 0, "\(status.output)")
+        // Which host, where it listens, and its traffic since it started.
+        #expect(status.output.hasPrefix("atriumd \(AtriumVersion.current), up "), "\(status.output)")
+        #expect(
+            status.output.contains("listening    tcp 127.0.0.1:\(host.port), unix \(host.socketPath)\n"),
+            "\(status.output)")
+        #expect(status.output.contains(" requests/s, "), "\(status.output)")
+        #expect(status.output.contains(" launches/s (since it started)"), "\(status.output)")
         // The asking connection is the only one; the Echo package is loaded and ready.
         #expect(status.output.contains("connections  1 (tcp 0, local 1); in memory 1"), "\(status.output)")
         #expect(status.output.contains("ready      in process atrium.examples.echo"), "\(status.output)")
         let json = try atrium(["status", "--socket", host.socketPath, "--json"])
         #expect(json.status == 0 && json.output.contains(#""channels": 0"#), "\(json.output)")
+        // Counted as they came: 3 requests, on 1 TCP connection (+ the 2 local ones asking).
+        #expect(json.output.contains(#""requestsReceived": 3"#), "\(json.output)")
+        #expect(json.output.contains(#""connectionsAccepted": 3"#), "\(json.output)")
+        let version = try atrium(["--version"])
+        #expect(version.status == 0 && version.output == AtriumVersion.current + "\n", "\(version.output)")
         // A refresh interval too short to mean anything, and a socket nobody listens on.
         let tooOften = try atrium(["status", "--socket", host.socketPath, "--watch", "--interval", "0.01"])
         #expect(tooOften.status == 64 && tooOften.output.contains("--interval must be at least 0.1 seconds"))

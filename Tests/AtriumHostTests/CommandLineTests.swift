@@ -1,3 +1,4 @@
+import AtriumProtocol
 import AtriumTesting
 import Foundation
 import Testing
@@ -27,6 +28,11 @@ struct CommandLineTests {
         ] {
             #expect(output.contains(option), "\(option) is in --help")
         }
+    }
+
+    @Test func versionIsTheRelease() throws {
+        let version = try run(["--version"])
+        #expect(version.status == 0 && version.output == AtriumVersion.current + "\n", "\(version.output)")
     }
 
     @Test func checkPassesTheReferenceManifests() throws {

@@ -40,6 +40,7 @@ final class AdmissionGate: ChannelInboundHandler, Sendable {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let child = unwrapInboundIn(data)
         let peer = isLocal ? nil : child.remoteAddress.flatMap(ConnectionHandler.peerKey)
+        core.totals.connections.wrappingAdd(1, ordering: .relaxed)
         let admission = core.admit(peer: peer, isLocal: isLocal)
         let ticket = AdmissionTicket(peer: peer, admission: admission)
         let key = ObjectIdentifier(child)

@@ -17,6 +17,8 @@ public final class AtriumServer: Service, Sendable {
         /// The TCP address actually bound (with the real port when 0 was asked for).
         public var tcp: SocketAddress?
         public var unixSocket: String?
+        /// Whether the Unix socket is one systemd passed (left in place at exit).
+        public var unixSocketIsActivated = false
     }
 
     public let core: HostCore
@@ -136,20 +138,45 @@ public final class AtriumServer: Service, Sendable {
             return nil
         }
         logger.notice("manifests reloaded (\(reason)): \(report)")
+        configuration.notifier?.status(servingStatus())
         return report
+    }
+
+    /// What systemd shows beside the service (`systemctl status`): how many packages serve.
+    func servingStatus() -> String {
+        let packages = core.packages
+        let available = packages.filter { $0.backend != nil }.count
+        let listening = core.listeners.withLock { $0 }.joined(separator: ", ")
+        return "serving \(available) of \(packages.count) packages"
+            + (listening.isEmpty ? "" : " on \(listening)")
     }
 
     public func run() async throws {
         var listeners: [any Channel] = []
         var addresses = Addresses()
         do {
-            if let host = configuration.listenHost {
+            let activatedTCP = configuration.activatedSockets.first { $0.isTCP }
+            let activatedUnix = configuration.activatedSockets.first { !$0.isTCP }
+            if let activatedTCP {
+                // Bound and listening already (socket activation): taken as it is.
+                let channel = try await bootstrap(isLocal: false, transport: transport)
+                    .withBoundSocket(activatedTCP.descriptor).get()
+                listeners.append(channel)
+                addresses.tcp = channel.localAddress
+            } else if let host = configuration.listenHost {
                 let channel = try await bootstrap(isLocal: false, transport: transport)
                     .bind(host: host, port: configuration.listenPort).get()
                 listeners.append(channel)
                 addresses.tcp = channel.localAddress
             }
-            if let path = configuration.socketPath {
+            if let activatedUnix, case .unix(let path) = activatedUnix.kind {
+                // Made by systemd, with the owner and mode its socket unit gives it.
+                let channel = try await bootstrap(isLocal: true, transport: .plaintext)
+                    .withBoundSocket(activatedUnix.descriptor).get()
+                listeners.append(channel)
+                addresses.unixSocket = path
+                addresses.unixSocketIsActivated = true
+            } else if let path = configuration.socketPath {
                 try SocketFolder.prepare(for: path)
                 // Only the host's own user may connect (local clients need no pairing): the
                 // socket is made 0600 from the start, not changed to it after the bind.
@@ -188,7 +215,16 @@ public final class AtriumServer: Service, Sendable {
                 "tcp": "\(addresses.tcp.map { "\($0)" } ?? "off")", "unix": "\(addresses.unixSocket ?? "off")",
             ]
         )
+        core.listeners.withLock { listeners in
+            listeners = []
+            if let tcp = addresses.tcp, let port = tcp.port {
+                let host = tcp.ipAddress.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "?"
+                listeners.append("tcp \(host):\(port)")
+            }
+            if let path = addresses.unixSocket { listeners.append("unix \(path)") }
+        }
         onReady(addresses)
+        configuration.notifier?.ready(status: servingStatus())
         // Found on the network (DNS-SD) once it can be reached there.
         let advertiser = makeAdvertiser(for: addresses.tcp)
         advertiser?.start()
@@ -240,6 +276,7 @@ public final class AtriumServer: Service, Sendable {
 
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
+        configuration.notifier?.stopping()
         // Withdrawn first: clients stop finding the host before it stops answering.
         advertiser?.stop()
         flushes.cancel()
@@ -253,7 +290,10 @@ public final class AtriumServer: Service, Sendable {
         for listener in listeners { try? await listener.close() }
         await core.shutDown()
         core.audit?.flush()
-        if let path = addresses.unixSocket { try? FileManager.default.removeItem(atPath: path) }
+        // A socket systemd made stays: it is systemd's, and listens for the next start.
+        if let path = addresses.unixSocket, !addresses.unixSocketIsActivated {
+            try? FileManager.default.removeItem(atPath: path)
+        }
     }
 
     private func bootstrap(isLocal: Bool, transport: TransportPolicy) -> ServerBootstrap {

@@ -803,6 +803,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             write(.response(ResponseFrame(channel: request.channel, id: request.id, status: status, error: reason)))
         }
         guard let link else { return }
+        core.totals.requests.wrappingAdd(1, ordering: .relaxed)
         if core.isShuttingDown {
             reply(.remoteSystemUnavailable, "the host is shutting down")
             return
@@ -951,6 +952,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     private func handleLaunch(_ launch: LaunchFrame) {
+        core.totals.launches.wrappingAdd(1, ordering: .relaxed)
         let answer = { (outcome: LaunchOutcome) in
             self.auditLaunch(launch, outcome)
             self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))

@@ -1,3 +1,4 @@
+import AtriumProtocol
 import AtriumValues
 import CAtriumSystem
 import Foundation
@@ -10,7 +11,10 @@ import Foundation
 ///
 /// | key | what |
 /// |---|---|
+/// | `version` | atriumd's version |
 /// | `uptimeSeconds` | since the host started |
+/// | `listeners` | what it listens on: `tcp 127.0.0.1:7340`, `unix /path` |
+/// | `connectionsAccepted`, `requestsReceived`, `launchesReceived` | totals since it started (rates are their differences over time) |
 /// | `connections`, `tcpConnections`, `localConnections` | connections admitted and not yet gone |
 /// | `connectionsInMemory` | connection handlers not yet freed (a leak shows here first) |
 /// | `heapInUseBytes` | what the host's heap holds now (allocated, not merely kept by the allocator as RSS is; -1 where it cannot be told) |
@@ -56,7 +60,12 @@ extension HostCore {
             return entry
         }
         return [
+            "version": .string(AtriumVersion.current),
             "uptimeSeconds": .double((ContinuousClock.now - started).seconds),
+            "listeners": .array(ValueArray(strings: listeners.withLock { $0 })),
+            "connectionsAccepted": .int(Int64(truncatingIfNeeded: totals.connections.load(ordering: .relaxed))),
+            "requestsReceived": .int(Int64(truncatingIfNeeded: totals.requests.load(ordering: .relaxed))),
+            "launchesReceived": .int(Int64(truncatingIfNeeded: totals.launches.load(ordering: .relaxed))),
             "connections": .int(Int64(counted.connections)),
             "tcpConnections": .int(Int64(counted.tcp)),
             "localConnections": .int(Int64(counted.local)),

@@ -28,4 +28,15 @@ long long atrium_heap_in_use(void);
 /* Names the calling thread (at most 15 bytes are kept), as ps and /proc show it. */
 void atrium_name_this_thread(const char *name);
 
+/* Sends `message` (systemd's notify protocol: "READY=1", "STOPPING=1", "STATUS=...") as one
+ * datagram to the Unix socket `path` (NOTIFY_SOCKET; a leading '@' is an abstract socket).
+ * Returns 0, or -1 with errno set. */
+int atrium_notify(const char *path, const char *message);
+
+/* What listening socket `descriptor` is (one handed over by socket activation): 1 a TCP
+ * socket (IPv4 or IPv6), 2 a Unix stream socket, 0 anything else or not listening, -1 not a
+ * socket. Its address is written to `path` (of `capacity` bytes): "ADDRESS PORT" for a TCP
+ * socket, the path for a Unix socket ('@' first for an abstract one). */
+int atrium_listening_kind(int descriptor, char *path, int capacity);
+
 #endif

@@ -1,0 +1,253 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+@testable import AtriumHost
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Running under systemd, tested without a running systemd: `systemd-socket-activate` hands
+/// the host its sockets as a socket unit would, a datagram socket of the test's stands in
+/// for NOTIFY_SOCKET, and `systemd-analyze verify` checks the units the packages install.
+@Suite(.serialized) struct SystemdTests {
+    struct SetupError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static let socketActivate = "/usr/bin/systemd-socket-activate"
+    static let analyze = "/usr/bin/systemd-analyze"
+    static var hasSocketActivate: Bool { FileManager.default.isExecutableFile(atPath: socketActivate) }
+    static var hasAnalyze: Bool { FileManager.default.isExecutableFile(atPath: analyze) }
+
+    /// A free TCP port on 127.0.0.1 (bound, read and let go: on loopback nothing takes it
+    /// in between).
+    static func freePort() throws -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var size = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                bind(descriptor, address, size) == 0 && getsockname(descriptor, address, &size) == 0
+            }
+        }
+        guard bound else { throw SetupError(description: "no free port: \(String(cString: strerror(errno)))") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// A program started with its output and error into a pipe read by a thread of its own.
+    /// Not Foundation's `Process`: its children are watched through a socket they inherit,
+    /// and systemd-socket-activate closes every descriptor it does not pass on, which makes
+    /// Foundation wait for it, blocking, on the thread that watches every other child too.
+    final class Program: @unchecked Sendable {
+        let process: ChildProcess
+        private let lock = NSLock()
+        private var collected = Data()
+        private var outputEnded = false
+
+        init(_ executable: String, _ arguments: [String]) throws {
+            var ends: [Int32] = [0, 0]
+            guard pipe(&ends) == 0 else { throw SetupError(description: "no pipe") }
+            process = try ChildProcess(
+                executable: URL(fileURLWithPath: executable), arguments: arguments,
+                environment: ProcessInfo.processInfo.environment, output: ends[1], error: ends[1]
+            ) { _ in }
+            close(ends[1])
+            let reading = ends[0]
+            Thread.detachNewThread { [self] in
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let count = read(reading, &buffer, buffer.count)
+                    if count <= 0 { break }
+                    lock.withLock { collected.append(contentsOf: buffer[..<count]) }
+                }
+                close(reading)
+                lock.withLock { outputEnded = true }
+            }
+        }
+
+        var output: String { lock.withLock { String(decoding: collected, as: UTF8.self) } }
+
+        /// Its exit status once it has ended and all it wrote has been read (waiting at most
+        /// `timeout`), or nil.
+        func exitStatus(within timeout: Duration = .seconds(20)) async -> Int32? {
+            let deadline = ContinuousClock.now + timeout
+            while process.isRunning || !lock.withLock({ outputEnded }), ContinuousClock.now < deadline {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            return process.isRunning ? nil : process.terminationStatus
+        }
+    }
+
+    /// A Unix datagram socket that collects what is sent to it, as systemd's NOTIFY_SOCKET.
+    final class NotifySocket: @unchecked Sendable {
+        let path: String
+        private let descriptor: Int32
+        private let received = NSLock()
+        private var messages: [String] = []
+
+        init() throws {
+            path =
+                FileManager.default.temporaryDirectory.appendingPathComponent(
+                    "atrium-notify-\(UUID().uuidString.prefix(8))"
+                ).path
+            descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { bytes in
+                bytes.copyBytes(from: path.utf8.prefix(bytes.count - 1))
+            }
+            let bound = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+                }
+            }
+            guard bound else { throw SetupError(description: "cannot bind \(path)") }
+            var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
+            setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
+
+        deinit {
+            close(descriptor)
+            unlink(path)
+        }
+
+        /// The first message holding `field` within `timeout`, reading what has come.
+        func waitFor(_ field: String, timeout: Duration = .seconds(20)) async -> String? {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let count = recv(descriptor, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+                if count > 0 {
+                    messages.append(String(decoding: buffer[..<count], as: UTF8.self))
+                    continue
+                }
+                if let found = messages.first(where: { $0.split(separator: "\n").contains { $0 == field } }) {
+                    return found
+                }
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            return nil
+        }
+    }
+
+    @Test(
+        .disabled(if: !SystemdTests.hasSocketActivate, "systemd-socket-activate is not installed (Debian's systemd)"))
+    func socketActivationHandsTheHostItsSocketsAndTheHostTellsSystemdHowItIs() async throws {
+        let port = try Self.freePort()
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-activation-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let manifests = scratch.appendingPathComponent("manifests")
+        try FileManager.default.createDirectory(at: manifests, withIntermediateDirectories: true)
+        for (name, json) in Fixtures.all {
+            try json.write(to: manifests.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+        let socketPath = scratch.appendingPathComponent("activated.sock").path
+        let notify = try NotifySocket()
+        // The host's own --listen and --socket name other places: the sockets handed over win.
+        let program = try Program(
+            Self.socketActivate,
+            [
+                "--listen", "127.0.0.1:\(port)", "--listen", socketPath, "--setenv", "NOTIFY_SOCKET=\(notify.path)",
+                TestHost.buildFolder.appendingPathComponent("atriumd").path,
+                "--manifests", manifests.path, "--state-dir", scratch.appendingPathComponent("state").path,
+                "--listen", "127.0.0.1:1", "--socket", scratch.appendingPathComponent("not-this.sock").path,
+            ])
+        defer { program.process.signal(SIGKILL) }
+
+        // systemd-socket-activate listens first and starts the host for the first client,
+        // whose connection waits in the socket's queue meanwhile: nothing is lost.
+        var client: TestClient?
+        let listening = ContinuousClock.now + .seconds(10)
+        while client == nil, ContinuousClock.now < listening {
+            client = try? await TestClient.connect(port: port)
+            if client == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let tcp = try #require(client, "nothing listens on 127.0.0.1:\(port): \(program.output)")
+        let welcome = try await tcp.hello(clientId: "first-client")
+        #expect(welcome.limits.maxMessageBytes > 0)
+
+        let ready = await notify.waitFor("READY=1")
+        #expect(ready?.contains("STATUS=serving") == true, "\(String(describing: ready))")
+        #expect(ready?.contains("MAINPID=") == true, "\(String(describing: ready))")
+
+        // The local socket is the one handed over too, and the host says what it listens on.
+        let local = try await TestClient.connect(unixSocket: socketPath)
+        _ = try await local.hello()
+        let report = try await ChurnTests.status(local, id: 1)
+        let listeners = report["listeners"]?.array?.strings
+        #expect(listeners == ["tcp 127.0.0.1:\(port)", "unix \(socketPath)"])
+        #expect(report["version"]?.string == AtriumVersion.current)
+        #expect(!FileManager.default.fileExists(atPath: scratch.appendingPathComponent("not-this.sock").path))
+        await local.close()
+        await tcp.close()
+
+        #expect(program.output.contains("atriumd: listening on tcp 127.0.0.1:\(port)"), "\(program.output)")
+        program.process.signal(SIGTERM)  // as systemctl stop does
+        let stopping = await notify.waitFor("STOPPING=1")
+        #expect(stopping != nil)
+        let status = await program.exitStatus()
+        #expect(status == 0, "\(program.output)")
+        // The socket is systemd's: it stays for the next start.
+        #expect(FileManager.default.fileExists(atPath: socketPath))
+    }
+
+    @Test func aDescriptorThatIsNotAListeningSocketIsRefusedWithTheReason() async throws {
+        // LISTEN_PID must name the host itself: the shell's pid, which exec keeps.
+        let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
+        let program = try Program(
+            "/bin/sh",
+            ["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" --manifests /nonexistent --socket off 3</dev/null", atriumd])
+        defer { program.process.signal(SIGKILL) }
+        let status = await program.exitStatus()
+        #expect(status != nil && status != 0)
+        #expect(program.output.contains("socket 3, passed by systemd, is not a socket"), "\(program.output)")
+    }
+
+    @Test(.disabled(if: !SystemdTests.hasAnalyze, "systemd-analyze is not installed (Debian's systemd)"))
+    func theUnitsPassSystemdAnalyzeVerify() throws {
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Packaging/systemd")
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-units-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        for user in [false, true] {
+            let folder = user ? scratch.appendingPathComponent("user") : scratch
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            var units: [String] = []
+            for name in ["atriumd.socket", "atriumd.service"] {
+                let template = try String(
+                    contentsOf: (user ? source.appendingPathComponent("user") : source).appendingPathComponent(name),
+                    encoding: .utf8)
+                // As the installers fill it in, with the build's atriumd, which must exist.
+                let unit = template.replacingOccurrences(of: "@BINDIR@", with: TestHost.buildFolder.path)
+                    .replacingOccurrences(of: "@SYSCONFDIR@", with: "/etc")
+                #expect(!unit.contains("@"), "\(name) has a placeholder the installers do not fill in")
+                try unit.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+                units.append(folder.appendingPathComponent(name).path)
+            }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.analyze)
+            process.arguments = (user ? ["--user"] : []) + ["verify", "--man=no"] + units
+            var environment = ProcessInfo.processInfo.environment
+            environment["XDG_RUNTIME_DIR"] = environment["XDG_RUNTIME_DIR"] ?? scratch.path
+            process.environment = environment
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            // Exit 0 is not enough: an unknown key is only a warning there.
+            #expect(process.terminationStatus == 0 && text.isEmpty, "\(user ? "user" : "system") units: \(text)")
+        }
+    }
+}
