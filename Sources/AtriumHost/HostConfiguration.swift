@@ -92,7 +92,7 @@ public struct HostConfiguration: Sendable {
         listenHost: String? = "127.0.0.1",
         listenPort: Int = 7340,
         socketPath: String? = HostConfiguration.defaultSocketPath(),
-        pluginSearchPath: [URL] = [HostConfiguration.executableFolder()],
+        pluginSearchPath: [URL] = HostConfiguration.defaultPluginSearchPath(),
         limits: ProtocolLimits = .default,
         responseTimeout: Duration = .seconds(30),
         drainTimeout: Duration = .seconds(10),
@@ -128,6 +128,14 @@ public struct HostConfiguration: Sendable {
     public var listensOnLoopbackOnly: Bool {
         guard let host = listenHost else { return true }
         return isLoopbackHost(host)
+    }
+
+    /// Where plugin libraries are looked for when `--plugin-path` is not given: the folder of
+    /// atriumd (where `swift build` puts them), then `lib/atrium/plugins` beside its `bin`
+    /// (where Scripts/install.sh and the package put them).
+    public static func defaultPluginSearchPath() -> [URL] {
+        let folder = executableFolder()
+        return [folder, folder.deletingLastPathComponent().appendingPathComponent("lib/atrium/plugins")]
     }
 
     /// The folder of the running executable, where `swift build` puts the plugin libraries.

@@ -88,7 +88,7 @@ struct Atriumd: AsyncParsableCommand {
     @Option(
         name: .customLong("plugin-path"),
         help: ArgumentHelp(
-            "A folder to look for plugin libraries in, after the manifest's own folder (repeatable). Default: the folder of atriumd.",
+            "A folder to look for plugin libraries in, after the manifest's own folder (repeatable). Default: the folder of atriumd, then lib/atrium/plugins beside its bin folder (where an install puts them).",
             valueName: "dir"
         )
     )
@@ -354,7 +354,7 @@ struct Atriumd: AsyncParsableCommand {
             listenPort: listenAddress?.1 ?? 0,
             socketPath: socket == "off" ? nil : socket,
             pluginSearchPath: pluginPath.isEmpty
-                ? [HostConfiguration.executableFolder()] : pluginPath.map { URL(fileURLWithPath: $0) },
+                ? HostConfiguration.defaultPluginSearchPath() : pluginPath.map { URL(fileURLWithPath: $0) },
             limits: ProtocolLimits(
                 maxMessageBytes: maxMessageBytes, maxFrameBytes: maxFrameBytes, maxChannels: maxChannels,
                 maxInFlight: maxInFlight

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Installs Atrium: builds it (release) and puts atriumd, atrium, the plugin SDK's header, the
+# reference plugins and their manifests, the systemd units, man pages and shell completions
+# in the usual places. Every file it puts there is listed in an install record; --uninstall
+# removes exactly those files (and the folders it made that are left empty), nothing else.
+#
+#   Scripts/install.sh                     # system-wide under /usr/local (run as root)
+#   Scripts/install.sh --prefix /usr       # system-wide under /usr
+#   Scripts/install.sh --user              # for this user only, under ~/.local
+#   Scripts/install.sh --uninstall [--user | --prefix P]
+#
+# System: PREFIX/bin, PREFIX/lib/atrium/plugins, PREFIX/include/atrium, PREFIX/share/man,
+#   PREFIX/share/{bash-completion,zsh,fish}, PREFIX/lib/systemd/system, /etc/atrium/manifests.d
+#   (the manifests; left in place on uninstall when changed since).
+# User: ~/.local/bin, ~/.local/lib/atrium/plugins, ~/.local/include/atrium, ~/.local/share/man,
+#   ~/.local/share/{bash-completion,zsh,fish}, ~/.config/systemd/user,
+#   ~/.local/share/atrium/manifests.
+#
+# --destdir DIR puts everything under DIR (for packaging, and the tests); --configuration
+# debug installs the debug build, and --no-build installs what is built already (with --from,
+# the products in that folder: the tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prefix=/usr/local
+user=false
+uninstall=false
+destdir=""
+configuration=release
+build_first=true
+from=""
+sysconfdir=/etc
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) prefix="$2"; shift 2 ;;
+        --prefix=*) prefix="${1#*=}"; shift ;;
+        --user) user=true; shift ;;
+        --uninstall) uninstall=true; shift ;;
+        --destdir) destdir="$2"; shift 2 ;;
+        --destdir=*) destdir="${1#*=}"; shift ;;
+        --configuration) configuration="$2"; shift 2 ;;
+        --sysconfdir) sysconfdir="$2"; shift 2 ;;
+        --no-build) build_first=false; shift ;;
+        --from) from="$2"; shift 2 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 64 ;;
+    esac
+done
+case "$configuration" in release|debug) ;; *) echo "install.sh: --configuration is release or debug" >&2; exit 64 ;; esac
+
+if $user; then
+    home="${HOME:?}"
+    prefix="$home/.local"
+    data="${XDG_DATA_HOME:-$home/.local/share}"
+    bindir="$prefix/bin"
+    plugindir="$prefix/lib/atrium/plugins"
+    includedir="$prefix/include/atrium"
+    mandir="$data/man"
+    completions="$data"
+    unitdir="${XDG_CONFIG_HOME:-$home/.config}/systemd/user"
+    manifestdir="$data/atrium/manifests"
+    record="$data/atrium/installed-files"
+    units=Packaging/systemd/user
+else
+    bindir="$prefix/bin"
+    plugindir="$prefix/lib/atrium/plugins"
+    includedir="$prefix/include/atrium"
+    mandir="$prefix/share/man"
+    completions="$prefix/share"
+    unitdir="$prefix/lib/systemd/system"
+    manifestdir="$sysconfdir/atrium/manifests.d"
+    record="$prefix/share/atrium/installed-files"
+    units=Packaging/systemd
+fi
+
+if $uninstall; then
+    if [ ! -f "$destdir$record" ]; then
+        echo "install.sh: nothing to uninstall: $destdir$record does not exist" >&2
+        exit 1
+    fi
+    # Files first (a manifest changed since it was installed is kept, and said so), then the
+    # folders the install made, deepest first, where they are empty now.
+    while IFS=$'\t' read -r kind path sum; do
+        [ "$kind" = file ] || continue
+        if [ -n "$sum" ] && [ -f "$destdir$path" ] && [ "$(sha256sum "$destdir$path" | cut -d' ' -f1)" != "$sum" ]; then
+            echo "kept $path: changed since it was installed"
+            continue
+        fi
+        rm -f "$destdir$path"
+    done < "$destdir$record"
+    made="$(grep $'^dir\t' "$destdir$record.dirs" 2>/dev/null | cut -f2 | sort -r || true)"
+    rm -f "$destdir$record" "$destdir$record.dirs"
+    while read -r dir; do
+        [ -z "$dir" ] || rmdir "$destdir$dir" 2>/dev/null || true
+    done <<< "$made"
+    echo "uninstalled Atrium from $destdir$prefix"
+    exit 0
+fi
+
+if $build_first; then
+    Scripts/ensure-deps.sh
+    swift build -c "$configuration" >&2
+fi
+build="${from:-.build/$configuration}"
+for built in atriumd atrium libEcho.so libRomanPing.so libmathdemo.so; do
+    [ -f "$build/$built" ] || { echo "install.sh: $build/$built is missing: build first" >&2; exit 1; }
+done
+
+entries=()
+made_dirs=()
+[ -z "$destdir" ] || mkdir -p "$destdir"
+# Makes the folders of `path` that do not exist yet, and records them.
+make_dirs() {
+    local dir="$1" missing=()
+    while [ ! -d "$destdir$dir" ] && [ "$dir" != / ]; do
+        missing+=("$dir")
+        dir="$(dirname "$dir")"
+    done
+    local index
+    for ((index = ${#missing[@]} - 1; index >= 0; index--)); do
+        mkdir -m 755 "$destdir${missing[index]}"
+        made_dirs+=("${missing[index]}")
+    done
+}
+# put MODE SOURCE DEST [checksum]: installs one file and records it (with its checksum when
+# asked: a file a person may edit, kept on uninstall when they did).
+put() {
+    local mode="$1" source="$2" dest="$3"
+    make_dirs "$(dirname "$dest")"
+    install -m "$mode" "$source" "$destdir$dest"
+    if [ "${4:-}" = checksum ]; then
+        entries+=("file"$'\t'"$dest"$'\t'"$(sha256sum "$destdir$dest" | cut -d' ' -f1)")
+    else
+        entries+=("file"$'\t'"$dest"$'\t')
+    fi
+}
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+put 755 "$build/atriumd" "$bindir/atriumd"
+put 755 "$build/atrium" "$bindir/atrium"
+put 644 Sources/CAtriumPlugin/include/atrium_plugin.h "$includedir/atrium_plugin.h"
+for library in libEcho.so libRomanPing.so libmathdemo.so; do
+    put 644 "$build/$library" "$plugindir/$library"
+done
+for manifest in manifests/*.json; do
+    put 644 "$manifest" "$manifestdir/$(basename "$manifest")" checksum
+done
+# Units, with where things are filled in.
+for unit in "$units"/atriumd.service "$units"/atriumd.socket; do
+    sed -e "s|@BINDIR@|$bindir|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" "$unit" > "$scratch/$(basename "$unit")"
+    put 644 "$scratch/$(basename "$unit")" "$unitdir/$(basename "$unit")"
+done
+# Man pages (from the tools' own --help, through the argument parser's dump) and completions.
+for tool in atriumd atrium; do
+    "$build/$tool" --experimental-dump-help > "$scratch/$tool.json"
+    python3 Scripts/manpage.py "$scratch/$tool.json" "$scratch/$tool.1"
+    put 644 "$scratch/$tool.1" "$mandir/man1/$tool.1"
+    "$build/$tool" --generate-completion-script bash > "$scratch/$tool.bash"
+    "$build/$tool" --generate-completion-script zsh > "$scratch/_$tool"
+    "$build/$tool" --generate-completion-script fish > "$scratch/$tool.fish"
+    put 644 "$scratch/$tool.bash" "$completions/bash-completion/completions/$tool"
+    put 644 "$scratch/_$tool" "$completions/zsh/site-functions/_$tool"
+    put 644 "$scratch/$tool.fish" "$completions/fish/vendor_completions.d/$tool.fish"
+done
+
+make_dirs "$(dirname "$record")"
+printf '%s\n' "${entries[@]}" > "$destdir$record"
+if [ ${#made_dirs[@]} -gt 0 ]; then
+    printf 'dir\t%s\n' "${made_dirs[@]}" > "$destdir$record.dirs"
+else
+    : > "$destdir$record.dirs"
+fi
+
+echo "installed Atrium in $destdir$prefix (${#entries[@]} files, listed in $record)"
+if $user; then
+    cat <<EOF
+Next:
+  systemctl --user daemon-reload && systemctl --user enable --now atriumd.socket
+  atrium status
+Manifests go in $manifestdir; the plugins they name are looked for in $plugindir.
+EOF
+else
+    cat <<EOF
+Next:
+  systemctl daemon-reload && systemctl enable --now atriumd.socket
+  atrium status --socket /run/atrium/atriumd.sock
+Manifests go in $manifestdir; the plugins they name are looked for in $plugindir.
+EOF
+fi

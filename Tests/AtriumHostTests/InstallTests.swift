@@ -1,0 +1,136 @@
+import AtriumProtocol
+import AtriumTesting
+import Foundation
+import Testing
+
+/// Scripts/install.sh as a person runs it, into a scratch root (`--destdir`) with the build the
+/// tests already have: what it puts where, that the installed atriumd runs from there and
+/// finds its plugins, and that `--uninstall` takes away exactly what it put.
+@Suite(.serialized) struct InstallTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// Runs Scripts/install.sh with `arguments` (and the build the tests use); returns its exit
+    /// status and output.
+    static func install(_ arguments: [String], home: URL? = nil) throws -> (status: Int32, output: String) {
+        var environment: [String: String] = [:]
+        if let home {
+            environment["HOME"] = home.path
+            environment["XDG_DATA_HOME"] = home.appendingPathComponent(".local/share").path
+            environment["XDG_CONFIG_HOME"] = home.appendingPathComponent(".config").path
+        }
+        let result = try runProgram(
+            "/bin/bash",
+            [
+                repository.appendingPathComponent("Scripts/install.sh").path, "--no-build", "--from",
+                TestHost.buildFolder.path,
+            ]
+                + arguments,
+            environment: environment)
+        return (result.status, result.output)
+    }
+
+    /// Every file under `folder`, as paths relative to it.
+    static func files(under folder: URL) -> [String] {
+        let enumerator = FileManager.default.enumerator(atPath: folder.path)
+        var found: [String] = []
+        while let path = enumerator?.nextObject() as? String {
+            var isFolder: ObjCBool = false
+            let exists = FileManager.default.fileExists(
+                atPath: folder.appendingPathComponent(path).path, isDirectory: &isFolder)
+            if exists, !isFolder.boolValue { found.append(path) }
+        }
+        return found.sorted()
+    }
+
+    static func scratch(_ name: String) throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-\(name)-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return folder
+    }
+
+    @Test func aSystemInstallPutsEachThingInItsPlaceAndItsUninstallTakesExactlyThat() throws {
+        let root = try Self.scratch("install-root")
+        defer { try? FileManager.default.removeItem(at: root) }
+        // Something of someone else's, in a folder the install also uses: it stays.
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("usr/bin"), withIntermediateDirectories: true)
+        try "#!/bin/sh\n".write(
+            to: root.appendingPathComponent("usr/bin/other-tool"), atomically: true, encoding: .utf8)
+
+        let installed = try Self.install(["--prefix", "/usr", "--destdir", root.path])
+        #expect(installed.status == 0, "\(installed.output)")
+        let files = Self.files(under: root)
+        for expected in [
+            "usr/bin/atriumd", "usr/bin/atrium", "usr/include/atrium/atrium_plugin.h",
+            "usr/lib/atrium/plugins/libEcho.so", "usr/lib/atrium/plugins/libRomanPing.so",
+            "usr/lib/atrium/plugins/libmathdemo.so", "usr/lib/systemd/system/atriumd.service",
+            "usr/lib/systemd/system/atriumd.socket", "usr/share/man/man1/atriumd.1", "usr/share/man/man1/atrium.1",
+            "usr/share/bash-completion/completions/atrium", "usr/share/zsh/site-functions/_atrium",
+            "usr/share/fish/vendor_completions.d/atrium.fish", "etc/atrium/manifests.d/echo.json",
+            "etc/atrium/manifests.d/roman-ping.json",
+        ] {
+            #expect(files.contains(expected), "\(expected) was not installed: \(files)")
+        }
+        // The units say where the install put atriumd and the manifests.
+        let service = try String(
+            contentsOf: root.appendingPathComponent("usr/lib/systemd/system/atriumd.service"), encoding: .utf8)
+        #expect(service.contains("ExecStart=/usr/bin/atriumd --manifests /etc/atrium/manifests.d"), "\(service)")
+        let manual = try String(
+            contentsOf: root.appendingPathComponent("usr/share/man/man1/atriumd.1"), encoding: .utf8)
+        #expect(
+            manual.hasPrefix(".TH ATRIUMD 1") && manual.contains(".B --max-connections <max-connections>"),
+            "\(manual.prefix(300))")
+
+        // The installed host runs from where it was put, and finds its plugins there.
+        let atriumd = root.appendingPathComponent("usr/bin/atriumd").path
+        let check = try runProgram(
+            atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path])
+        #expect(check.status == 0, "\(check.output)")
+        #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+        #expect(check.output.contains("library: \(root.path)/usr/lib/atrium/plugins/libEcho.so"), "\(check.output)")
+        let version = try runProgram(atriumd, ["--version"])
+        #expect(version.output == AtriumVersion.current + "\n")
+
+        // A manifest the administrator changed since is kept; everything else goes.
+        let edited = root.appendingPathComponent("etc/atrium/manifests.d/echo.json")
+        try (String(contentsOf: edited, encoding: .utf8) + "\n").write(to: edited, atomically: true, encoding: .utf8)
+        let removed = try Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
+        #expect(removed.status == 0, "\(removed.output)")
+        #expect(removed.output.contains("kept /etc/atrium/manifests.d/echo.json: changed since it was installed"))
+        #expect(Self.files(under: root) == ["etc/atrium/manifests.d/echo.json", "usr/bin/other-tool"])
+        // The folders it made went with it, those that were there before stayed.
+        #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/lib").path))
+        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/bin").path))
+
+        let again = try Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
+        #expect(again.status == 1 && again.output.contains("nothing to uninstall"), "\(again.output)")
+    }
+
+    @Test func aUserInstallGoesUnderHomeWithUserUnits() throws {
+        let home = try Self.scratch("install-home")
+        defer { try? FileManager.default.removeItem(at: home) }
+        let installed = try Self.install(["--user"], home: home)
+        #expect(installed.status == 0, "\(installed.output)")
+        let files = Self.files(under: home)
+        for expected in [
+            ".local/bin/atriumd", ".local/bin/atrium", ".local/lib/atrium/plugins/libEcho.so",
+            ".local/share/atrium/manifests/echo.json", ".config/systemd/user/atriumd.service",
+            ".config/systemd/user/atriumd.socket", ".local/share/man/man1/atrium.1",
+        ] {
+            #expect(files.contains(expected), "\(expected) was not installed: \(files)")
+        }
+        let unit = try String(
+            contentsOf: home.appendingPathComponent(".config/systemd/user/atriumd.service"), encoding: .utf8)
+        #expect(unit.contains("ExecStart=\(home.path)/.local/bin/atriumd"), "\(unit)")
+        let removed = try Self.install(["--uninstall", "--user"], home: home)
+        #expect(removed.status == 0, "\(removed.output)")
+        #expect(Self.files(under: home).isEmpty, "\(Self.files(under: home))")
+    }
+
+    @Test func aWrongOptionSaysWhatToDo() throws {
+        let wrong = try Self.install(["--prefx", "/usr"])
+        #expect(wrong.status == 64 && wrong.output.contains("unknown option --prefx (see --help)"), "\(wrong.output)")
+    }
+}
