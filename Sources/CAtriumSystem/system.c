@@ -138,6 +138,10 @@ int atrium_spawn(const char *path, char *const argv[], char *const envp[], int i
 }
 
 int atrium_notify(const char *path, const char *message) {
+    return atrium_send_datagram(path, message, strlen(message));
+}
+
+int atrium_send_datagram(const char *path, const void *bytes, size_t count) {
     struct sockaddr_un address;
     memset(&address, 0, sizeof address);
     address.sun_family = AF_UNIX;
@@ -151,7 +155,7 @@ int atrium_notify(const char *path, const char *message) {
     int socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (socket_ < 0) return -1;
     socklen_t size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + length);
-    ssize_t sent = sendto(socket_, message, strlen(message), MSG_NOSIGNAL, (struct sockaddr *)&address, size);
+    ssize_t sent = sendto(socket_, bytes, count, MSG_NOSIGNAL, (struct sockaddr *)&address, size);
     int saved = errno;
     close(socket_);
     errno = saved;

@@ -99,6 +99,16 @@ struct Atriumd: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "How the log is written: text, json (one object per line, for log shippers), journal (systemd's native fields: PACKAGE, CLIENT, STATUS, ...), or auto (journal when standard error is the journal, as under systemd; text otherwise).",
+            valueName: "format"))
+    var logFormat: LogFormat = .auto
+
+    /// Where `--log-format journal` sends (the tests' stand-in for the journal).
+    @Option(help: .private)
+    var journalSocket: String = LogFormat.journalSocket
+
+    @Option(
+        help: ArgumentHelp(
             "Seconds a plugin has to answer a request before the client gets status 2.", valueName: "seconds"))
     var responseTimeout: Double = 30
 
@@ -384,10 +394,23 @@ struct Atriumd: AsyncParsableCommand {
 
     func run() async throws {
         let level = logLevel
+        let format = logFormat == .auto ? LogFormat.detected() : logFormat
+        let journal = journalSocket
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
+            switch format {
+            case .json:
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            case .journal:
+                var handler = JournalLogHandler(label: label, socket: journal)
+                handler.logLevel = level
+                return handler
+            case .auto, .text:
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
         }
         if worker {
             // A package's worker process (`"isolation": "process"`), started by atriumd itself.
@@ -495,6 +518,7 @@ func say(_ line: String) {
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
 extension TLSMode: ExpressibleByArgument {}
+extension LogFormat: ExpressibleByArgument {}
 extension PairingMode: ExpressibleByArgument {}
 
 /// `--advertise`.

@@ -118,8 +118,13 @@ import Testing
             unlink(path)
         }
 
-        /// The first message holding `field` within `timeout`, reading what has come.
+        /// The first message holding `field` (a whole line) within `timeout`.
         func waitFor(_ field: String, timeout: Duration = .seconds(20)) async -> String? {
+            await waitFor(timeout: timeout) { $0.split(separator: "\n").contains { $0 == field } }
+        }
+
+        /// The first message for which `matches` holds, within `timeout`, reading what has come.
+        func waitFor(timeout: Duration = .seconds(20), where matches: (String) -> Bool) async -> String? {
             let deadline = ContinuousClock.now + timeout
             while ContinuousClock.now < deadline {
                 var buffer = [UInt8](repeating: 0, count: 4096)
@@ -128,7 +133,7 @@ import Testing
                     messages.append(String(decoding: buffer[..<count], as: UTF8.self))
                     continue
                 }
-                if let found = messages.first(where: { $0.split(separator: "\n").contains { $0 == field } }) {
+                if let found = messages.first(where: matches) {
                     return found
                 }
                 try? await Task.sleep(for: .milliseconds(20))
@@ -210,6 +215,39 @@ import Testing
         let status = await program.exitStatus()
         #expect(status != nil && status != 0)
         #expect(program.output.contains("socket 3, passed by systemd, is not a socket"), "\(program.output)")
+    }
+
+    @Test func theJournalGetsEachEventWithItsFields() async throws {
+        let journal = try NotifySocket()
+        let host = try await startHost(arguments: ["--log-format", "journal", "--journal-socket", journal.path])
+        // A package's event carries the package as a field of its own.
+        let loaded = await journal.waitFor { $0.contains("\nPACKAGE=\(Fixtures.echoPackage)\n") }
+        #expect(loaded?.hasPrefix("MESSAGE=") == true, "\(String(describing: loaded))")
+        #expect(loaded?.contains("\nPRIORITY=6\n") == true, "\(String(describing: loaded))")
+        #expect(loaded?.contains("\nSYSLOG_IDENTIFIER=atriumd\n") == true, "\(String(describing: loaded))")
+        // Nothing went to standard error but what the host prints on standard output.
+        #expect(!host.logged(" info atriumd:"), "\(host.log.prefix(400))")
+        #expect(await host.stop() == 0)
+        // A value with a newline travels in the protocol's binary form, whole.
+        let field = JournalLogHandler.field("MESSAGE", "a\nb")
+        #expect(field == Array("MESSAGE\n".utf8) + [3, 0, 0, 0, 0, 0, 0, 0] + Array("a\nb\n".utf8))
+        #expect(JournalLogHandler.fieldName("peer address") == "PEER_ADDRESS")
+        #expect(JournalLogHandler.fieldName("_hidden") == "HIDDEN")
+        #expect(JournalLogHandler.fieldName("3d") == "F_3D")
+    }
+
+    @Test func jsonLogsAreOneObjectPerLine() async throws {
+        let host = try await startHost(arguments: ["--log-format", "json"])
+        #expect(await host.stop() == 0)
+        let objects = host.log.split(separator: "\n").filter { $0.hasPrefix("{") }.compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: String]
+        }
+        // Every log line parsed; the ones the host prints for people stay text on standard output.
+        let logLines = host.log.split(separator: "\n").filter { !$0.hasPrefix("atriumd: ") }
+        #expect(objects.count == logLines.count && objects.count > 3, "\(host.log.prefix(600))")
+        let echo = objects.first { $0["package"] == Fixtures.echoPackage }
+        #expect(echo?["level"] == "info" && echo?["label"] == "atriumd" && echo?["time"]?.hasSuffix("Z") == true)
+        #expect(objects.contains { $0["message"] == "shutting down: 0 connections open" })
     }
 
     @Test(.disabled(if: !SystemdTests.hasAnalyze, "systemd-analyze is not installed (Debian's systemd)"))

@@ -1,6 +1,8 @@
 #ifndef ATRIUM_SYSTEM_H
 #define ATRIUM_SYSTEM_H
 
+#include <stddef.h>
+
 /* System calls the host needs that Swift's Glibc module does not offer. */
 
 /* Gives freed heap memory back to the system (glibc's malloc_trim(0)); returns 1 when some
@@ -32,6 +34,10 @@ void atrium_name_this_thread(const char *name);
  * datagram to the Unix socket `path` (NOTIFY_SOCKET; a leading '@' is an abstract socket).
  * Returns 0, or -1 with errno set. */
 int atrium_notify(const char *path, const char *message);
+
+/* Sends `count` bytes as one datagram to the Unix socket `path` (as atrium_notify; for the
+ * journal's native protocol). Returns 0, or -1 with errno set. */
+int atrium_send_datagram(const char *path, const void *bytes, size_t count);
 
 /* What listening socket `descriptor` is (one handed over by socket activation): 1 a TCP
  * socket (IPv4 or IPv6), 2 a Unix stream socket, 0 anything else or not listening, -1 not a
