@@ -134,3 +134,63 @@ import Testing
         #expect(wrong.status == 64 && wrong.output.contains("unknown option --prefx (see --help)"), "\(wrong.output)")
     }
 }
+
+/// Scripts/package-deb.sh, from the build the tests have: the package's fields and contents,
+/// and that what it installs runs, on the Swift runtime it carries.
+@Suite struct PackageTests {
+    static var hasDpkg: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/dpkg-deb") }
+
+    @Test(.disabled(if: !PackageTests.hasDpkg, "dpkg-deb is not installed (Debian's dpkg)"))
+    func theDebianPackageHoldsWhatItShouldAndItsHostRuns() throws {
+        let scratch = try InstallTests.scratch("package")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let made = try runProgram(
+            "/bin/bash",
+            [
+                InstallTests.repository.appendingPathComponent("Scripts/package-deb.sh").path, "--from",
+                TestHost.buildFolder.path, "--output", scratch.path, "--fast",
+            ])
+        #expect(made.status == 0, "\(made.output)")
+        let package = scratch.appendingPathComponent("atrium_\(AtriumVersion.current)_amd64.deb").path
+        let fields = try runProgram("dpkg-deb", ["-f", package, "Package", "Version", "Depends"])
+        #expect(fields.output.contains("Package: atrium\nVersion: \(AtriumVersion.current)\n"), "\(fields.output)")
+        #expect(fields.output.contains("libffi8") && fields.output.contains("libavahi-client3"), "\(fields.output)")
+
+        let root = scratch.appendingPathComponent("root")
+        let unpacked = try runProgram("dpkg-deb", ["-x", package, root.path])
+        #expect(unpacked.status == 0, "\(unpacked.output)")
+        let files = InstallTests.files(under: root)
+        for expected in [
+            "usr/bin/atriumd", "usr/bin/atrium", "usr/lib/atrium/plugins/libEcho.so",
+            "usr/lib/atrium/swift/libswiftCore.so", "usr/lib/atrium/swift/libFoundation.so",
+            "usr/lib/systemd/system/atriumd.service", "usr/lib/systemd/system/atriumd.socket",
+            "usr/share/man/man1/atriumd.1", "etc/atrium/manifests.d/echo.json",
+        ] {
+            #expect(files.contains(expected), "\(expected) is not in the package: \(files)")
+        }
+        // dpkg keeps the list of what it installed: the installer's own record is not packaged.
+        #expect(!files.contains { $0.hasPrefix("usr/share/atrium/") }, "\(files)")
+        let control = scratch.appendingPathComponent("control")
+        _ = try runProgram("dpkg-deb", ["-e", package, control.path])
+        let conffiles = try String(contentsOf: control.appendingPathComponent("conffiles"), encoding: .utf8)
+        #expect(conffiles.contains("/etc/atrium/manifests.d/echo.json\n"), "\(conffiles)")
+
+        // The runtime it carries is all the programs need: with it first on the library path,
+        // nothing is taken from the toolchain.
+        let carried = root.appendingPathComponent("usr/lib/atrium/swift").path
+        let atriumd = root.appendingPathComponent("usr/bin/atriumd").path
+        let libraries = try runProgram("ldd", [atriumd], environment: ["LD_LIBRARY_PATH": carried])
+        #expect(libraries.status == 0 && !libraries.output.contains("not found"), "\(libraries.output)")
+        let runtimeNames = ["libswift", "libFoundation", "lib_FoundationICU", "libdispatch", "libBlocksRuntime"]
+        let swiftLibraries = libraries.output.split(separator: "\n").filter { line in
+            let name = line.trimmingCharacters(in: .whitespaces)
+            return runtimeNames.contains { name.hasPrefix($0) }
+        }
+        #expect(
+            !swiftLibraries.isEmpty && swiftLibraries.allSatisfy { $0.contains(carried) }, "\(libraries.output)")
+        let check = try runProgram(
+            atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path],
+            environment: ["LD_LIBRARY_PATH": carried])
+        #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+    }
+}
