@@ -106,10 +106,73 @@ for built in atriumd atrium libEcho.so libRomanPing.so libmathdemo.so; do
     [ -f "$build/$built" ] || { echo "install.sh: $build/$built is missing: build first" >&2; exit 1; }
 done
 
-entries=()
-made_dirs=()
+# Every folder ends up in units and scripts as it is: only plain characters.
+for path in "$bindir" "$plugindir" "$includedir" "$mandir" "$completions" "$unitdir" "$manifestdir" "$record" \
+    "$sysconfdir"; do
+    if [[ ! "$path" =~ ^[A-Za-z0-9._/+-]+$ ]]; then
+        echo "install.sh: \"$path\" has characters a systemd unit cannot hold as they are; choose folders of letters, digits and ._/+-" >&2
+        exit 64
+    fi
+done
+
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
+# Everything is made first, in a scratch folder: nothing is put in place unless all of it can be.
+plan=()  # MODE<tab>SOURCE<tab>DEST<tab>KIND (kind "config": a file a person may edit)
+plan+=("755"$'\t'"$build/atriumd"$'\t'"$bindir/atriumd"$'\t'"program")
+plan+=("755"$'\t'"$build/atrium"$'\t'"$bindir/atrium"$'\t'"program")
+plan+=("644"$'\t'"Sources/CAtriumPlugin/include/atrium_plugin.h"$'\t'"$includedir/atrium_plugin.h"$'\t'"file")
+for library in libEcho.so libRomanPing.so libmathdemo.so; do
+    plan+=("644"$'\t'"$build/$library"$'\t'"$plugindir/$library"$'\t'"file")
+done
+for manifest in manifests/*.json; do
+    plan+=("644"$'\t'"$manifest"$'\t'"$manifestdir/$(basename "$manifest")"$'\t'"config")
+done
+# Units, with where things are filled in.
+for unit in "$units"/atriumd.service "$units"/atriumd.socket; do
+    sed -e "s|@BINDIR@|$bindir|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" -e "s|@MANIFESTDIR@|$manifestdir|g" "$unit" \
+        > "$scratch/$(basename "$unit")"
+    plan+=("644"$'\t'"$scratch/$(basename "$unit")"$'\t'"$unitdir/$(basename "$unit")"$'\t'"file")
+done
+# Man pages (from the tools' own --help, through the argument parser's dump) and completions.
+for tool in atriumd atrium; do
+    "$build/$tool" --experimental-dump-help > "$scratch/$tool.json"
+    python3 Scripts/manpage.py "$scratch/$tool.json" "$scratch/$tool.1"
+    "$build/$tool" --generate-completion-script bash > "$scratch/$tool.bash"
+    "$build/$tool" --generate-completion-script zsh > "$scratch/_$tool"
+    "$build/$tool" --generate-completion-script fish > "$scratch/$tool.fish"
+    plan+=("644"$'\t'"$scratch/$tool.1"$'\t'"$mandir/man1/$tool.1"$'\t'"file")
+    plan+=("644"$'\t'"$scratch/$tool.bash"$'\t'"$completions/bash-completion/completions/$tool"$'\t'"file")
+    plan+=("644"$'\t'"$scratch/_$tool"$'\t'"$completions/zsh/site-functions/_$tool"$'\t'"file")
+    plan+=("644"$'\t'"$scratch/$tool.fish"$'\t'"$completions/fish/vendor_completions.d/$tool.fish"$'\t'"file")
+done
+
+# What an earlier install put here (an upgrade replaces it): its files, with the checksums of
+# those a person may edit, and the folders it made.
+declare -A previous=()
+previous_dirs=""
+if [ -f "$destdir$record" ]; then
+    while IFS=$'\t' read -r kind path sum; do
+        [ "$kind" = file ] && previous["$path"]="$sum"
+    done < "$destdir$record"
+    previous_dirs="$(cut -f2 "$destdir$record.dirs" 2>/dev/null || true)"
+fi
+# A file of someone else's is never overwritten (nor, later, uninstalled).
+clashes=()
+for entry in "${plan[@]}"; do
+    IFS=$'\t' read -r mode source dest kind <<< "$entry"
+    if [ -e "$destdir$dest" ] && [ -z "${previous[$dest]+set}" ]; then clashes+=("$dest"); fi
+done
+if [ ${#clashes[@]} -gt 0 ]; then
+    echo "install.sh: these exist and were not put there by install.sh; remove them first, or choose another --prefix:" >&2
+    printf '  %s\n' "${clashes[@]}" >&2
+    exit 1
+fi
+
 [ -z "$destdir" ] || mkdir -p "$destdir"
-# Makes the folders of `path` that do not exist yet, and records them.
+made_dirs=()
+# Makes the folders of `path` that do not exist yet, and records them as they are made.
 make_dirs() {
     local dir="$1" missing=()
     while [ ! -d "$destdir$dir" ] && [ "$dir" != / ]; do
@@ -120,60 +183,53 @@ make_dirs() {
     for ((index = ${#missing[@]} - 1; index >= 0; index--)); do
         mkdir -m 755 "$destdir${missing[index]}"
         made_dirs+=("${missing[index]}")
+        [ ! -f "$destdir$record.dirs" ] || printf 'dir\t%s\n' "${missing[index]}" >> "$destdir$record.dirs"
     done
 }
-# put MODE SOURCE DEST [checksum]: installs one file and records it (with its checksum when
-# asked: a file a person may edit, kept on uninstall when they did).
-put() {
-    local mode="$1" source="$2" dest="$3"
-    make_dirs "$(dirname "$dest")"
-    install -m "$mode" "$source" "$destdir$dest"
-    if [ "${4:-}" = checksum ]; then
-        entries+=("file"$'\t'"$dest"$'\t'"$(sha256sum "$destdir$dest" | cut -d' ' -f1)")
-    else
-        entries+=("file"$'\t'"$dest"$'\t')
-    fi
-}
-
-scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
-
-put 755 "$build/atriumd" "$bindir/atriumd"
-put 755 "$build/atrium" "$bindir/atrium"
-put 644 Sources/CAtriumPlugin/include/atrium_plugin.h "$includedir/atrium_plugin.h"
-for library in libEcho.so libRomanPing.so libmathdemo.so; do
-    put 644 "$build/$library" "$plugindir/$library"
-done
-for manifest in manifests/*.json; do
-    put 644 "$manifest" "$manifestdir/$(basename "$manifest")" checksum
-done
-# Units, with where things are filled in.
-for unit in "$units"/atriumd.service "$units"/atriumd.socket; do
-    sed -e "s|@BINDIR@|$bindir|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" "$unit" > "$scratch/$(basename "$unit")"
-    put 644 "$scratch/$(basename "$unit")" "$unitdir/$(basename "$unit")"
-done
-# Man pages (from the tools' own --help, through the argument parser's dump) and completions.
-for tool in atriumd atrium; do
-    "$build/$tool" --experimental-dump-help > "$scratch/$tool.json"
-    python3 Scripts/manpage.py "$scratch/$tool.json" "$scratch/$tool.1"
-    put 644 "$scratch/$tool.1" "$mandir/man1/$tool.1"
-    "$build/$tool" --generate-completion-script bash > "$scratch/$tool.bash"
-    "$build/$tool" --generate-completion-script zsh > "$scratch/_$tool"
-    "$build/$tool" --generate-completion-script fish > "$scratch/$tool.fish"
-    put 644 "$scratch/$tool.bash" "$completions/bash-completion/completions/$tool"
-    put 644 "$scratch/_$tool" "$completions/zsh/site-functions/_$tool"
-    put 644 "$scratch/$tool.fish" "$completions/fish/vendor_completions.d/$tool.fish"
-done
-
+# The record is written as files are put in place: an install stopped half-way can still be
+# uninstalled.
 make_dirs "$(dirname "$record")"
-printf '%s\n' "${entries[@]}" > "$destdir$record"
-if [ ${#made_dirs[@]} -gt 0 ]; then
-    printf 'dir\t%s\n' "${made_dirs[@]}" > "$destdir$record.dirs"
-else
-    : > "$destdir$record.dirs"
-fi
+{
+    if [ -n "$previous_dirs" ]; then printf 'dir\t%s\n' $previous_dirs; fi
+    if [ ${#made_dirs[@]} -gt 0 ]; then printf 'dir\t%s\n' "${made_dirs[@]}"; fi
+} > "$destdir$record.dirs.new"
+mv "$destdir$record.dirs.new" "$destdir$record.dirs"
+[ ! -f "$destdir$record" ] || mv "$destdir$record" "$destdir$record.previous"
+: > "$destdir$record"
+installed=0
+kept=()
+declare -A planned=()
+for entry in "${plan[@]}"; do
+    IFS=$'\t' read -r mode source dest kind <<< "$entry"
+    planned["$dest"]=1
+    make_dirs "$(dirname "$dest")"
+    if [ "$kind" = config ] && [ -f "$destdir$dest" ] && [ -n "${previous[$dest]:-}" ] &&
+        [ "$(sha256sum "$destdir$dest" | cut -d' ' -f1)" != "${previous[$dest]}" ]; then
+        # Changed since it was installed: it stays, the new one goes beside it.
+        install -m "$mode" "$source" "$destdir$dest.new"
+        printf 'file\t%s\t%s\n' "$dest" "${previous[$dest]}" >> "$destdir$record"
+        printf 'file\t%s\t\n' "$dest.new" >> "$destdir$record"
+        kept+=("$dest")
+        continue
+    fi
+    install -m "$mode" "$source" "$destdir$dest"
+    sum=""
+    [ "$kind" != config ] || sum="$(sha256sum "$destdir$dest" | cut -d' ' -f1)"
+    printf 'file\t%s\t%s\n' "$dest" "$sum" >> "$destdir$record"
+    installed=$((installed + 1))
+done
+# What the earlier install put here and this one does not: taken away (unless changed).
+for path in "${!previous[@]}"; do
+    [ -z "${planned[$path]+set}" ] || continue
+    [ "${path%.new}" = "$path" ] || [ -z "${planned[${path%.new}]+set}" ] || { printf 'file\t%s\t\n' "$path" >> "$destdir$record"; continue; }
+    rm -f "$destdir$path"
+done
+rm -f "$destdir$record.previous"
+for path in "${kept[@]}"; do
+    echo "kept $path: changed since it was installed; the new version is $path.new"
+done
 
-echo "installed Atrium in $destdir$prefix (${#entries[@]} files, listed in $record)"
+echo "installed Atrium in $destdir$prefix ($installed files, listed in $record)"
 if $user; then
     cat <<EOF
 Next:

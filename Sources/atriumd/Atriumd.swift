@@ -427,6 +427,13 @@ struct Atriumd: AsyncParsableCommand {
         var configuration = try makeConfiguration()
         configuration.activatedSockets = activated
         configuration.notifier = Systemd.Notifier.fromEnvironment()
+        if !activated.isEmpty {
+            // The sockets of the unit are all the host listens on: a kind it did not pass is
+            // off, unless named on the command line.
+            let given = Set(CommandLine.arguments.map { $0.split(separator: "=").first.map(String.init) ?? $0 })
+            if !activated.contains(where: \.isTCP), !given.contains("--listen") { configuration.listenHost = nil }
+            if !activated.contains(where: { !$0.isTCP }), !given.contains("--socket") { configuration.socketPath = nil }
+        }
         for socket in activated {
             // What they are bound to decides what listening there means (TLS, pairing,
             // advertising), as --listen and --socket would.
@@ -448,7 +455,7 @@ struct Atriumd: AsyncParsableCommand {
         configuration.socketGroup = socketGroup
         configuration.auditLog = auditLog.map { URL(fileURLWithPath: $0) }
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
-        if let stateDir = state.stateDir { configuration.stateFolder = URL(fileURLWithPath: stateDir) }
+        if let folder = state.stateFolder { configuration.stateFolder = folder }
 
         if check {
             try runCheck(configuration)

@@ -97,7 +97,14 @@ struct StateOptions: ParsableArguments {
             valueName: "dir"))
     var stateDir: String?
 
+    /// The state folder as named, through any link in its path (systemd's StateDirectory with
+    /// DynamicUser is a link to private/NAME): what is inside it is still checked, links
+    /// refused.
+    var stateFolder: URL? {
+        stateDir.map { URL(fileURLWithPath: $0).resolvingSymlinksInPath() }
+    }
+
     var store: TokenStore {
-        TokenStore(folder: stateDir.map { URL(fileURLWithPath: $0) } ?? TLSIdentity.defaultStateFolder())
+        TokenStore(folder: stateFolder ?? TLSIdentity.defaultStateFolder())
     }
 }

@@ -72,7 +72,13 @@ struct CommandLineToolTests {
         // Traffic first: three requests (Roman pings) and their connection.
         let pings = try atrium(["ping", "127.0.0.1:\(host.port)", "--insecure", "-c", "3", "-i", "0.05"])
         #expect(pings.status == 0, "\(pings.output)")
-        let status = try atrium(["status", "--socket", host.socketPath])
+        // The ping's connection is let go as its close reaches the host: asked until it has.
+        var status = try atrium(["status", "--socket", host.socketPath])
+        let settled = ContinuousClock.now + .seconds(5)
+        while !status.output.contains("(tcp 0, local 1)"), ContinuousClock.now < settled {
+            try await Task.sleep(for: .milliseconds(50))
+            status = try atrium(["status", "--socket", host.socketPath])
+        }
         #expect(status.status == 0, "\(status.output)")
         // Which host, where it listens, and its traffic since it started.
         #expect(status.output.hasPrefix("atriumd \(AtriumVersion.current), up "), "\(status.output)")

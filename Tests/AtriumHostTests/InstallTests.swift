@@ -108,6 +108,38 @@ import Testing
         #expect(again.status == 1 && again.output.contains("nothing to uninstall"), "\(again.output)")
     }
 
+    @Test func anUpgradeKeepsWhatTheAdministratorChangedAndNothingOfSomeoneElsesIsTaken() throws {
+        let root = try Self.scratch("install-upgrade")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let arguments = ["--prefix", "/usr", "--destdir", root.path]
+        #expect(try Self.install(arguments).status == 0)
+        let manifest = root.appendingPathComponent("etc/atrium/manifests.d/echo.json")
+        let edited = try String(contentsOf: manifest, encoding: .utf8) + "\n"
+        try edited.write(to: manifest, atomically: true, encoding: .utf8)
+        // Installing again (an upgrade) leaves the edited manifest as it is, the new one beside it.
+        let upgrade = try Self.install(arguments)
+        #expect(upgrade.status == 0, "\(upgrade.output)")
+        #expect(upgrade.output.contains("kept /etc/atrium/manifests.d/echo.json: changed since it was installed"))
+        #expect(try String(contentsOf: manifest, encoding: .utf8) == edited)
+        #expect(FileManager.default.fileExists(atPath: manifest.path + ".new"))
+        // Uninstalling after the upgrade still keeps it, and leaves nothing else behind.
+        #expect(try Self.install(["--uninstall"] + arguments).status == 0)
+        #expect(Self.files(under: root) == ["etc/atrium/manifests.d/echo.json"])
+
+        // A file the install did not put there is never overwritten: the install stops before
+        // it touches anything, and says which.
+        try FileManager.default.createDirectory(
+            at: root.appendingPathComponent("usr/bin"), withIntermediateDirectories: true)
+        try "theirs".write(to: root.appendingPathComponent("usr/bin/atrium"), atomically: true, encoding: .utf8)
+        let clash = try Self.install(arguments)
+        #expect(clash.status == 1 && clash.output.contains("  /usr/bin/atrium\n"), "\(clash.output)")
+        #expect(try String(contentsOf: root.appendingPathComponent("usr/bin/atrium"), encoding: .utf8) == "theirs")
+        #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/bin/atriumd").path))
+        // A folder a unit cannot hold as it is.
+        let odd = try Self.install(["--prefix", "/opt/my atrium", "--destdir", root.path])
+        #expect(odd.status == 64 && odd.output.contains("has characters a systemd unit cannot hold"), "\(odd.output)")
+    }
+
     @Test func aUserInstallGoesUnderHomeWithUserUnits() throws {
         let home = try Self.scratch("install-home")
         defer { try? FileManager.default.removeItem(at: home) }

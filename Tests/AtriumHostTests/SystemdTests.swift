@@ -205,6 +205,37 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: socketPath))
     }
 
+    @Test(arguments: [
+        ("LISTEN_FDS=abc", "LISTEN_FDS is \"abc\", not a count of sockets"),
+        ("LISTEN_FDS=-1", "LISTEN_FDS is \"-1\", not a count of sockets"),
+        ("LISTEN_FDS=17", "LISTEN_FDS is \"17\", not a count of sockets"),
+    ])
+    func activationVariablesThatMakeNoSenseAreRefused(_ setting: String, _ reason: String) async throws {
+        let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
+        let program = try Program(
+            "/bin/sh",
+            [
+                "-c",
+                "LISTEN_PID=$$ \(setting) exec \"$0\" --manifests /nonexistent --socket off",
+                atriumd,
+            ])
+        defer { program.process.signal(SIGKILL) }
+        let status = await program.exitStatus()
+        #expect(status != nil && status != 0)
+        #expect(program.output.contains(reason), "\(program.output)")
+    }
+
+    @Test func activationVariablesForAnotherProcessAreLeftAlone() async throws {
+        // LISTEN_PID names someone else: the variables are not the host's, whatever they say.
+        let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
+        let program = try Program(
+            "/bin/sh", ["-c", "LISTEN_PID=1 LISTEN_FDS=1 exec \"$0\" --check --manifests /nonexistent", atriumd])
+        defer { program.process.signal(SIGKILL) }
+        let status = await program.exitStatus()
+        #expect(!program.output.contains("passed by systemd"), "\(program.output)")
+        #expect(status != nil)
+    }
+
     @Test func aDescriptorThatIsNotAListeningSocketIsRefusedWithTheReason() async throws {
         // LISTEN_PID must name the host itself: the shell's pid, which exec keeps.
         let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
@@ -225,8 +256,9 @@ import Testing
         #expect(loaded?.hasPrefix("MESSAGE=") == true, "\(String(describing: loaded))")
         #expect(loaded?.contains("\nPRIORITY=6\n") == true, "\(String(describing: loaded))")
         #expect(loaded?.contains("\nSYSLOG_IDENTIFIER=atriumd\n") == true, "\(String(describing: loaded))")
-        // Nothing went to standard error but what the host prints on standard output.
-        #expect(!host.logged(" info atriumd:"), "\(host.log.prefix(400))")
+        // Nothing but what the host prints for people (on standard output) went out as text.
+        let text = host.log.split(separator: "\n").filter { !$0.hasPrefix("atriumd: ") }
+        #expect(text.isEmpty, "\(text.prefix(5))")
         #expect(await host.stop() == 0)
         // A value with a newline travels in the protocol's binary form, whole.
         let field = JournalLogHandler.field("MESSAGE", "a\nb")
@@ -268,6 +300,7 @@ import Testing
                 // As the installers fill it in, with the build's atriumd, which must exist.
                 let unit = template.replacingOccurrences(of: "@BINDIR@", with: TestHost.buildFolder.path)
                     .replacingOccurrences(of: "@SYSCONFDIR@", with: "/etc")
+                    .replacingOccurrences(of: "@MANIFESTDIR@", with: "/home/someone/.local/share/atrium/manifests")
                 #expect(!unit.contains("@"), "\(name) has a placeholder the installers do not fill in")
                 try unit.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
                 units.append(folder.appendingPathComponent(name).path)

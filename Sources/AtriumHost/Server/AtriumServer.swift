@@ -224,7 +224,11 @@ public final class AtriumServer: Service, Sendable {
             if let path = addresses.unixSocket { listeners.append("unix \(path)") }
         }
         onReady(addresses)
-        configuration.notifier?.ready(status: servingStatus())
+        if let notifier = configuration.notifier, !notifier.ready(status: servingStatus()) {
+            logger.warning(
+                "systemd could not be told the host is ready (NOTIFY_SOCKET \(notifier.path)); it will count the start as failed at its timeout"
+            )
+        }
         // Found on the network (DNS-SD) once it can be reached there.
         let advertiser = makeAdvertiser(for: addresses.tcp)
         advertiser?.start()

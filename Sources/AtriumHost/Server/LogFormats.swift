@@ -28,6 +28,18 @@ public enum LogFormat: String, CaseIterable, Sendable {
     public static let journalSocket = "/run/systemd/journal/socket"
 }
 
+/// Writes `line` to standard error whole, or as much as it takes: a log line that cannot be
+/// written (a closed or broken pipe) is dropped, never a reason to stop.
+func writeToStandardError(_ line: String) {
+    var bytes = Array(line.utf8)[...]
+    while !bytes.isEmpty {
+        let written = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+        if written < 0, errno == EINTR { continue }
+        guard written > 0 else { return }
+        bytes = bytes.dropFirst(written)
+    }
+}
+
 /// Metadata as text values, the handler's own under the event's, with the provider's.
 private func flatten(
     _ event: LogEvent, handler: Logger.Metadata, provider: Logger.MetadataProvider?
@@ -53,9 +65,7 @@ public struct JSONLogHandler: LogHandler {
         self.write = write
     }
 
-    public static let standardError: @Sendable (String) -> Void = { line in
-        FileHandle.standardError.write(Data(line.utf8))
-    }
+    public static let standardError: @Sendable (String) -> Void = { line in writeToStandardError(line) }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
@@ -86,7 +96,7 @@ public struct JSONLogHandler: LogHandler {
         gmtime_r(&seconds, &parts)
         return String(
             format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-            parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
+            parts.tm_hour, parts.tm_min, parts.tm_sec, Int32(now.tv_nsec / 1_000_000))
     }
 }
 
@@ -150,15 +160,17 @@ public struct JournalLogHandler: LogHandler {
         datagram += Self.field("PRIORITY", String(Self.priority(event.level)))
         datagram += Self.field("SYSLOG_IDENTIFIER", "atriumd")
         datagram += Self.field("LOGGER", label)
+        let reserved: Set<String> = ["MESSAGE", "PRIORITY", "SYSLOG_IDENTIFIER", "LOGGER"]
         for (key, value) in flatten(event, handler: metadata, provider: metadataProvider) {
-            datagram += Self.field(Self.fieldName(key), value)
+            let name = Self.fieldName(key)
+            // A key that would stand for one of the event's own fields is set apart.
+            datagram += Self.field(reserved.contains(name) ? "META_" + name : name, value)
         }
         let sent = datagram.withUnsafeBufferPointer { buffer in
             atrium_send_datagram(socket, buffer.baseAddress, buffer.count)
         }
         if sent != 0 {
-            let line = "\(event.level) \(label): \(event.message)\n"
-            FileHandle.standardError.write(Data(line.utf8))
+            writeToStandardError("\(event.level) \(label): \(event.message)\n")
         }
     }
 }

@@ -72,7 +72,9 @@ public enum Systemd {
                 let text = path.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
                 sockets.append(ActivatedSocket(descriptor: descriptor, kind: .unix(path: text), name: name))
             case -1:
-                throw ActivationError(description: "\(label), passed by systemd, is not a socket")
+                let reason =
+                    errno == ENOTSOCK ? "is not a socket" : "cannot be used: \(String(cString: strerror(errno)))"
+                throw ActivationError(description: "\(label), passed by systemd, \(reason)")
             default:
                 throw ActivationError(
                     description:
@@ -99,7 +101,10 @@ public enum Systemd {
         /// not as `Type=notify`). Unsets it.
         public static func fromEnvironment() -> Notifier? {
             defer { unsetenv("NOTIFY_SOCKET") }
-            guard let path = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"], !path.isEmpty else { return nil }
+            // sd_notify's addresses: a path, or an abstract socket's name after '@'.
+            guard let path = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"],
+                path.hasPrefix("/") || path.hasPrefix("@")
+            else { return nil }
             return Notifier(path: path)
         }
 
@@ -113,7 +118,12 @@ public enum Systemd {
             return atrium_notify(path, message) == 0
         }
 
-        public func ready(status: String) { send(["READY=1", "STATUS=\(status)", "MAINPID=\(getpid())"]) }
+        /// Says the host is ready; false when systemd could not be told (it then waits for
+        /// its start timeout).
+        @discardableResult
+        public func ready(status: String) -> Bool {
+            send(["READY=1", "STATUS=\(status)", "MAINPID=\(getpid())"])
+        }
         public func stopping() { send(["STOPPING=1", "STATUS=shutting down"]) }
         public func status(_ status: String) { send(["STATUS=\(status)"]) }
     }
