@@ -268,6 +268,22 @@ import Testing
         #expect(JournalLogHandler.fieldName("3d") == "F_3D")
     }
 
+    @Test func aStateFolderNamedThroughALinkIsUsed() async throws {
+        // As systemd's StateDirectory under DynamicUser: /var/lib/atrium is a link to
+        // private/atrium. The host's identity is made in the folder the link names.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-state-link-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let real = scratch.appendingPathComponent("private/atrium")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: real.path)
+        let link = scratch.appendingPathComponent("atrium")
+        try FileManager.default.createSymbolicLink(at: link, withDestinationURL: real)
+        let host = try await startHost(arguments: ["--state-dir", link.path])
+        #expect(await host.stop() == 0)
+        #expect(FileManager.default.fileExists(atPath: real.appendingPathComponent("host-key.pem").path))
+    }
+
     @Test func jsonLogsAreOneObjectPerLine() async throws {
         let host = try await startHost(arguments: ["--log-format", "json"])
         #expect(await host.stop() == 0)
