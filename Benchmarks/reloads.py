@@ -31,7 +31,7 @@ def host_status(socket_path):
     return json.loads(answer.stdout) if answer.returncode == 0 else {}
 
 
-def measure_reloads(reloads, pin=()):
+def measure_reloads(reloads, pin=(), warmup=None):
     """Yields (kind, reloads, RSS bytes per reload, bytes allocated and not freed per reload,
     heap bytes in use per reload (glibc's count), descriptors before, after, worker processes
     left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
@@ -76,11 +76,11 @@ def measure_reloads(reloads, pin=()):
         time.sleep(1)
         for isolated in (True, False):
             base = 1_000_000 if isolated else 2_000_000
-            cycle(max(reloads // 10, 20), isolated, base)  # warm-up
+            cycle(warmup if warmup is not None else max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
             rss, fds, heap = rss_bytes(host.pid), descriptors(host.pid), host_status(socket_path).get("heapInUseBytes", 0)
             live = read_live_bytes(live_file)[0]
-            cycle(reloads, isolated, base + reloads)
+            cycle(reloads, isolated, base + 500_000)  # configs unlike every warm-up one
             time.sleep(11)
             rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
@@ -99,10 +99,12 @@ def measure_reloads(reloads, pin=()):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reloads", type=int, default=1000, help="reloads measured for each kind (default 1000)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="reloads before the measured ones (default a tenth of --reloads, at least 20)")
     arguments = parser.parse_args()
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
     for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
-            measure_reloads(arguments.reloads):
+            measure_reloads(arguments.reloads, warmup=arguments.warmup):
         print(f"- {kind}: {count} reloads: {live:.1f} B allocated and not freed, {heap_per_reload:.1f} B of heap in "
               f"use (glibc) and {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
