@@ -42,13 +42,18 @@ public final class TestHost: @unchecked Sendable {
         executable: URL? = nil
     ) async throws -> TestHost {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
+        try writeManifests(manifests, to: folder)
+        return try await start(
+            manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit,
+            executable: executable)
+    }
+
+    /// Writes `manifests` (file name → JSON text) into `folder`, made if missing.
+    public static func writeManifests(_ manifests: [String: String], to folder: URL) throws {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         for (name, json) in manifests {
             try json.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
         }
-        return try await start(
-            manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit,
-            executable: executable)
     }
 
     /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits

@@ -43,6 +43,14 @@ import Testing
         return found.sorted()
     }
 
+    /// Records an issue for each of `expected` that is not among `files`.
+    static func expectEvery(_ expected: [String], in files: [String], sourceLocation: SourceLocation = #_sourceLocation)
+    {
+        for path in expected where !files.contains(path) {
+            Issue.record("\(path) is missing: \(files)", sourceLocation: sourceLocation)
+        }
+    }
+
     static func scratch(_ name: String) throws -> URL {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
             "atrium-\(name)-\(UUID().uuidString.prefix(8))")
@@ -62,17 +70,16 @@ import Testing
         let installed = try Self.install(["--prefix", "/usr", "--destdir", root.path])
         #expect(installed.status == 0, "\(installed.output)")
         let files = Self.files(under: root)
-        for expected in [
-            "usr/bin/atriumd", "usr/bin/atrium", "usr/include/atrium/atrium_plugin.h",
-            "usr/lib/atrium/plugins/libEcho.so", "usr/lib/atrium/plugins/libRomanPing.so",
-            "usr/lib/atrium/plugins/libmathdemo.so", "usr/lib/systemd/system/atriumd.service",
-            "usr/lib/systemd/system/atriumd.socket", "usr/share/man/man1/atriumd.1", "usr/share/man/man1/atrium.1",
-            "usr/share/bash-completion/completions/atrium", "usr/share/zsh/site-functions/_atrium",
-            "usr/share/fish/vendor_completions.d/atrium.fish", "etc/atrium/manifests.d/echo.json",
-            "etc/atrium/manifests.d/roman-ping.json",
-        ] {
-            #expect(files.contains(expected), "\(expected) was not installed: \(files)")
-        }
+        Self.expectEvery(
+            [
+                "usr/bin/atriumd", "usr/bin/atrium", "usr/include/atrium/atrium_plugin.h",
+                "usr/lib/atrium/plugins/libEcho.so", "usr/lib/atrium/plugins/libRomanPing.so",
+                "usr/lib/atrium/plugins/libmathdemo.so", "usr/lib/systemd/system/atriumd.service",
+                "usr/lib/systemd/system/atriumd.socket", "usr/share/man/man1/atriumd.1", "usr/share/man/man1/atrium.1",
+                "usr/share/bash-completion/completions/atrium", "usr/share/zsh/site-functions/_atrium",
+                "usr/share/fish/vendor_completions.d/atrium.fish", "etc/atrium/manifests.d/echo.json",
+                "etc/atrium/manifests.d/roman-ping.json",
+            ], in: files)
         // The units say where the install put atriumd and the manifests.
         let service = try String(
             contentsOf: root.appendingPathComponent("usr/lib/systemd/system/atriumd.service"), encoding: .utf8)
@@ -146,13 +153,12 @@ import Testing
         let installed = try Self.install(["--user"], home: home)
         #expect(installed.status == 0, "\(installed.output)")
         let files = Self.files(under: home)
-        for expected in [
-            ".local/bin/atriumd", ".local/bin/atrium", ".local/lib/atrium/plugins/libEcho.so",
-            ".local/share/atrium/manifests/echo.json", ".config/systemd/user/atriumd.service",
-            ".config/systemd/user/atriumd.socket", ".local/share/man/man1/atrium.1",
-        ] {
-            #expect(files.contains(expected), "\(expected) was not installed: \(files)")
-        }
+        Self.expectEvery(
+            [
+                ".local/bin/atriumd", ".local/bin/atrium", ".local/lib/atrium/plugins/libEcho.so",
+                ".local/share/atrium/manifests/echo.json", ".config/systemd/user/atriumd.service",
+                ".config/systemd/user/atriumd.socket", ".local/share/man/man1/atrium.1",
+            ], in: files)
         let unit = try String(
             contentsOf: home.appendingPathComponent(".config/systemd/user/atriumd.service"), encoding: .utf8)
         #expect(unit.contains("ExecStart=\(home.path)/.local/bin/atriumd"), "\(unit)")
@@ -192,14 +198,13 @@ import Testing
         let unpacked = try runProgram("dpkg-deb", ["-x", package, root.path])
         #expect(unpacked.status == 0, "\(unpacked.output)")
         let files = InstallTests.files(under: root)
-        for expected in [
-            "usr/bin/atriumd", "usr/bin/atrium", "usr/lib/atrium/plugins/libEcho.so",
-            "usr/lib/atrium/swift/libswiftCore.so", "usr/lib/atrium/swift/libFoundation.so",
-            "usr/lib/systemd/system/atriumd.service", "usr/lib/systemd/system/atriumd.socket",
-            "usr/share/man/man1/atriumd.1", "etc/atrium/manifests.d/echo.json",
-        ] {
-            #expect(files.contains(expected), "\(expected) is not in the package: \(files)")
-        }
+        InstallTests.expectEvery(
+            [
+                "usr/bin/atriumd", "usr/bin/atrium", "usr/lib/atrium/plugins/libEcho.so",
+                "usr/lib/atrium/swift/libswiftCore.so", "usr/lib/atrium/swift/libFoundation.so",
+                "usr/lib/systemd/system/atriumd.service", "usr/lib/systemd/system/atriumd.socket",
+                "usr/share/man/man1/atriumd.1", "etc/atrium/manifests.d/echo.json",
+            ], in: files)
         // dpkg keeps the list of what it installed: the installer's own record is not packaged.
         #expect(!files.contains { $0.hasPrefix("usr/share/atrium/") }, "\(files)")
         let control = scratch.appendingPathComponent("control")

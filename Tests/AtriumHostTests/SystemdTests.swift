@@ -171,10 +171,7 @@ import Testing
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: scratch) }
         let manifests = scratch.appendingPathComponent("manifests")
-        try FileManager.default.createDirectory(at: manifests, withIntermediateDirectories: true)
-        for (name, json) in Fixtures.all {
-            try json.write(to: manifests.appendingPathComponent(name), atomically: true, encoding: .utf8)
-        }
+        try TestHost.writeManifests(Fixtures.all, to: manifests)
         let socketPath = scratch.appendingPathComponent("activated.sock").path
         // The host's own --listen and --socket name other places: the sockets handed over win.
         let program = try Program(

@@ -17,8 +17,6 @@ public final class AtriumServer: Service, Sendable {
         /// The TCP address actually bound (with the real port when 0 was asked for).
         public var tcp: SocketAddress?
         public var unixSocket: String?
-        /// Whether the Unix socket is one systemd passed (left in place at exit).
-        public var unixSocketIsActivated = false
     }
 
     public let core: HostCore
@@ -175,7 +173,6 @@ public final class AtriumServer: Service, Sendable {
                     .withBoundSocket(activatedUnix.descriptor).get()
                 listeners.append(channel)
                 addresses.unixSocket = path
-                addresses.unixSocketIsActivated = true
             } else if let path = configuration.socketPath {
                 try SocketFolder.prepare(for: path)
                 // Only the host's own user may connect (local clients need no pairing): the
@@ -295,7 +292,7 @@ public final class AtriumServer: Service, Sendable {
         await core.shutDown()
         core.audit?.flush()
         // A socket systemd made stays: it is systemd's, and listens for the next start.
-        if let path = addresses.unixSocket, !addresses.unixSocketIsActivated {
+        if let path = addresses.unixSocket, !configuration.activatedSockets.contains(where: { !$0.isTCP }) {
             try? FileManager.default.removeItem(atPath: path)
         }
     }
