@@ -59,6 +59,7 @@ if $user; then
     completions="$data"
     unitdir="${XDG_CONFIG_HOME:-$home/.config}/systemd/user"
     manifestdir="$data/atrium/manifests"
+    configfile="${XDG_CONFIG_HOME:-$home/.config}/atrium/atriumd.conf"
     record="$data/atrium/installed-files"
     units=Packaging/systemd/user
 else
@@ -69,6 +70,7 @@ else
     completions="$prefix/share"
     unitdir="$prefix/lib/systemd/system"
     manifestdir="$sysconfdir/atrium/manifests.d"
+    configfile="$sysconfdir/atrium/atriumd.conf"
     record="$prefix/share/atrium/installed-files"
     units=Packaging/systemd
 fi
@@ -108,7 +110,7 @@ done
 
 # Every folder ends up in units and scripts as it is: only plain characters.
 for path in "$bindir" "$plugindir" "$includedir" "$mandir" "$completions" "$unitdir" "$manifestdir" "$record" \
-    "$sysconfdir"; do
+    "$sysconfdir" "$configfile"; do
     if [[ ! "$path" =~ ^[A-Za-z0-9._/+-]+$ ]]; then
         echo "install.sh: \"$path\" has characters a systemd unit cannot hold as they are; choose folders of letters, digits and ._/+-" >&2
         exit 64
@@ -129,10 +131,20 @@ done
 for manifest in manifests/*.json; do
     plan+=("644"$'\t'"$manifest"$'\t'"$manifestdir/$(basename "$manifest")"$'\t'"config")
 done
+# The configuration file: every option commented out at its default, but the manifests
+# folder when the install's is not one atriumd reads by default.
+if $user || [ "$manifestdir" = /etc/atrium/manifests.d ]; then
+    manifests_line='# manifests = ["/etc/atrium/manifests.d", "/usr/share/atrium/manifests"]'
+else
+    manifests_line="manifests = [\"$manifestdir\"]"
+fi
+systemctl_user=""
+! $user || systemctl_user="--user "
+sed -e "s|@MANIFESTS@|$manifests_line|" -e "s|@SYSTEMCTL@|$systemctl_user|" Packaging/atriumd.conf > "$scratch/atriumd.conf"
+plan+=("644"$'\t'"$scratch/atriumd.conf"$'\t'"$configfile"$'\t'"config")
 # Units, with where things are filled in.
 for unit in "$units"/atriumd.service "$units"/atriumd.socket; do
-    sed -e "s|@BINDIR@|$bindir|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" -e "s|@MANIFESTDIR@|$manifestdir|g" "$unit" \
-        > "$scratch/$(basename "$unit")"
+    sed -e "s|@BINDIR@|$bindir|g" -e "s|@CONFIGFILE@|$configfile|g" "$unit" > "$scratch/$(basename "$unit")"
     plan+=("644"$'\t'"$scratch/$(basename "$unit")"$'\t'"$unitdir/$(basename "$unit")"$'\t'"file")
 done
 # Man pages (from the tools' own --help, through the argument parser's dump) and completions.
@@ -236,6 +248,7 @@ Next:
   systemctl --user daemon-reload && systemctl --user enable --now atriumd.socket
   atrium status
 Manifests go in $manifestdir; the plugins they name are looked for in $plugindir.
+The configuration is $configfile (atriumd --print-config shows it).
 EOF
 else
     cat <<EOF
@@ -243,5 +256,6 @@ Next:
   systemctl daemon-reload && systemctl enable --now atriumd.socket
   atrium status --socket /run/atrium/atriumd.sock
 Manifests go in $manifestdir; the plugins they name are looked for in $plugindir.
+The configuration is $configfile (atriumd --print-config shows it).
 EOF
 fi

@@ -5,4 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 Scripts/ensure-deps.sh
 swift build
-exec .build/debug/atriumd "$@"
+# The reference manifests, unless a folder is named (or a configuration file names some).
+for argument in "$@"; do
+    case "$argument" in --manifests | --manifests=* | --config | --config=* | token | --help | -h | --version) exec .build/debug/atriumd "$@" ;; esac
+done
+exec .build/debug/atriumd --manifests manifests "$@"

@@ -7,8 +7,11 @@ public import Foundation
 /// Everything a host needs to know to start. The defaults are what `atriumd` uses when run
 /// with no options from the repository's root.
 public struct HostConfiguration: Sendable {
-    /// The folder of package manifests.
-    public var manifestsFolder: URL
+    /// The folders of package manifests, read in order (``ManifestDirectory``).
+    public var manifestFolders: [URL]
+    /// Whether a folder of ``manifestFolders`` that does not exist is passed over (as the
+    /// standard folders are) rather than refused.
+    public var skipMissingManifestFolders = false
     /// The TCP address to listen on; port 0 picks a free port. `nil` for no TCP listener.
     public var listenHost: String?
     public var listenPort: Int
@@ -88,7 +91,7 @@ public struct HostConfiguration: Sendable {
     public var stateFolder = TLSIdentity.defaultStateFolder()
 
     public init(
-        manifestsFolder: URL = URL(fileURLWithPath: "manifests"),
+        manifestFolders: [URL] = [URL(fileURLWithPath: "manifests")],
         listenHost: String? = "127.0.0.1",
         listenPort: Int = 7340,
         socketPath: String? = HostConfiguration.defaultSocketPath(),
@@ -104,7 +107,7 @@ public struct HostConfiguration: Sendable {
         hostName: String = ProcessInfo.processInfo.hostName,
         hostId: String = HostConfiguration.appSpecificMachineId()
     ) {
-        self.manifestsFolder = manifestsFolder
+        self.manifestFolders = manifestFolders
         self.listenHost = listenHost
         self.listenPort = listenPort
         self.socketPath = socketPath
@@ -119,6 +122,28 @@ public struct HostConfiguration: Sendable {
         self.strictModes = strictModes
         self.hostName = hostName
         self.hostId = hostId
+    }
+
+    /// Where manifests are read from when none is named: `/etc/atrium/manifests.d` (the
+    /// administrator's), `/usr/share/atrium/manifests` (packages'), then the user's
+    /// `$XDG_DATA_HOME/atrium/manifests` (`~/.local/share/atrium/manifests`; none for a user
+    /// without a home, such as systemd's DynamicUser).
+    public static func standardManifestFolders(environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> [URL]
+    {
+        var folders = ["/etc/atrium/manifests.d", "/usr/share/atrium/manifests"].map { URL(fileURLWithPath: $0) }
+        if let data = userFolder(environment, "XDG_DATA_HOME", orInHome: ".local/share") {
+            folders.append(URL(fileURLWithPath: data).appendingPathComponent("atrium/manifests"))
+        }
+        return folders
+    }
+
+    /// An XDG base folder: the variable when it is an absolute path, else `~/inHome`, or nil
+    /// without a home (no HOME, or `/`).
+    public static func userFolder(_ environment: [String: String], _ variable: String, orInHome: String) -> String? {
+        if let value = environment[variable], value.hasPrefix("/") { return value }
+        guard let home = environment["HOME"], home.hasPrefix("/"), home != "/" else { return nil }
+        return home + "/" + orInHome
     }
 
     /// `$XDG_RUNTIME_DIR/atrium/atriumd.sock`, or `/tmp/atrium-<uid>/atriumd.sock` without it.

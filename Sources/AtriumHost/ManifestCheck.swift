@@ -13,22 +13,27 @@ public struct ManifestCheck: Sendable {
 
     public var entries: [Entry]
     public var warnings: [String]
+    /// What was decided without being wrong (``ManifestDirectory/notes``).
+    public var notes: [String] = []
+    /// The folders read.
+    public var folders: [URL] = []
 
     /// Whether everything would load.
     public var isClean: Bool { entries.allSatisfy { $0.problem == nil } }
 
-    /// Validates every manifest of `folder` and, with `load`, opens each plugin library to
+    /// Validates every manifest of `folders` (``ManifestDirectory/load(_:skipMissing:strictModes:)``) and, with `load`, opens each plugin library to
     /// check its descriptor against the ABI, without starting the plugin. Opening a library
     /// runs its initialisers (that is what `dlopen` does), so `load: false` checks only the
     /// manifests and the files: that each library is found and, with `strictModes`, that no
     /// other user could have written it.
     ///
-    /// - Throws: ``ManifestError`` when the folder cannot be read (or, with `strictModes`, is
+    /// - Throws: ``ManifestError`` when a folder cannot be read (or, with `strictModes`, is
     ///   writable by other users).
-    public static func run(folder: URL, pluginSearchPath: [URL], strictModes: Bool = true, load: Bool = true)
-        throws(ManifestError) -> ManifestCheck
-    {
-        let directory = try ManifestDirectory.load(folder, strictModes: strictModes)
+    public static func run(
+        folders: [URL], skipMissing: Bool = false, pluginSearchPath: [URL], strictModes: Bool = true,
+        load: Bool = true
+    ) throws(ManifestError) -> ManifestCheck {
+        let directory = try ManifestDirectory.load(folders, skipMissing: skipMissing, strictModes: strictModes)
         var entries: [Entry] = directory.problems.map { problem in
             let reason = problem.field.map { "\($0): \(problem.reason)" } ?? problem.reason
             return Entry(file: problem.file, package: nil, summary: "", problem: reason)
@@ -39,7 +44,8 @@ public struct ManifestCheck: Sendable {
             if !services.isEmpty { parts.append("services: " + services.joined(separator: ", ")) }
             if !manifest.schemes.isEmpty { parts.append("schemes: " + manifest.schemes.joined(separator: ", ")) }
             var entry = Entry(
-                file: manifest.file.lastPathComponent, package: manifest.package,
+                file: folders.count > 1 ? manifest.file.path : manifest.file.lastPathComponent,
+                package: manifest.package,
                 summary: parts.joined(separator: "; "), problem: nil
             )
             if let library = manifest.library, !load {
@@ -84,6 +90,7 @@ public struct ManifestCheck: Sendable {
             entries.append(entry)
         }
         entries.sort { $0.file < $1.file }
-        return ManifestCheck(entries: entries, warnings: directory.warnings)
+        return ManifestCheck(
+            entries: entries, warnings: directory.warnings, notes: directory.notes, folders: directory.folders)
     }
 }

@@ -12,14 +12,16 @@ public struct ProgramOutput: Sendable {
     }
 }
 
-/// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end.
+/// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end. An
+/// atriumd it runs reads no configuration file unless `environment` names one
+/// (`ATRIUM_CONFIG`).
 public func runProgram(
     _ executable: String, _ arguments: [String], in folder: URL? = nil, environment: [String: String] = [:]
 ) throws -> ProgramOutput {
     let process = Process()
-    if !environment.isEmpty {
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    }
+    process.environment = ProcessInfo.processInfo.environment.merging(
+        ["ATRIUM_CONFIG": "off"].merging(environment) { $1 }
+    ) { $1 }
     if executable.contains("/") {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments

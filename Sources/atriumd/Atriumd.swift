@@ -18,7 +18,8 @@ struct Atriumd: AsyncParsableCommand {
             it down gracefully: requests in flight are answered, channels closed, plugins told.
 
             Examples:
-              atriumd                                   # ./manifests, 127.0.0.1:7340
+              atriumd                                   # the standard manifests folders, 127.0.0.1:7340
+              atriumd --manifests manifests             # the reference services, from the source tree
               atriumd --listen 0.0.0.0:7340             # accept clients from the network, over TLS only
               atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
               atriumd --check --manifests ~/my-services # validate manifests, print what would load
@@ -28,8 +29,11 @@ struct Atriumd: AsyncParsableCommand {
         subcommands: [TokenCommand.self]
     )
 
-    @Option(help: ArgumentHelp("The folder of package manifests.", valueName: "dir"))
-    var manifests: String = "manifests"
+    @Option(
+        help: ArgumentHelp(
+            "A folder of package manifests (repeatable: read in order; a file in an earlier folder takes the place of one of the same name in a later one). Default: /etc/atrium/manifests.d, /usr/share/atrium/manifests and the user's $XDG_DATA_HOME/atrium/manifests (~/.local/share/atrium/manifests): those that exist.",
+            valueName: "dir"))
+    var manifests: [String] = []
 
     @Option(
         help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
@@ -81,6 +85,14 @@ struct Atriumd: AsyncParsableCommand {
     var pairingTimeout: Double = 120
 
     @OptionGroup var state: StateOptions
+
+    @OptionGroup var configFile: ConfigOptions
+
+    @Flag(
+        help:
+            "Print the configuration atriumd would run with: every option, its value and where it came from (the command line, an ATRIUM_* variable, the file and its line, or the default), as a configuration file; then exit."
+    )
+    var printConfig = false
 
     @Option(help: ArgumentHelp("The Unix domain socket for local clients, or 'off'.", valueName: "path"))
     var socket: String = HostConfiguration.defaultSocketPath()
@@ -359,7 +371,8 @@ struct Atriumd: AsyncParsableCommand {
     func makeConfiguration() throws -> HostConfiguration {
         let listenAddress = listen == "off" ? nil : try parseListen()
         return HostConfiguration(
-            manifestsFolder: URL(fileURLWithPath: manifests),
+            manifestFolders: manifests.isEmpty
+                ? HostConfiguration.standardManifestFolders() : manifests.map { URL(fileURLWithPath: $0) },
             listenHost: listenAddress?.0,
             listenPort: listenAddress?.1 ?? 0,
             socketPath: socket == "off" ? nil : socket,
@@ -445,6 +458,7 @@ struct Atriumd: AsyncParsableCommand {
                 configuration.socketPath = path
             }
         }
+        configuration.skipMissingManifestFolders = manifests.isEmpty
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         configuration.watchManifests = !noWatch
         configuration.tls = tls
@@ -494,10 +508,18 @@ struct Atriumd: AsyncParsableCommand {
         let report: ManifestCheck
         do {
             report = try ManifestCheck.run(
-                folder: configuration.manifestsFolder, pluginSearchPath: configuration.pluginSearchPath,
-                strictModes: configuration.strictModes, load: !noLoad)
+                folders: configuration.manifestFolders, skipMissing: configuration.skipMissingManifestFolders,
+                pluginSearchPath: configuration.pluginSearchPath, strictModes: configuration.strictModes,
+                load: !noLoad)
         } catch {
             throw ValidationError("\(error)")
+        }
+        if report.folders.isEmpty {
+            print(
+                "no manifests folder: none of \(configuration.manifestFolders.map(\.path).joined(separator: ", ")) exists (--manifests names one)"
+            )
+        } else if configuration.manifestFolders.count > 1 {
+            print("manifests from " + report.folders.map(\.path).joined(separator: ", "))
         }
         for entry in report.entries {
             if let problem = entry.problem {
@@ -507,6 +529,7 @@ struct Atriumd: AsyncParsableCommand {
             }
         }
         for warning in report.warnings { print("! \(warning)") }
+        for note in report.notes { print("- \(note)") }
         print(
             noLoad
                 ? "(plugin libraries were found and checked, not loaded)"

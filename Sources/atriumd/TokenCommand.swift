@@ -26,6 +26,7 @@ struct TokenCommand: ParsableCommand {
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Make a token and print it (once).")
         @OptionGroup var state: StateOptions
+        @OptionGroup var configFile: ConfigOptions
         @Option(help: "A name for the token (what list shows, and revoke takes).") var name: String
         @Option(help: ArgumentHelp("A service it may open, as PACKAGE/SERVICE (repeatable).", valueName: "service"))
         var service: [String] = []
@@ -58,6 +59,7 @@ struct TokenCommand: ParsableCommand {
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the tokens (never the tokens themselves).")
         @OptionGroup var state: StateOptions
+        @OptionGroup var configFile: ConfigOptions
 
         func run() throws {
             let tokens = try state.store.tokens()
@@ -76,6 +78,7 @@ struct TokenCommand: ParsableCommand {
     struct Revoke: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Revoke a token: its connections are cut off.")
         @OptionGroup var state: StateOptions
+        @OptionGroup var configFile: ConfigOptions
         @Argument(help: "The token's name.") var name: String
 
         func run() throws {

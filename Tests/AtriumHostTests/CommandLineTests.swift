@@ -124,4 +124,148 @@ struct CommandLineTests {
             #expect(status != 0 && output.contains(reason), "\(output)")
         }
     }
+
+    func configFile(_ text: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("atriumd-\(UUID().uuidString).conf")
+            .path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    /// The configuration lines of --print-config, without where each came from.
+    func settings(_ printed: String) -> [String] {
+        printed.split(separator: "\n").filter { !$0.hasPrefix("#") }.map {
+            String($0.split(separator: "#").first ?? "").trimmingCharacters(in: .whitespaces)
+        }
+    }
+
+    @Test func printConfigSaysWhereEachValueCameFromAsAFileThatGivesTheSame() throws {
+        let manifests = try folder(Fixtures.referenceManifests)
+        let path = try configFile(
+            """
+            # the host of the kitchen
+            listen = "127.0.0.1:0"
+            manifests = ["\(manifests.path)"]
+            response-timeout = 60
+            no-watch = true
+            """)
+        defer {
+            try? FileManager.default.removeItem(at: manifests)
+            try? FileManager.default.removeItem(atPath: path)
+        }
+        let result = try runProgram(
+            TestHost.buildFolder.appendingPathComponent("atriumd").path,
+            ["--print-config", "--drain-timeout", "3"],
+            environment: ["ATRIUM_CONFIG": path, "ATRIUM_LOG_LEVEL": "debug", "ATRIUM_SERVER": "x"])
+        #expect(result.status == 0, "\(result.output)")
+        let lines = result.output.split(separator: "\n").map(String.init)
+        for expected in [
+            "# configuration file: \(path)",
+            "# ATRIUM_SERVER names no option of atriumd's and is not used",
+            "listen = \"127.0.0.1:0\" # \(path), line 2",
+            "manifests = [\"\(manifests.path)\"] # \(path), line 3",
+            "response-timeout = 60 # \(path), line 4",
+            "no-watch = true # \(path), line 5",
+            "log-level = \"debug\" # environment ATRIUM_LOG_LEVEL",
+            "drain-timeout = 3 # command line",
+            "tls = \"auto\" # default",
+            "# audit-log is not set",
+        ] {
+            #expect(lines.contains(expected), "\(expected) in \(result.output)")
+        }
+        // What it prints is a configuration file that gives the same configuration.
+        let printed = try configFile(result.output)
+        defer { try? FileManager.default.removeItem(atPath: printed) }
+        let again = try run(["--config", printed, "--print-config"])
+        #expect(again.status == 0, "\(again.output)")
+        #expect(settings(again.output) == settings(result.output))
+        // And the host runs with it: the file's manifests are the ones checked.
+        let check = try run(["--config", path, "--check", "--no-load"])
+        #expect(check.status == 0 && check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+    }
+
+    @Test func aHostTakesItsLimitsFromTheFileAndTheEnvironment() async throws {
+        let path = try configFile("max-channels = 3\nmax-in-flight = 5 # fewer\n")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests,
+            environment: ["ATRIUM_CONFIG": path, "ATRIUM_MAX_IN_FLIGHT": "9"])
+        let client = try await TestClient.connect(port: host.port)
+        let welcome = try await client.hello()
+        await client.close()
+        _ = await host.stop()
+        #expect(welcome.limits.maxChannels == 3)
+        #expect(welcome.limits.maxInFlight == 9)
+    }
+
+    @Test func mistakesInTheConfigurationNameTheFileTheLineAndTheKey() throws {
+        let cases: [(String, String)] = [
+            (
+                "listen = \"127.0.0.1:0\"\nlog-levle = \"debug\"",
+                "line 2, key 'log-levle': no such option; did you mean 'log-level'?"
+            ),
+            ("no-watch = 1", "line 1, key 'no-watch': takes true or false; got a whole number (1)"),
+            ("\n\nlisten = 127.0.0.1", "line 3, key 'listen': '127.0.0.1' is not a value: a string is quoted"),
+            ("[server]\nlisten = \"x\"", "line 1: tables ([name]) are not used"),
+        ]
+        for (text, expected) in cases {
+            let path = try configFile(text)
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let result = try run(["--config", path, "--check"])
+            #expect(result.status == 64, "\(result.output)")
+            #expect(result.output.contains("Error: \(path), \(expected)"), "\(result.output)")
+        }
+        // A value the file gives that the option refuses: the option's own message, and where
+        // the value came from.
+        let path = try configFile("# a comment\nlisten = \"kitchen\"")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let refused = try run(["--config", path, "--check"])
+        #expect(refused.status == 64)
+        #expect(refused.output.contains("--listen takes HOST:PORT"), "\(refused.output)")
+        #expect(refused.output.contains("(--listen is set by \(path), line 2)"), "\(refused.output)")
+        let environment = try runProgram(
+            TestHost.buildFolder.appendingPathComponent("atriumd").path, ["--check"],
+            environment: ["ATRIUM_MAX_CHANNELS": "many"])
+        #expect(environment.status == 64)
+        #expect(
+            environment.output.contains("(--max-channels is set by environment ATRIUM_MAX_CHANNELS)"),
+            "\(environment.output)")
+        let missing = try run(["--config", "/no/such/atriumd.conf"])
+        #expect(missing.status == 64)
+        #expect(missing.output.contains("the configuration file /no/such/atriumd.conf does not exist"))
+    }
+
+    @Test func tokenCommandsTakeTheStateFolderFromTheFile() throws {
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(
+            at: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let path = try configFile("state-dir = \"\(state.path)\"\nlisten = \"0.0.0.0:7340\"\n")
+        defer {
+            try? FileManager.default.removeItem(at: state)
+            try? FileManager.default.removeItem(atPath: path)
+        }
+        let made = try run(["token", "create", "--name", "backup", "--config", path])
+        #expect(made.status == 0, "\(made.output)")
+        #expect(FileManager.default.fileExists(atPath: state.appendingPathComponent("tokens.json").path))
+        let listed = try runProgram(
+            TestHost.buildFolder.appendingPathComponent("atriumd").path, ["token", "list"],
+            environment: ["ATRIUM_CONFIG": path])
+        #expect(listed.status == 0 && listed.output.contains("backup"), "\(listed.output)")
+    }
+
+    @Test func severalManifestFoldersAreCheckedInOrder() throws {
+        let first = try folder(["echo.json": Fixtures.referenceManifests["echo.json"]!])
+        let second = try folder(Fixtures.referenceManifests)
+        defer {
+            try? FileManager.default.removeItem(at: first)
+            try? FileManager.default.removeItem(at: second)
+        }
+        let result = try run(["--check", "--no-load", "--manifests", first.path, "--manifests", second.path])
+        #expect(result.status == 0, "\(result.output)")
+        #expect(result.output.contains("manifests from \(first.path), \(second.path)"))
+        #expect(result.output.contains("✓ \(first.path)/echo.json (atrium.examples.echo)"), "\(result.output)")
+        #expect(
+            result.output.contains("- \(second.path)/echo.json is not read: \(first.path)/echo.json takes its place"))
+        #expect(result.output.contains("3 manifests, 3 would load, 0 would not"))
+    }
 }

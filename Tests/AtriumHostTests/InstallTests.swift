@@ -78,12 +78,21 @@ import Testing
                 "usr/lib/systemd/system/atriumd.socket", "usr/share/man/man1/atriumd.1", "usr/share/man/man1/atrium.1",
                 "usr/share/bash-completion/completions/atrium", "usr/share/zsh/site-functions/_atrium",
                 "usr/share/fish/vendor_completions.d/atrium.fish", "etc/atrium/manifests.d/echo.json",
-                "etc/atrium/manifests.d/roman-ping.json",
+                "etc/atrium/manifests.d/roman-ping.json", "etc/atrium/atriumd.conf",
             ], in: files)
-        // The units say where the install put atriumd and the manifests.
+        // The units say where the install put atriumd and its configuration.
         let service = try String(
             contentsOf: root.appendingPathComponent("usr/lib/systemd/system/atriumd.service"), encoding: .utf8)
-        #expect(service.contains("ExecStart=/usr/bin/atriumd --manifests /etc/atrium/manifests.d"), "\(service)")
+        #expect(
+            service.contains("ExecStart=/usr/bin/atriumd --config /etc/atrium/atriumd.conf --state-dir"), "\(service)")
+        // The configuration file is one atriumd reads, every option at its default; the
+        // manifests folder is the standard one, so it is not named.
+        let configuration = root.appendingPathComponent("etc/atrium/atriumd.conf").path
+        let printed = try runProgram(
+            root.appendingPathComponent("usr/bin/atriumd").path, ["--config", configuration, "--print-config"])
+        #expect(printed.status == 0, "\(printed.output)")
+        #expect(!printed.output.contains("line "), "\(printed.output)")
+        #expect(try String(contentsOfFile: configuration, encoding: .utf8).contains("\n# manifests = ["))
         let manual = try String(
             contentsOf: root.appendingPathComponent("usr/share/man/man1/atriumd.1"), encoding: .utf8)
         #expect(
@@ -142,6 +151,20 @@ import Testing
         #expect(clash.status == 1 && clash.output.contains("  /usr/bin/atrium\n"), "\(clash.output)")
         #expect(try String(contentsOf: root.appendingPathComponent("usr/bin/atrium"), encoding: .utf8) == "theirs")
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/bin/atriumd").path))
+        // Elsewhere than /etc, the configuration names the manifests folder the install used.
+        let elsewhere = try Self.scratch("install-sysconfdir")
+        defer { try? FileManager.default.removeItem(at: elsewhere) }
+        let opt = try Self.install([
+            "--prefix", "/opt/atrium", "--sysconfdir", "/opt/atrium/etc", "--destdir", elsewhere.path,
+        ])
+        #expect(opt.status == 0, "\(opt.output)")
+        let optConfiguration = try String(
+            contentsOf: elsewhere.appendingPathComponent("opt/atrium/etc/atrium/atriumd.conf"), encoding: .utf8)
+        #expect(optConfiguration.contains("\nmanifests = [\"/opt/atrium/etc/atrium/manifests.d\"]\n"))
+        let optUnit = try String(
+            contentsOf: elsewhere.appendingPathComponent("opt/atrium/lib/systemd/system/atriumd.service"),
+            encoding: .utf8)
+        #expect(optUnit.contains("ExecStart=/opt/atrium/bin/atriumd --config /opt/atrium/etc/atrium/atriumd.conf"))
         // A folder a unit cannot hold as it is.
         let odd = try Self.install(["--prefix", "/opt/my atrium", "--destdir", root.path])
         #expect(odd.status == 64 && odd.output.contains("has characters a systemd unit cannot hold"), "\(odd.output)")
@@ -157,11 +180,23 @@ import Testing
             [
                 ".local/bin/atriumd", ".local/bin/atrium", ".local/lib/atrium/plugins/libEcho.so",
                 ".local/share/atrium/manifests/echo.json", ".config/systemd/user/atriumd.service",
-                ".config/systemd/user/atriumd.socket", ".local/share/man/man1/atrium.1",
+                ".config/systemd/user/atriumd.socket", ".local/share/man/man1/atrium.1", ".config/atrium/atriumd.conf",
             ], in: files)
         let unit = try String(
             contentsOf: home.appendingPathComponent(".config/systemd/user/atriumd.service"), encoding: .utf8)
-        #expect(unit.contains("ExecStart=\(home.path)/.local/bin/atriumd"), "\(unit)")
+        #expect(
+            unit.contains(
+                "ExecStart=\(home.path)/.local/bin/atriumd --config \(home.path)/.config/atrium/atriumd.conf\n"),
+            "\(unit)")
+        // The installed host, run as that user would, reads the manifests the install put in
+        // their standard folder without being told.
+        let check = try runProgram(
+            home.appendingPathComponent(".local/bin/atriumd").path,
+            ["--config", home.appendingPathComponent(".config/atrium/atriumd.conf").path, "--check", "--no-load"],
+            environment: ["HOME": home.path, "XDG_DATA_HOME": "", "XDG_CONFIG_HOME": ""])
+        #expect(
+            check.output.contains("\(home.path)/.local/share/atrium/manifests/echo.json (atrium.examples.echo)"),
+            "\(check.output)")
         let removed = try Self.install(["--uninstall", "--user"], home: home)
         #expect(removed.status == 0, "\(removed.output)")
         #expect(Self.files(under: home).isEmpty, "\(Self.files(under: home))")
@@ -211,6 +246,7 @@ import Testing
         _ = try runProgram("dpkg-deb", ["-e", package, control.path])
         let conffiles = try String(contentsOf: control.appendingPathComponent("conffiles"), encoding: .utf8)
         #expect(conffiles.contains("/etc/atrium/manifests.d/echo.json\n"), "\(conffiles)")
+        #expect(conffiles.contains("/etc/atrium/atriumd.conf\n"), "\(conffiles)")
 
         // The runtime it carries is all the programs need: with it first on the library path,
         // nothing is taken from the toolchain.

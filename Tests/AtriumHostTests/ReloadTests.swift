@@ -136,4 +136,41 @@ import Testing
         // The old worker was shut down, not lost.
         #expect(!host.logged("exited with status"))
     }
+
+    @Test func everyManifestsFolderIsWatchedAndAnEarlierOneTakesALaterOnesPlace() async throws {
+        let second = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-second-\(UUID().uuidString)")
+        try TestHost.writeManifests([:], to: second)
+        defer { try? FileManager.default.removeItem(at: second) }
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests, arguments: ["--manifests", second.path])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+
+        // A manifest added to the second folder is served at once.
+        try Self.testServiceManifest.write(
+            to: second.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        #expect(await reloaded(host, count: 1))
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage]?.displayName == "Test Service")
+
+        // One of the same name in the first folder takes its place, and the log says so.
+        try Self.testServiceManifest.replacingOccurrences(of: "Test Service", with: "Edited Test Service").write(
+            to: host.manifestsFolder.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        #expect(await reloaded(host, count: 2))
+        #expect(try await apps(client, id: 2)[Fixtures.testPackage]?.displayName == "Edited Test Service")
+        #expect(
+            host.logged(
+                "\(second.path)/test-service.json is not read: \(host.manifestsFolder.path)/test-service.json takes its place"
+            ))
+
+        // The same package under another name in the second folder is a clash: refused, said.
+        try Self.testServiceManifest.write(
+            to: second.appendingPathComponent("zz-copy.json"), atomically: true, encoding: .utf8)
+        #expect(await reloaded(host, count: 3))
+        #expect(host.logged("\(second.path)/zz-copy.json: package: \"\(Fixtures.testPackage)\" is already declared by"))
+        #expect(try await apps(client, id: 3)[Fixtures.testPackage]?.displayName == "Edited Test Service")
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
 }

@@ -334,8 +334,9 @@ import Testing
                     encoding: .utf8)
                 // As the installers fill it in, with the build's atriumd, which must exist.
                 let unit = template.replacingOccurrences(of: "@BINDIR@", with: TestHost.buildFolder.path)
-                    .replacingOccurrences(of: "@SYSCONFDIR@", with: "/etc")
-                    .replacingOccurrences(of: "@MANIFESTDIR@", with: "/home/someone/.local/share/atrium/manifests")
+                    .replacingOccurrences(
+                        of: "@CONFIGFILE@",
+                        with: user ? "/home/someone/.config/atrium/atriumd.conf" : "/etc/atrium/atriumd.conf")
                 #expect(!unit.contains("@"), "\(name) has a placeholder the installers do not fill in")
                 try unit.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
                 units.append(folder.appendingPathComponent(name).path)

@@ -1,14 +1,23 @@
 public import Foundation
 
-/// The manifests of a folder: those that loaded, in file-name order, and why the others did
-/// not. A bad manifest never stops the others from loading.
+/// The manifests of one or more folders: those that loaded, in folder then file-name order,
+/// and why the others did not. A bad manifest never stops the others from loading.
+///
+/// With several folders (the standard ones, or `--manifests` given more than once), a file
+/// of the same name in an earlier folder takes the place of a later one (as systemd's
+/// `/etc` over `/usr/lib`: copy a manifest to `/etc/atrium/manifests.d` to change it), which
+/// is said in ``notes``; a package declared by two files of different names is a clash:
+/// the first one found is used, the other refused with the reason.
 public struct ManifestDirectory: Sendable {
-    public var folder: URL
+    /// The folders that were read (with `skipMissing`, those that exist).
+    public var folders: [URL]
     public var manifests: [Manifest]
     /// Manifests that were refused, each with its reason.
     public var problems: [ManifestError]
     /// Things worth saying that did not stop a manifest from loading (unknown keys).
     public var warnings: [String]
+    /// What was decided without being wrong: a manifest that takes the place of another.
+    public var notes: [String] = []
 
     /// Reads every `*.json` file in `folder`. With `strictModes`, the folder and each manifest
     /// must be safe from other users (``FileTrust``): an unsafe manifest is refused with the
@@ -16,48 +25,83 @@ public struct ManifestDirectory: Sendable {
     ///
     /// - Throws: ``ManifestError`` only when the folder itself cannot be read, or is unsafe.
     public static func load(_ folder: URL, strictModes: Bool = true) throws(ManifestError) -> ManifestDirectory {
-        let names: [String]
-        do {
-            names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
-        } catch {
-            throw ManifestError(
-                file: folder.path, field: nil, reason: "cannot read the manifests folder: \(error.localizedDescription)"
-            )
-        }
-        if strictModes, let problem = FileTrust.problem(folder.path, what: "manifests folder") {
-            throw ManifestError(file: folder.path, field: nil, reason: problem)
-        }
-        var result = ManifestDirectory(folder: folder, manifests: [], problems: [], warnings: [])
-        for name in names.filter({ $0.hasSuffix(".json") }).sorted() {
-            let file = folder.appendingPathComponent(name)
-            if strictModes, let problem = FileTrust.problem(file.path, what: "manifest") {
-                result.problems.append(ManifestError(file: name, field: nil, reason: problem))
-                continue
-            }
-            guard let data = FileManager.default.contents(atPath: file.path) else {
-                result.problems.append(ManifestError(file: name, field: nil, reason: "cannot be read"))
-                continue
-            }
+        try load([folder], strictModes: strictModes)
+    }
+
+    /// Reads every `*.json` file in each of `folders`, in order. With `skipMissing`, a folder
+    /// that does not exist is passed over (the standard folders: not every machine has each);
+    /// without it, it is an error. Files are named by their path when there are several
+    /// folders, by their name when there is one.
+    ///
+    /// - Throws: ``ManifestError`` when a folder cannot be read (or is missing, without
+    ///   `skipMissing`), or is unsafe.
+    public static func load(_ folders: [URL], skipMissing: Bool = false, strictModes: Bool = true) throws(ManifestError)
+        -> ManifestDirectory
+    {
+        var result = ManifestDirectory(folders: [], manifests: [], problems: [], warnings: [])
+        let several = folders.count > 1
+        // Which file took each file name, for a later folder's file of the same name.
+        var fileForName: [String: URL] = [:]
+        for folder in folders {
+            var isFolder: ObjCBool = false
+            if skipMissing, !FileManager.default.fileExists(atPath: folder.path, isDirectory: &isFolder) { continue }
+            let names: [String]
             do {
-                let manifest = try Manifest(json: data, file: file)
-                if let first = result.manifests.first(where: { $0.package == manifest.package }) {
-                    result.problems.append(
-                        ManifestError(
-                            file: name,
-                            field: "package",
-                            reason: "\"\(manifest.package)\" is already declared by \(first.file.lastPathComponent)"
-                        )
-                    )
+                names = try FileManager.default.contentsOfDirectory(atPath: folder.path)
+            } catch {
+                throw ManifestError(
+                    file: folder.path, field: nil,
+                    reason: "cannot read the manifests folder: \(error.localizedDescription)"
+                )
+            }
+            if strictModes, let problem = FileTrust.problem(folder.path, what: "manifests folder") {
+                throw ManifestError(file: folder.path, field: nil, reason: problem)
+            }
+            result.folders.append(folder)
+            for name in names.filter({ $0.hasSuffix(".json") }).sorted() {
+                let file = folder.appendingPathComponent(name)
+                let label = several ? file.path : name
+                if let earlier = fileForName[name] {
+                    result.notes.append("\(file.path) is not read: \(earlier.path) takes its place")
                     continue
                 }
-                for key in manifest.unknownKeys {
-                    result.warnings.append("\(name): unknown key \"\(key)\" ignored")
-                }
-                result.manifests.append(manifest)
-            } catch {
-                result.problems.append(error)
+                fileForName[name] = file
+                result.read(file, label: label, several: several, strictModes: strictModes)
             }
         }
         return result
+    }
+
+    private mutating func read(_ file: URL, label: String, several: Bool, strictModes: Bool) {
+        if strictModes, let problem = FileTrust.problem(file.path, what: "manifest") {
+            problems.append(ManifestError(file: label, field: nil, reason: problem))
+            return
+        }
+        guard let data = FileManager.default.contents(atPath: file.path) else {
+            problems.append(ManifestError(file: label, field: nil, reason: "cannot be read"))
+            return
+        }
+        do {
+            let manifest = try Manifest(json: data, file: file)
+            if let first = manifests.first(where: { $0.package == manifest.package }) {
+                let firstLabel = several ? first.file.path : first.file.lastPathComponent
+                problems.append(
+                    ManifestError(
+                        file: label,
+                        field: "package",
+                        reason: "\"\(manifest.package)\" is already declared by \(firstLabel)"
+                    )
+                )
+                return
+            }
+            for key in manifest.unknownKeys {
+                warnings.append("\(label): unknown key \"\(key)\" ignored")
+            }
+            manifests.append(manifest)
+        } catch {
+            var error = error
+            error.file = label
+            problems.append(error)
+        }
     }
 }

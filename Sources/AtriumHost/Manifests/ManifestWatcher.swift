@@ -5,7 +5,7 @@ import Foundation
     import Glibc
 #endif
 
-/// Watches the manifests folder with inotify and calls `changed` once things have settled:
+/// Watches the manifests folders with inotify and calls `changed` once things have settled:
 /// an editor that writes a temporary file and renames it, or a package manager that drops
 /// several files, makes one reload, not one per event. `changed` runs on a queue of the
 /// watcher's own, never on an event loop.
@@ -15,12 +15,12 @@ final class ManifestWatcher {
     /// How long after the last event the reload runs.
     static let settle = DispatchTimeInterval.milliseconds(300)
 
-    /// Starts watching `folder`; nil (with the reason) when inotify cannot watch it.
-    static func start(folder: URL, changed: @escaping @Sendable () -> Void) -> Result<ManifestWatcher, WatchError> {
+    /// Starts watching `folders`; the reason when inotify cannot watch one of them.
+    static func start(folders: [URL], changed: @escaping @Sendable () -> Void) -> Result<ManifestWatcher, WatchError> {
         let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard descriptor >= 0 else { return .failure(WatchError(reason: "inotify_init1 failed: errno \(errno)")) }
         let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_ATTRIB)
-        guard inotify_add_watch(descriptor, folder.path, mask) >= 0 else {
+        for folder in folders where inotify_add_watch(descriptor, folder.path, mask) < 0 {
             let error = errno
             close(descriptor)
             return .failure(WatchError(reason: "cannot watch \(folder.path): errno \(error)"))

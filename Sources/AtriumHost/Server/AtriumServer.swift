@@ -45,7 +45,15 @@ public final class AtriumServer: Service, Sendable {
         self.onReady = onReady
         // SIGHUP reloads the manifests once the host runs; until then it must not end it.
         signal(SIGHUP, SIG_IGN)
-        manifests = try ManifestDirectory.load(configuration.manifestsFolder, strictModes: configuration.strictModes)
+        manifests = try ManifestDirectory.load(
+            configuration.manifestFolders, skipMissing: configuration.skipMissingManifestFolders,
+            strictModes: configuration.strictModes)
+        if manifests.folders.isEmpty {
+            logger.warning(
+                "no manifests folder: none of \(configuration.manifestFolders.map(\.path).joined(separator: ", ")) exists; no package is served until one is made and the host reloads (SIGHUP)"
+            )
+        }
+        for note in manifests.notes { logger.notice("\(note)") }
         for problem in manifests.problems {
             logger.error("manifest skipped: \(problem)")
         }
@@ -124,13 +132,15 @@ public final class AtriumServer: Service, Sendable {
         let directory: ManifestDirectory
         do {
             directory = try ManifestDirectory.load(
-                configuration.manifestsFolder, strictModes: configuration.strictModes)
+                configuration.manifestFolders, skipMissing: configuration.skipMissingManifestFolders,
+                strictModes: configuration.strictModes)
         } catch {
             logger.error("reload (\(reason)) skipped, every package stays as it was: \(error)")
             return nil
         }
         for problem in directory.problems { logger.error("manifest skipped: \(problem)") }
         for warning in directory.warnings { logger.warning("\(warning)") }
+        for note in directory.notes { logger.notice("\(note)") }
         guard let report = core.reload(directory) else {
             logger.notice("reload (\(reason)) skipped: the host is shutting down")
             return nil
@@ -264,7 +274,7 @@ public final class AtriumServer: Service, Sendable {
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
             switch ManifestWatcher.start(
-                folder: configuration.manifestsFolder,
+                folders: manifests.folders,
                 changed: { [self] in
                     reloads.async { self.reload(reason: "the manifests folder changed") }
                 })

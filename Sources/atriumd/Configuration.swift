@@ -1,0 +1,141 @@
+import ArgumentParser
+import AtriumHost
+import Foundation
+
+/// `--config`: the configuration file, for atriumd and its subcommands.
+struct ConfigOptions: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "The configuration file (TOML: one 'option = value' a line, named as the long options here; atriumd --print-config writes one), or 'off' for none. Default: $XDG_CONFIG_HOME/atrium/atriumd.conf (~/.config/atrium/atriumd.conf), else /etc/atrium/atriumd.conf: the first that exists. Options on the command line come first, then ATRIUM_* environment variables (ATRIUM_LOG_LEVEL=debug), then the file.",
+            valueName: "file"))
+    var config: String?
+
+    /// Where the file is looked for when none is named: the user's, then the machine's.
+    static func standardFiles(environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        let user = HostConfiguration.userFolder(environment, "XDG_CONFIG_HOME", orInHome: ".config")
+        return (user.map { [$0 + "/atrium/atriumd.conf"] } ?? []) + ["/etc/atrium/atriumd.conf"]
+    }
+}
+
+extension Atriumd {
+    /// Options that do something rather than set something: not for the configuration file.
+    static let actions: Set<String> = ["check", "no-load", "print-config", "help", "version"]
+
+    /// Folds the configuration file and the environment into the command line, then parses
+    /// and runs, as ArgumentParser's own `main` does. An error about an option whose value
+    /// came from the file or the environment says where it came from.
+    static func main() async {
+        let commandLine = Array(CommandLine.arguments.dropFirst())
+        // A worker process is started by the host with everything it needs.
+        guard !commandLine.contains("--worker") else { return await runParsed(commandLine, configured: nil) }
+        let (options, accepted) = optionSpecs(for: commandLine)
+        let configured: ConfiguredArguments
+        do {
+            configured = try ConfiguredArguments.make(
+                commandLine: commandLine, environment: ProcessInfo.processInfo.environment, options: options,
+                accepted: accepted, standardFiles: ConfigOptions.standardFiles())
+        } catch {
+            FileHandle.standardError.write(Data("Error: \(error.description)\n".utf8))
+            Foundation.exit(ExitCode.validationFailure.rawValue)
+        }
+        await runParsed(configured.arguments, configured: configured)
+    }
+
+    static func runParsed(_ arguments: [String], configured: ConfiguredArguments?) async {
+        do {
+            var command = try parseAsRoot(arguments)
+            if let root = command as? Atriumd, root.printConfig, let configured {
+                print(printedConfiguration(configured))
+                return
+            }
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            guard exitCode(for: error) != .success, let configured else { exit(withError: error) }
+            var message = fullMessage(for: error)
+            for (name, value) in configured.values.sorted(by: { $0.key < $1.key })
+            where value.origin != .commandLine && message.contains("--\(name)") {
+                message += "\n(--\(name) is set by \(value.origin))"
+            }
+            FileHandle.standardError.write(Data((message + "\n").utf8))
+            Foundation.exit(exitCode(for: error).rawValue)
+        }
+    }
+
+    /// What the configuration file may set (every option --help shows, but the actions), and
+    /// what the command that `commandLine` runs takes of them.
+    static func optionSpecs(for commandLine: [String]) -> (all: [OptionSpec], accepted: [OptionSpec]) {
+        guard let data = _dumpHelp().data(using: .utf8),
+            let dump = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let root = dump["command"] as? [String: Any]
+        else { return ([], []) }
+        func specs(_ command: [String: Any]) -> [OptionSpec] {
+            (command["arguments"] as? [[String: Any]] ?? []).compactMap { argument in
+                guard argument["shouldDisplay"] as? Bool ?? true,
+                    let kind = argument["kind"] as? String, kind == "option" || kind == "flag",
+                    let preferred = argument["preferredName"] as? [String: Any],
+                    preferred["kind"] as? String == "long", let name = preferred["name"] as? String,
+                    !actions.contains(name)
+                else { return nil }
+                return OptionSpec(
+                    name: name, isFlag: kind == "flag", isRepeating: argument["isRepeating"] as? Bool ?? false,
+                    defaultValue: argument["defaultValue"] as? String)
+            }
+        }
+        let all = specs(root)
+        // The subcommand the command line names, if any: its options are what it accepts.
+        var command = root
+        for word in commandLine {
+            guard !word.hasPrefix("-"),
+                let next = (command["subcommands"] as? [[String: Any]] ?? []).first(where: {
+                    $0["commandName"] as? String == word
+                })
+            else { break }
+            command = next
+        }
+        return (all, specs(command))
+    }
+
+    /// The effective configuration, as a configuration file that would give it, with where
+    /// each value came from.
+    static func printedConfiguration(_ configured: ConfiguredArguments) -> String {
+        var lines = [
+            "# atriumd's configuration: each option, its value, and where the value came from",
+            "# (command line, then ATRIUM_* environment variables, then the file, then the default).",
+            "# configuration file: \(configured.file ?? "none")",
+        ]
+        for variable in configured.unusedEnvironment {
+            lines.append("# \(variable) names no option of atriumd's and is not used")
+        }
+        for option in optionSpecs(for: []).all where option.name != ConfiguredArguments.configOption {
+            let line: String
+            if let (values, origin) = configured.values[option.name] {
+                line = "\(option.name) = \(rendered(values, option)) # \(origin)"
+            } else if let value = option.defaultValue {
+                line = "\(option.name) = \(rendered(option.isRepeating ? [] : [value], option)) # default"
+            } else if option.isFlag {
+                line = "\(option.name) = false # default"
+            } else if option.isRepeating {
+                line = "\(option.name) = [] # default"
+            } else {
+                line = "# \(option.name) is not set"
+            }
+            lines.append(line)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func rendered(_ values: [String], _ option: OptionSpec) -> String {
+        if option.isFlag { return values == ["true"] ? "true" : "false" }
+        func one(_ text: String) -> String {
+            if let number = Int(text) { return String(number) }
+            if let number = Double(text), number.isFinite, text.first?.isNumber == true { return text }
+            return ConfigFile.quoted(text)
+        }
+        if option.isRepeating { return "[" + values.map(one).joined(separator: ", ") + "]" }
+        return values.last.map(one) ?? "\"\""
+    }
+}
