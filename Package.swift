@@ -47,6 +47,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // The values every message carries: ValueSet, Value, statuses, and their CBOR codec.
@@ -85,6 +87,10 @@ let package = Package(
                 "CAtriumSystem", nioCore,
                 nioPosix, logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // --metrics: swift-metrics, kept by swift-prometheus, served over HTTP.
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: strict
         ),
@@ -114,13 +120,13 @@ let package = Package(
         ),
         .executableTarget(
             name: "AtriumFFIBenchmark",
-            dependencies: ["AtriumHost", "AtriumValues"],
+            dependencies: ["AtriumHost", "AtriumProtocol", "AtriumValues"],
             path: "Benchmarks/FFIBenchmark",
             swiftSettings: strict
         ),
         .executableTarget(
             name: "AtriumBaselineServer",
-            dependencies: ["AtriumBench"],
+            dependencies: ["AtriumBench", "AtriumProtocol"],
             path: "Benchmarks/BaselineServer",
             swiftSettings: strict
         ),

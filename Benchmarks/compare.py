@@ -3,6 +3,7 @@
 BENCHMARKS.md.
 
     Benchmarks/compare.py [--pinned] [--duration SECONDS] [--previous PATH/TO/atriumd] [--service roman]
+                          [--tls] [--metrics]
 
 Builds the release products, starts atriumd (with the reference services) and atrium-baseline
 on free ports, and runs `atrium bench` against each, alternating in three rounds (each figure
@@ -18,6 +19,10 @@ PluginKit) instead of Echo (a C plugin that answers inline); the baseline stays 
 With --tls, it measures atriumd over TLS against the same atriumd over plain TCP instead (in
 the same alternating rounds), then the connection setup (connect to welcome, the TLS
 handshake included) and the memory of 1,000 idle connections, each both ways.
+With --metrics, it measures atriumd recording metrics (--metrics 127.0.0.1:0, scraped by
+nobody) against the same atriumd without them, and a second atriumd without them against the
+first, all three in the same rotating rounds: what recording costs the request path, beside
+what two identical hosts differ by on this machine (the noise a figure must stand out of).
 """
 import argparse
 import json
@@ -160,6 +165,51 @@ def idle_memory_kib(host, port, pin, tls, connections=1000):
     return loaded - before
 
 
+def cpu_seconds(pid):
+    """The CPU time (user and system) a process has used."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_metrics(arguments, hosts, pin):
+    """Metrics on against off, beside off against off, in rotating rounds. `hosts` are
+    (process, port) of the host with metrics, the host without, and its twin. Besides the
+    round trips, each host's CPU time per request: what the host itself spent, which the
+    machine's other work disturbs far less than it does latency."""
+    mode = "pinned to core 0" if arguments.pinned else "unpinned"
+    service_name, service_arguments = SERVICES[arguments.service]
+    print(f"## Metrics recorded against none, {service_name}, {mode}, {arguments.duration:g} s each\n")
+    print("The twin is a second atriumd without metrics, measured against the first: what two identical "
+          "hosts differ by here.\n")
+    print("| configuration | metrics req/s | none req/s | throughput ratio | twin ratio | metrics p50 µs | none p50 µs "
+          "| p50 ratio | twin p50 ratio | metrics CPU µs/request | none CPU µs/request | CPU ratio | twin CPU ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ports = [port for _, port in hosts]
+    for name, connections, pipeline in CONFIGURATIONS:
+        results = {port: [] for port in ports}
+        cpu = {port: 0.0 for port in ports}
+        completed = {port: 0 for port in ports}
+        for index in range(ROUNDS * 2):
+            # Each host goes first, second and third in turn.
+            for process, port in hosts[index % 3:] + hosts[:index % 3]:
+                before = cpu_seconds(process.pid)
+                result = bench(port, connections, pipeline, arguments.duration / (ROUNDS * 2), pin, service_arguments)
+                cpu[port] += cpu_seconds(process.pid) - before
+                completed[port] += result["completed"]
+                results[port].append(result)
+        on, off, twin = (median_result(results[port]) for port in ports)
+        on_cpu, off_cpu, twin_cpu = (cpu[port] / completed[port] * 1e6 for port in ports)
+        print(f"| {name} | {on['requestsPerSecond']:.0f} | {off['requestsPerSecond']:.0f} "
+              f"| {on['requestsPerSecond'] / off['requestsPerSecond']:.3f} "
+              f"| {twin['requestsPerSecond'] / off['requestsPerSecond']:.3f} "
+              f"| {on['p50Microseconds']:.1f} | {off['p50Microseconds']:.1f} "
+              f"| {on['p50Microseconds'] / off['p50Microseconds']:.3f} "
+              f"| {twin['p50Microseconds'] / off['p50Microseconds']:.3f} "
+              f"| {on_cpu:.2f} | {off_cpu:.2f} | {on_cpu / off_cpu:.3f} | {twin_cpu / off_cpu:.3f} |")
+        sys.stdout.flush()
+
+
 def run_tls(arguments, host, port, pin):
     """atriumd over TLS against the same atriumd over plain TCP."""
     mode = "pinned to core 0" if arguments.pinned else "unpinned"
@@ -201,6 +251,8 @@ def main():
     parser.add_argument("--previous", metavar="ATRIUMD",
                         help="another build of atriumd (an earlier commit's) to measure in the same rounds, "
                              "for the cost of a change: new ÷ previous")
+    parser.add_argument("--metrics", action="store_true",
+                        help="measure atriumd recording metrics against the same atriumd without: on ÷ off")
     arguments = parser.parse_args()
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     service_name, service_arguments = SERVICES[arguments.service]
@@ -226,7 +278,20 @@ def main():
                                          "--listen", "127.0.0.1:0", "--socket", "off", "--log-level", "error",
                                          "--max-in-flight", "1024", *limits],
                                         r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+    twin = None
+    if arguments.metrics:
+        # The same atriumd recording metrics (served on a port nobody scrapes), and a twin of
+        # the host without.
+        common = [os.path.join(RELEASE, "atriumd"), "--manifests", os.path.join(ROOT, "manifests"), "--listen",
+                  "127.0.0.1:0", "--socket", "off", "--log-level", "error", "--max-in-flight", "1024",
+                  "--max-connections", "4000", "--max-connections-per-peer", "4000"]
+        previous, previous_port = start(common + ["--metrics", "127.0.0.1:0"],
+                                        r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
+        twin, twin_port = start(common, r"listening on tcp 127\.0\.0\.1:(\d+)", pin)
     try:
+        if arguments.metrics:
+            run_metrics(arguments, [(previous, previous_port), (host, host_port), (twin, twin_port)], pin)
+            return
         if previous:
             run_against_previous(arguments, host_port, previous_port, pin)
             return
@@ -266,7 +331,7 @@ def main():
         print(f"- with 1,000 idle connections: {loaded / 1024:.1f} MiB, "
               f"{(loaded - idle) / 1000:.1f} KiB per connection")
     finally:
-        for process in [host, baseline] + ([previous] if previous else []):
+        for process in [host, baseline] + ([previous] if previous else []) + ([twin] if twin else []):
             process.terminate()
             process.wait()
 

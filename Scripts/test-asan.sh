@@ -14,9 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Scripts/ensure-deps.sh
-if ! python3 -c 'import cbor2' 2>/dev/null; then
-    python3 -m pip install --quiet --disable-pip-version-check cbor2
-fi
+for module in cbor2 prometheus_client; do
+    python3 -c "import $module" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$module"
+done
 
 flags=(--scratch-path .build-asan -Xswiftc -sanitize=address -Xcc -fsanitize=address)
 swift build --build-tests "${flags[@]}"

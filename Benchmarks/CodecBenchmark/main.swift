@@ -13,6 +13,12 @@ import AtriumValues
 import Foundation
 import NIOCore
 
+AtriumVersion.answerStandardOptions(
+    usage: """
+        atrium-codec-bench: measures the ValueSet CBOR codec against JSONSerialization and Python's
+        cbor2, in nanoseconds per operation. Run it optimised, pinned: taskset -c 0 atrium-codec-bench
+        """)
+
 /// Keeps results alive so that the optimiser cannot drop the work.
 nonisolated(unsafe) var sink = 0
 

@@ -5,8 +5,15 @@
 //     swift build -c release && taskset -c 0 .build/release/atrium-ffi-bench
 
 import AtriumHost
+import AtriumProtocol
 import AtriumValues
 import Foundation
+
+AtriumVersion.answerStandardOptions(
+    usage: """
+        atrium-ffi-bench: measures a declared-function call (mathdemo's add) against calling the C
+        function directly. Run it optimised, pinned: taskset -c 0 atrium-ffi-bench
+        """)
 
 nonisolated(unsafe) var sink: Int64 = 0
 

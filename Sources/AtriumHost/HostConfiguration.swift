@@ -7,6 +7,10 @@ public import Foundation
 /// Everything a host needs to know to start. The defaults are what `atriumd` uses when run
 /// with no options from the repository's root.
 public struct HostConfiguration: Sendable {
+    /// Where `--metrics` serves Prometheus's text format (`GET /metrics`); nil: no metrics are
+    /// kept at all.
+    public var metricsHost: String?
+    public var metricsPort = 9340
     /// The folders of package manifests, read in order (``ManifestDirectory``).
     public var manifestFolders: [URL]
     /// Whether a folder of ``manifestFolders`` that does not exist is passed over (as the

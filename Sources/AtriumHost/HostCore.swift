@@ -54,6 +54,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// Totals since the host started, for `host.status` (and the rates `atrium status` shows):
     /// connections accepted (admitted or not), client requests and client launches received.
     let totals = Totals()
+    /// The metrics `--metrics` serves; nil (and nothing recorded) without it.
+    let metrics: HostMetrics?
     /// What the host listens on, as `atrium status` shows it (`tcp 127.0.0.1:7340`,
     /// `unix /run/user/1000/atrium/atriumd.sock`); set once the listeners are bound.
     let listeners = Mutex<[String]>([])
@@ -134,7 +136,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
         admission = configuration.admission
         limits = configuration.limits
-        breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval)
+        metrics = configuration.metricsHost == nil ? nil : HostMetrics()
+        breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval, metrics: metrics)
         launchPool = NIOThreadPool(numberOfThreads: min(max(configuration.admission.maxLaunches, 1), 16))
         launchPool.start()
         let slotCount = max(configuration.admission.maxConnections, 1) + AdmissionLimits.maxLocalConnections

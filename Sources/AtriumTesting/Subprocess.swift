@@ -15,7 +15,26 @@ public struct ProgramOutput: Sendable {
 /// Runs `executable` (a path, or a name looked up on PATH) with `arguments` to the end. An
 /// atriumd it runs reads no configuration file unless `environment` names one
 /// (`ATRIUM_CONFIG`).
+///
+/// It waits on a thread of its own: a test that waits for a program never holds one of the
+/// few threads every test's tasks run on (two on a two-core machine), which would stall
+/// every other test meanwhile.
 public func runProgram(
+    _ executable: String, _ arguments: [String], in folder: URL? = nil, environment: [String: String] = [:]
+) async throws -> ProgramOutput {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(
+                with: Result {
+                    try runProgramWaiting(executable, arguments, in: folder, environment: environment)
+                })
+        }.start()
+    }
+}
+
+/// ``runProgram(_:_:in:environment:)`` waiting on the calling thread: for what cannot wait
+/// asynchronously (a `defer`, an initialiser, a static property), and only for short programs.
+public func runProgramWaiting(
     _ executable: String, _ arguments: [String], in folder: URL? = nil, environment: [String: String] = [:]
 ) throws -> ProgramOutput {
     let process = Process()

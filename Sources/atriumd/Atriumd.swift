@@ -23,6 +23,8 @@ struct Atriumd: AsyncParsableCommand {
               atriumd --listen 0.0.0.0:7340             # accept clients from the network, over TLS only
               atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
               atriumd --check --manifests ~/my-services # validate manifests, print what would load
+              atriumd --metrics 127.0.0.1:9340          # Prometheus metrics at http://127.0.0.1:9340/metrics
+              atriumd --print-config                    # the configuration it would run with, and from where
               atriumd token create --name backup        # a token for a script (see atriumd token --help)
             """,
         version: AtriumVersion.current,
@@ -38,6 +40,12 @@ struct Atriumd: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp("The TCP address to listen on, or 'off'. Port 0 picks a free port.", valueName: "host:port"))
     var listen: String = "127.0.0.1:7340"
+
+    @Option(
+        help: ArgumentHelp(
+            "Serve metrics in Prometheus's text format at http://HOST:PORT/metrics (for example 127.0.0.1:9340), or 'off'. Plain HTTP, no authentication: keep it on loopback, or on an address only your monitoring reaches.",
+            valueName: "host:port"))
+    var metrics: String = "off"
 
     @Option(
         help: ArgumentHelp(
@@ -260,6 +268,9 @@ struct Atriumd: AsyncParsableCommand {
         if listen != "off" {
             _ = try parseListen()
         }
+        if metrics != "off" {
+            _ = try parseAddress(metrics, option: "--metrics", example: "127.0.0.1:9340")
+        }
         guard responseTimeout > 0, drainTimeout >= 0 else {
             throw ValidationError("--response-timeout must be above 0 and --drain-timeout at least 0")
         }
@@ -326,13 +337,16 @@ struct Atriumd: AsyncParsableCommand {
     }
 
     func parseListen() throws -> (String, Int) {
-        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+        try parseAddress(listen, option: "--listen", example: "127.0.0.1:7340 or 0.0.0.0:0")
+    }
+
+    func parseAddress(_ address: String, option: String, example: String) throws -> (String, Int) {
+        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
             (0...65535).contains(port)
         else {
-            throw ValidationError(
-                "--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got '\(listen)'")
+            throw ValidationError("\(option) takes HOST:PORT (for example \(example)), or 'off'; got '\(address)'")
         }
-        var host = String(listen[..<colon])
+        var host = String(address[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         return (host.isEmpty ? "0.0.0.0" : host, port)
     }
@@ -459,6 +473,10 @@ struct Atriumd: AsyncParsableCommand {
             }
         }
         configuration.skipMissingManifestFolders = manifests.isEmpty
+        if metrics != "off" {
+            (configuration.metricsHost, configuration.metricsPort) = try parseAddress(
+                metrics, option: "--metrics", example: "127.0.0.1:9340")
+        }
         configuration.workerExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
         configuration.watchManifests = !noWatch
         configuration.tls = tls
@@ -483,6 +501,10 @@ struct Atriumd: AsyncParsableCommand {
                     say("listening on tcp \(tcp.ipAddress ?? "?"):\(port)")
                 }
                 if let path = addresses.unixSocket { say("listening on unix \(path)") }
+                if let metrics = addresses.metrics, let port = metrics.port {
+                    let host = metrics.ipAddress.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "?"
+                    say("metrics on http://\(host):\(port)/metrics")
+                }
                 say("ready")
             }
         } catch let error as ManifestError {

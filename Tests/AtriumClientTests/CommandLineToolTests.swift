@@ -6,8 +6,8 @@ import Foundation
 import Testing
 
 /// Runs the built `atrium` tool, with a state folder (its TLS identity) of the test run's own.
-func atrium(_ arguments: [String]) throws -> ProgramOutput {
-    try runProgram(
+func atrium(_ arguments: [String]) async throws -> ProgramOutput {
+    try await runProgram(
         TestHost.buildFolder.appendingPathComponent("atrium").path, arguments,
         environment: ["XDG_STATE_HOME": toolStateHome.path])
 }
@@ -23,13 +23,13 @@ struct CommandLineToolTests {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         let address = "127.0.0.1:\(host.port)"
 
-        let ping = try atrium(["ping", address, "-c", "3", "-i", "0"])
+        let ping = try await atrium(["ping", address, "-c", "3", "-i", "0"])
         #expect(ping.status == 0, "\(ping.output)")
         #expect(ping.output.contains("pong from \(address): seq=3 time="))
         #expect(ping.output.contains("3 sent, 3 received, 0 lost (0%)"))
         #expect(ping.output.contains("min/p50/p99/max = "))
 
-        let apps = try atrium(["apps", address])
+        let apps = try await atrium(["apps", address])
         #expect(apps.status == 0)
         #expect(apps.output.contains("PACKAGE"))
         let roman = apps.output.split(separator: "\n").first { $0.hasPrefix("5085ShawnHenry") }
@@ -42,11 +42,13 @@ struct CommandLineToolTests {
                 "roman-test",
             ])
 
-        let send = try atrium([
+        let send = try await atrium([
             "send", address, "--package", "atrium.examples.echo", "--service", "atrium.echo", "Type=hello", "Count=3",
             "Ok=true", "Id:=7",
         ])
-        let defaultHost = try atrium(["send", "--package", "p", "--service", "s", "Type=hello", "--timeout", "0.5"])
+        let defaultHost = try await atrium([
+            "send", "--package", "p", "--service", "s", "Type=hello", "--timeout", "0.5",
+        ])
         #expect(
             defaultHost.output.contains("cannot connect to 127.0.0.1:7340") || defaultHost.status != 64,
             "a first KEY=VALUE word is a field, not a host")
@@ -54,7 +56,7 @@ struct CommandLineToolTests {
         #expect(
             send.output == "status: Success (0)\n{\"Type\": \"hello\", \"Count\": 3, \"Ok\": true, \"Id\": \"7\"}\n")
 
-        let json = try atrium([
+        let json = try await atrium([
             "send", address, "--package", "atrium.examples.echo", "--service", "atrium.echo", "--json",
             #"{"Items": [1, 2]}"#, "--json-output",
         ])
@@ -62,7 +64,7 @@ struct CommandLineToolTests {
         #expect(json.output.contains(#""statusName": "Success (0)""#))
         #expect(json.output.contains(#""Items": ["#))
 
-        let local = try atrium(["ping", "unix:\(host.socketPath)", "-c", "1"])
+        let local = try await atrium(["ping", "unix:\(host.socketPath)", "-c", "1"])
         #expect(local.status == 0, "the local socket works too")
         #expect(await host.stop() == 0)
     }
@@ -70,14 +72,14 @@ struct CommandLineToolTests {
     @Test func statusShowsWhatTheHostHolds() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         // Traffic first: three requests (Roman pings) and their connection.
-        let pings = try atrium(["ping", "127.0.0.1:\(host.port)", "--insecure", "-c", "3", "-i", "0.05"])
+        let pings = try await atrium(["ping", "127.0.0.1:\(host.port)", "--insecure", "-c", "3", "-i", "0.05"])
         #expect(pings.status == 0, "\(pings.output)")
         // The ping's connection is let go as its close reaches the host: asked until it has.
-        var status = try atrium(["status", "--socket", host.socketPath])
+        var status = try await atrium(["status", "--socket", host.socketPath])
         let settled = ContinuousClock.now + .seconds(5)
         while !status.output.contains("(tcp 0, local 1)"), ContinuousClock.now < settled {
             try await Task.sleep(for: .milliseconds(50))
-            status = try atrium(["status", "--socket", host.socketPath])
+            status = try await atrium(["status", "--socket", host.socketPath])
         }
         #expect(status.status == 0, "\(status.output)")
         // Which host, where it listens, and its traffic since it started.
@@ -90,17 +92,17 @@ struct CommandLineToolTests {
         // The asking connection is the only one; the Echo package is loaded and ready.
         #expect(status.output.contains("connections  1 (tcp 0, local 1); in memory 1"), "\(status.output)")
         #expect(status.output.contains("ready      in process atrium.examples.echo"), "\(status.output)")
-        let json = try atrium(["status", "--socket", host.socketPath, "--json"])
+        let json = try await atrium(["status", "--socket", host.socketPath, "--json"])
         #expect(json.status == 0 && json.output.contains(#""channels": 0"#), "\(json.output)")
         // Counted as they came: 3 requests, on 1 TCP connection (+ the 2 local ones asking).
         #expect(json.output.contains(#""requestsReceived": 3"#), "\(json.output)")
         #expect(json.output.contains(#""connectionsAccepted": 3"#), "\(json.output)")
-        let version = try atrium(["--version"])
+        let version = try await atrium(["--version"])
         #expect(version.status == 0 && version.output == AtriumVersion.current + "\n", "\(version.output)")
         // A refresh interval too short to mean anything, and a socket nobody listens on.
-        let tooOften = try atrium(["status", "--socket", host.socketPath, "--watch", "--interval", "0.01"])
+        let tooOften = try await atrium(["status", "--socket", host.socketPath, "--watch", "--interval", "0.01"])
         #expect(tooOften.status == 64 && tooOften.output.contains("--interval must be at least 0.1 seconds"))
-        let nobody = try atrium(["status", "--socket", host.socketPath + ".missing"])
+        let nobody = try await atrium(["status", "--socket", host.socketPath + ".missing"])
         #expect(nobody.status == 3, "\(nobody.output)")
         #expect(await host.stop() == 0)
     }
@@ -108,33 +110,34 @@ struct CommandLineToolTests {
     @Test func exitCodesScriptsCanUse() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
         let address = "127.0.0.1:\(host.port)"
-        let failed = try atrium([
+        let failed = try await atrium([
             "send", address, "--package", ClientTests.testPackage, "--service", "test", "Action=fail",
         ])
         #expect(failed.status == 1)
         #expect(failed.output.contains("status: Failure (1)\nerror: failed, as asked"))
-        let notInstalled = try atrium(["send", address, "--package", "no.such", "--service", "x"])
+        let notInstalled = try await atrium(["send", address, "--package", "no.such", "--service", "x"])
         #expect(notInstalled.status == 1 && notInstalled.output.contains("AppNotInstalled (1)"))
         #expect(await host.stop() == 0)
 
-        let unreachable = try atrium(["ping", address, "-c", "1"])
+        let unreachable = try await atrium(["ping", address, "-c", "1"])
         #expect(unreachable.status == 3)
         #expect(
             unreachable.output.contains("cannot connect to \(address): connection refused. Is atriumd running there"))
-        let usage = try atrium(["ping", "not a host:x"])
+        let usage = try await atrium(["ping", "not a host:x"])
         #expect(usage.status == 64)
         #expect(usage.output.contains("is not a host: use host:port"))
-        let badField = try atrium(["send", address, "--package", "p", "--service", "s", "novalue"])
+        let badField = try await atrium(["send", address, "--package", "p", "--service", "s", "novalue"])
         #expect(badField.status == 64 && badField.output.contains("'novalue' is not KEY=VALUE"))
     }
 
-    @Test func helpHasAnExampleForEveryCommand() throws {
+    @Test func helpHasAnExampleForEveryCommand() async throws {
         for command in ["ping", "apps", "send"] {
-            let help = try atrium([command, "--help"])
+            let help = try await atrium([command, "--help"])
             #expect(help.status == 0)
             #expect(help.output.contains("Example"), "atrium \(command) --help shows an example")
         }
-        #expect(try atrium(["--help"]).output.contains("Exit codes"))
+        let overview = try await atrium(["--help"])
+        #expect(overview.output.contains("Exit codes"))
     }
 }
 
@@ -171,7 +174,7 @@ struct MessageTextTests {
 struct BenchCommandTests {
     @Test func aShortRunMeasuresRoundTrips() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests)
-        let run = try atrium([
+        let run = try await atrium([
             "bench", "127.0.0.1:\(host.port)", "--connections", "2", "--pipeline", "4", "--duration", "1",
             "--json-output",
         ])
@@ -186,10 +189,12 @@ struct BenchCommandTests {
         let p99 = try #require(result["p99Microseconds"]?.number)
         #expect(p50 > 0 && p99 >= p50)
 
-        let idle = try atrium(["bench", "127.0.0.1:\(host.port)", "--idle", "--connections", "20", "--duration", "0.2"])
+        let idle = try await atrium([
+            "bench", "127.0.0.1:\(host.port)", "--idle", "--connections", "20", "--duration", "0.2",
+        ])
         #expect(idle.status == 0 && idle.output.contains("holding 20 idle connections"))
 
-        let refused = try atrium(["bench", "127.0.0.1:\(host.port)", "--package", "no.such", "--duration", "1"])
+        let refused = try await atrium(["bench", "127.0.0.1:\(host.port)", "--package", "no.such", "--duration", "1"])
         #expect(refused.status == 3 && refused.output.contains("AppNotInstalled (1)"))
         #expect(await host.stop() == 0)
     }
@@ -205,7 +210,7 @@ struct BenchCommandTests {
         let port = try #require(
             line.split(separator: ":").last.flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) })
         // The baseline speaks plain TCP only.
-        let run = try atrium(["bench", "127.0.0.1:\(port)", "--duration", "0.5", "--json-output", "--insecure"])
+        let run = try await atrium(["bench", "127.0.0.1:\(port)", "--duration", "0.5", "--json-output", "--insecure"])
         #expect(run.status == 0, "\(run.output)")
         #expect(run.output.contains("\"failed\":0"))
     }

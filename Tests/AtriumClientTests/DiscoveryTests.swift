@@ -48,10 +48,10 @@ struct DiscoveryTests {
                   </policy>
                 </busconfig>
                 """.write(to: side.appendingPathComponent("bus.conf"), atomically: true, encoding: .utf8)
-                buses.append(
-                    try Self.detached(
-                        ["/usr/bin/dbus-daemon", "--config-file=\(side.path)/bus.conf", "--nofork", "--nopidfile"],
-                        log: "\(side.path)/bus.log"))
+                let bus = try await Self.detached(
+                    ["/usr/bin/dbus-daemon", "--config-file=\(side.path)/bus.conf", "--nofork", "--nopidfile"],
+                    log: "\(side.path)/bus.log")
+                buses.append(bus)
                 try """
                 [server]
                 host-name=\(namespace)
@@ -79,7 +79,7 @@ struct DiscoveryTests {
         func startAvahi(_ namespace: String) async throws {
             let side = folder.appendingPathComponent(namespace).path
             let log = "\(side)/avahi-\(UUID().uuidString.prefix(4)).log"
-            let pid = try Self.detached(
+            let pid = try await Self.detached(
                 [
                     "/usr/sbin/ip", "netns", "exec", namespace, "/usr/bin/unshare", "-m", "/bin/sh", "-c",
                     "mount -t tmpfs tmpfs /run/avahi-daemon && exec /usr/sbin/avahi-daemon -f \(side)/avahi.conf --no-chroot --no-drop-root --no-rlimits",
@@ -103,12 +103,15 @@ struct DiscoveryTests {
         /// of the test's (Python's `close_fds`): Foundation's `Process` watches a descriptor
         /// each child inherits, so a daemon started through it that outlives its parent, or
         /// closes what it inherits, would confuse it. Returns the daemon's PID.
-        static func detached(_ command: [String], log: String, environment: [String: String] = [:]) throws -> Int32 {
+        static func detached(_ command: [String], log: String, environment: [String: String] = [:]) async throws
+            -> Int32
+        {
             let script =
                 "import subprocess, sys; log = open(sys.argv[1], 'ab'); "
                 + "print(subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=log, stderr=log, "
                 + "close_fds=True, start_new_session=True).pid)"
-            let result = try runProgram("/usr/bin/python3", ["-c", script, log] + command, environment: environment)
+            let result = try await runProgram(
+                "/usr/bin/python3", ["-c", script, log] + command, environment: environment)
             guard result.status == 0, let pid = Int32(result.output.trimmingCharacters(in: .whitespacesAndNewlines))
             else {
                 throw NetworkError(description: "\(command.joined(separator: " ")): \(result.output)")
@@ -149,8 +152,8 @@ struct DiscoveryTests {
         }
 
         /// `atrium ARGUMENTS` in the client namespace, through its bus.
-        func atrium(_ arguments: [String]) throws -> ProgramOutput {
-            try runProgram(
+        func atrium(_ arguments: [String]) async throws -> ProgramOutput {
+            try await runProgram(
                 "/usr/sbin/ip",
                 ["netns", "exec", network.client, TestHost.buildFolder.appendingPathComponent("atrium").path]
                     + arguments,
@@ -299,18 +302,18 @@ struct DiscoveryTests {
         }
     }
 
-    @Test func badDiscoveryOptionsAreRefusedWithTheReason() throws {
+    @Test func badDiscoveryOptionsAreRefusedWithTheReason() async throws {
         let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
-        let kind = try runProgram(atriumd, ["--kind", "toaster", "--check"])
+        let kind = try await runProgram(atriumd, ["--kind", "toaster", "--check"])
         #expect(kind.status == 64 && kind.output.contains("--kind takes one of desktop, laptop"), "\(kind.output)")
-        let name = try runProgram(atriumd, ["--advertise-name", " ", "--check"])
+        let name = try await runProgram(atriumd, ["--advertise-name", " ", "--check"])
         #expect(name.status == 64 && name.output.contains("--advertise-name takes a name"), "\(name.output)")
-        let mode = try runProgram(atriumd, ["--advertise", "sometimes", "--check"])
+        let mode = try await runProgram(atriumd, ["--advertise", "sometimes", "--check"])
         #expect(mode.status == 64, "\(mode.output)")
         let atrium = TestHost.buildFolder.appendingPathComponent("atrium").path
-        let filter = try runProgram(atrium, ["discover", "--kind", "toaster"])
+        let filter = try await runProgram(atrium, ["discover", "--kind", "toaster"])
         #expect(filter.status == 64 && filter.output.contains("--kind takes one of"), "\(filter.output)")
-        let delay = try runProgram(atrium, ["discover", "--removal-delay", "-1"])
+        let delay = try await runProgram(atrium, ["discover", "--removal-delay", "-1"])
         #expect(delay.status == 64, "\(delay.output)")
     }
 
@@ -344,9 +347,9 @@ struct DiscoveryTests {
             "\(watch.output)")
 
         // Every atrium command takes the discovered name as HOST.
-        let ping = try lab.atrium(["ping", "lab one", "-c", "1"])
+        let ping = try await lab.atrium(["ping", "lab one", "-c", "1"])
         #expect(ping.status == 0 && ping.output.contains("1 sent, 1 received"), "\(ping.output)")
-        let listed = try lab.atrium(["discover", "--json"])
+        let listed = try await lab.atrium(["discover", "--json"])
         #expect(listed.status == 0 && listed.output.contains("\"Lab One\""), "\(listed.output)")
 
         // Restarted under a new name on a new port, with the same identity and id: updated,
@@ -415,21 +418,21 @@ struct DiscoveryTests {
         try "{\"\(lab.network.hostAddress):\(port)\": \"\(identity)\"}".write(
             to: lab.clientState.appendingPathComponent("atrium/known-hosts.json"), atomically: true, encoding: .utf8)
 
-        func names(_ arguments: [String]) throws -> [String] {
-            let result = try lab.atrium(["discover", "--json", "--timeout", "3"] + arguments)
+        func names(_ arguments: [String]) async throws -> [String] {
+            let result = try await lab.atrium(["discover", "--json", "--timeout", "3"] + arguments)
             let list = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]]
             return (list ?? []).compactMap { $0["name"] as? String }.sorted()
         }
         // Both Atrium hosts, never the stranger (its record has no id).
-        var all = try names([])
-        for _ in 0..<5 where all != ["Desk", "Phone"] { all = try names([]) }
+        var all = try await names([])
+        for _ in 0..<5 where all != ["Desk", "Phone"] { all = try await names([]) }
         #expect(all == ["Desk", "Phone"])
-        #expect(try names(["--kind", "desktop"]) == ["Desk"])
-        #expect(try names(["--kind", "handset", "--kind", "laptop"]) == ["Phone"])
-        #expect(try names(["--available"]) == ["Desk"], "the phone's port 9 takes no connection")
-        #expect(try names(["--paired"]) == ["Desk"])
-        #expect(try names(["--paired", "--kind", "handset"]) == [])
-        let table = try lab.atrium(["discover", "--timeout", "3"])
+        #expect(try await names(["--kind", "desktop"]) == ["Desk"])
+        #expect(try await names(["--kind", "handset", "--kind", "laptop"]) == ["Phone"])
+        #expect(try await names(["--available"]) == ["Desk"], "the phone's port 9 takes no connection")
+        #expect(try await names(["--paired"]) == ["Desk"])
+        #expect(try await names(["--paired", "--kind", "handset"]) == [])
+        let table = try await lab.atrium(["discover", "--timeout", "3"])
         #expect(table.output.contains("Desk") && table.output.contains("yes"), "\(table.output)")
         #expect(table.output.contains("unavailable"), "\(table.output)")
     }
@@ -443,7 +446,7 @@ struct DiscoveryTests {
         // No avahi-daemon yet on the host's bus.
         let (host, port) = try await lab.startHost(["--advertise-name", "Patient"])
         defer { host.process.terminate() }
-        let ping = try lab.atrium(["ping", "\(lab.network.hostAddress):\(port)", "-c", "1"])
+        let ping = try await lab.atrium(["ping", "\(lab.network.hostAddress):\(port)", "-c", "1"])
         #expect(ping.status == 0, "\(ping.output)")
         #expect(
             host.output.contains("not discoverable on the network yet: avahi-daemon is not running"), "\(host.output)")
@@ -466,7 +469,7 @@ struct DiscoveryTests {
         }
         #expect(again, "\(host.output)")
         #expect(host.output.contains("no longer discoverable: lost avahi-daemon"), "\(host.output)")
-        let found = try lab.atrium(["discover", "--json"])
+        let found = try await lab.atrium(["discover", "--json"])
         #expect(found.output.contains("\"Patient\""), "\(found.output)")
         #expect(host.output.components(separatedBy: "not discoverable on the network yet").count == 2, "said once")
 
@@ -476,7 +479,7 @@ struct DiscoveryTests {
             environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(lab.folder.path)/no-such-bus"])
         defer { lonely.process.terminate() }
         try await Task.sleep(for: .seconds(6))  // past the first retry
-        let served = try lab.atrium(["ping", "\(lab.network.hostAddress):\(lonelyPort)", "-c", "1"])
+        let served = try await lab.atrium(["ping", "\(lab.network.hostAddress):\(lonelyPort)", "-c", "1"])
         #expect(served.status == 0, "\(served.output)")
         #expect(
             lonely.output.components(separatedBy: "not discoverable on the network: cannot reach avahi-daemon").count
@@ -502,7 +505,7 @@ struct DiscoveryTests {
         // the name advertised last.
         var endpoints: [String] = []
         for _ in 0..<5 where endpoints.count < 2 {
-            let result = try lab.atrium(["discover", "--json", "--timeout", "3"])
+            let result = try await lab.atrium(["discover", "--json", "--timeout", "3"])
             let list = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]]
             #expect(list?.count == 1, "\(result.output)")
             endpoints = list?.first?["endpoints"] as? [String] ?? []

@@ -63,11 +63,11 @@ struct LaunchPolicyTests {
         #expect(await host.stop() == 0)
     }
 
-    @Test func badPolicyOptionsAreRefused() throws {
+    @Test func badPolicyOptionsAreRefused() async throws {
         let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
-        let pair = try runProgram(atriumd, ["--scheme-default", "nopackage", "--check"])
+        let pair = try await runProgram(atriumd, ["--scheme-default", "nopackage", "--check"])
         #expect(pair.status != 0 && pair.output.contains("--scheme-default takes SCHEME=PACKAGE"))
-        let scheme = try runProgram(atriumd, ["--allow-scheme", "1bad", "--check"])
+        let scheme = try await runProgram(atriumd, ["--allow-scheme", "1bad", "--check"])
         #expect(scheme.status != 0 && scheme.output.contains("'1bad' is not a URI scheme"))
     }
 

@@ -95,16 +95,16 @@ struct LaunchTests {
     @Test func theLaunchCommand() async throws {
         let host = try await TestHost.start(manifests: Self.manifests)
         let address = "127.0.0.1:\(host.port)"
-        let ok = try atrium([
+        let ok = try await atrium([
             "launch", address, "atrium-test://cli", "--prefer", "atrium.tests.launcher.b", "--data",
             #"{"From": "cli"}"#,
         ])
         #expect(ok.status == 0 && ok.output == "launch atrium-test://cli: Success (1)\n")
         #expect(await host.waitForLog(#"second launched atrium-test://cli for"#))
-        let missing = try atrium(["launch", address, "nobody://x", "--json-output"])
+        let missing = try await atrium(["launch", address, "nobody://x", "--json-output"])
         #expect(missing.status == 1)
         #expect(missing.output.contains(#""statusName":"ProtocolUnavailable (3)""#), "\(missing.output)")
-        let usage = try atrium(["launch", address, "x://y", "--data", "[1]"])
+        let usage = try await atrium(["launch", address, "x://y", "--data", "[1]"])
         #expect(usage.status == 64 && usage.output.contains("--data: the message must be a JSON object"))
         #expect(await host.stop() == 0)
     }

@@ -12,8 +12,8 @@ struct NetworkNamespaceTests {
     static let available: Bool = {
         guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/ip") else { return false }
         let probe = "atrium-probe-\(getpid())"
-        guard (try? runProgram("/usr/sbin/ip", ["netns", "add", probe]))?.status == 0 else { return false }
-        _ = try? runProgram("/usr/sbin/ip", ["netns", "del", probe])
+        guard (try? runProgramWaiting("/usr/sbin/ip", ["netns", "add", probe]))?.status == 0 else { return false }
+        _ = try? runProgramWaiting("/usr/sbin/ip", ["netns", "del", probe])
         return true
     }()
 
@@ -40,7 +40,7 @@ struct NetworkNamespaceTests {
                 ["-n", host, "link", "set", "lo", "up"], ["-n", client, "link", "set", "lo", "up"],
             ]
             for step in steps {
-                let result = try runProgram("/usr/sbin/ip", step)
+                let result = try runProgramWaiting("/usr/sbin/ip", step)
                 guard result.status == 0 else {
                     tearDown()
                     throw NetworkError(description: "ip \(step.joined(separator: " ")): \(result.output)")
@@ -49,14 +49,14 @@ struct NetworkNamespaceTests {
         }
 
         func tearDown() {
-            _ = try? runProgram("/usr/sbin/ip", ["netns", "del", host])
-            _ = try? runProgram("/usr/sbin/ip", ["netns", "del", client])
+            _ = try? runProgramWaiting("/usr/sbin/ip", ["netns", "del", host])
+            _ = try? runProgramWaiting("/usr/sbin/ip", ["netns", "del", client])
         }
     }
 
     /// `atrium` run in the client's namespace, with a state folder of the test's own.
-    static func atrium(in network: Network, _ arguments: [String], state: URL) throws -> ProgramOutput {
-        try runProgram(
+    static func atrium(in network: Network, _ arguments: [String], state: URL) async throws -> ProgramOutput {
+        try await runProgram(
             "/usr/sbin/ip",
             ["netns", "exec", network.client, TestHost.buildFolder.appendingPathComponent("atrium").path] + arguments,
             environment: ["XDG_STATE_HOME": state.path])
@@ -88,18 +88,18 @@ struct NetworkNamespaceTests {
 
         // Unpaired: the host is reached (over TLS, with a warning that nothing proves who it
         // is), and everything but hello, ping and pair is refused, the Roman ping service too.
-        let ping = try Self.atrium(in: network, ["ping", address, "-c", "1"], state: state)
+        let ping = try await Self.atrium(in: network, ["ping", address, "-c", "1"], state: state)
         #expect(ping.status == 1, "\(ping.output)")
         #expect(ping.output.contains("is not a host this client paired with"), "\(ping.output)")
         #expect(ping.output.contains("NotAuthorized (7) (this device is not paired"), "\(ping.output)")
-        let apps = try Self.atrium(in: network, ["apps", address], state: state)
+        let apps = try await Self.atrium(in: network, ["apps", address], state: state)
         #expect(apps.status != 0 && apps.output.contains("not paired"), "\(apps.output)")
-        #expect(try Self.atrium(in: network, ["ping", address, "--insecure"], state: state).status == 64)
+        #expect(try await Self.atrium(in: network, ["ping", address, "--insecure"], state: state).status == 64)
 
         // Plain TCP from the other machine gets, in plain words, that only TLS is taken.
         let hello =
             "000000" + "20" + "a3647479706565" + "68656c6c6f" + "6776657273696f6e01" + "68636c69656e74496461" + "70"
-        let plain = try runProgram(
+        let plain = try await runProgram(
             "/usr/sbin/ip",
             [
                 "netns", "exec", network.client, "/usr/bin/python3", "-c",
@@ -118,13 +118,13 @@ struct NetworkNamespaceTests {
         var listed = ""
         for _ in 0..<100 where !listed.contains("the other machine") {
             try await Task.sleep(for: .milliseconds(50))
-            listed = try runProgram(
+            listed = try await runProgram(
                 TestHost.buildFolder.appendingPathComponent("atrium").path, ["pairing", "--socket", socket]
             ).output
         }
         let row = try #require(listed.split(separator: "\n").first { $0.contains("the other machine") })
         let number = try #require(row.split(separator: " ").first.map(String.init))
-        let accepted = try runProgram(
+        let accepted = try await runProgram(
             TestHost.buildFolder.appendingPathComponent("atrium").path,
             ["pairing", "accept", number, "--socket", socket])
         #expect(accepted.status == 0, "\(accepted.output)")
@@ -133,10 +133,10 @@ struct NetworkNamespaceTests {
         let columns = row.split(separator: " ", omittingEmptySubsequences: true)
         #expect(columns.count > 2 && paired.output.contains("Verification code: \(columns[1]) \(columns[2])"), "\(row)")
 
-        let served = try Self.atrium(in: network, ["apps", address], state: state)
+        let served = try await Self.atrium(in: network, ["apps", address], state: state)
         #expect(served.status == 0 && served.output.contains("Roman Test App"), "\(served.output)")
         #expect(!served.output.contains("is not a host this client paired with"), "known now")
-        let pinged = try Self.atrium(in: network, ["ping", address, "-c", "2", "-i", "0"], state: state)
+        let pinged = try await Self.atrium(in: network, ["ping", address, "-c", "2", "-i", "0"], state: state)
         #expect(pinged.status == 0 && pinged.output.contains("2 sent, 2 received"), "\(pinged.output)")
     }
 }

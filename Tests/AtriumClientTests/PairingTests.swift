@@ -303,11 +303,13 @@ struct PairingTests {
         let pairing = try startAtrium(["pair", address, "--name", "tool test"])
         let admin = try await Self.operatorConnection(host)
         let request = try #require(try await Self.waiting(admin).first)
-        let list = try atrium(["pairing", "--socket", host.socketPath])
+        let list = try await atrium(["pairing", "--socket", host.socketPath])
         #expect(list.status == 0)
         let code = try #require(request["code"]?.string)
         #expect(list.output.contains("\(code.prefix(3)) \(code.suffix(3))"), "\(list.output)")
-        let accept = try atrium(["pairing", "accept", "\(request["request"]?.int ?? 0)", "--socket", host.socketPath])
+        let accept = try await atrium([
+            "pairing", "accept", "\(request["request"]?.int ?? 0)", "--socket", host.socketPath,
+        ])
         #expect(accept.status == 0, "\(accept.output)")
         let paired = await pairing.finish()
         #expect(paired.status == 0, "\(paired.output)")
@@ -317,9 +319,9 @@ struct PairingTests {
         let local = try await Self.operatorConnection(host)
         #expect(known != nil && known == local.welcome.hostIdentity)
         await local.close()
-        let devices = try atrium(["devices", "--socket", host.socketPath])
+        let devices = try await atrium(["devices", "--socket", host.socketPath])
         #expect(devices.output.contains("tool test"), "\(devices.output)")
-        let ping = try atrium(["ping", address, "-c", "1"])
+        let ping = try await atrium(["ping", address, "-c", "1"])
         #expect(ping.status == 0, "\(ping.output)")
         await admin.close()
         #expect(await host.stop() == 0)
@@ -327,7 +329,7 @@ struct PairingTests {
         // The same address, a host with another key: refused, saying what was expected.
         let impostor = try await TestHost.start(
             manifests: ClientTests.manifests, arguments: Self.arguments + ["--listen", address])
-        let refused = try atrium(["ping", address, "-c", "1"])
+        let refused = try await atrium(["ping", address, "-c", "1"])
         #expect(refused.status == 3)
         #expect(refused.output.contains("is not the host you know"), "\(refused.output)")
         #expect(refused.output.contains(known ?? "?"), "\(refused.output)")

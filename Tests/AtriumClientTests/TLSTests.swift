@@ -201,16 +201,16 @@ struct TLSTests {
 
     @Test func theToolSpeaksTLSByDefaultAndPlainTCPOnlyToLoopback() async throws {
         let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: ["--tls", "required"])
-        let ping = try atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1"])
+        let ping = try await atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1"])
         #expect(ping.status == 0, "\(ping.output)")
         #expect(
             FileManager.default.fileExists(
                 atPath: toolStateHome.appendingPathComponent("atrium/client-key.pem").path))
-        let plain = try atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1", "--insecure"])
+        let plain = try await atrium(["ping", "127.0.0.1:\(host.port)", "-c", "1", "--insecure"])
         #expect(plain.status == 3, "\(plain.output)")
         #expect(plain.output.contains("tlsRequired"), "\(plain.output)")
         for remoteHost in ["192.0.2.1:7340", "127.0.0.1.evil.example:7340"] {
-            let remote = try atrium(["ping", remoteHost, "-c", "1", "--insecure"])
+            let remote = try await atrium(["ping", remoteHost, "-c", "1", "--insecure"])
             #expect(remote.status == 64)
             #expect(remote.output.contains("only to a loopback host"), "\(remote.output)")
         }

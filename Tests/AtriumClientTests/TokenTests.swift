@@ -10,13 +10,13 @@ import Testing
 /// off while connected. Waits are bounded in count and time.
 @Suite(.serialized)
 struct TokenTests {
-    static func atriumd(_ arguments: [String]) throws -> ProgramOutput {
-        try runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
+    static func atriumd(_ arguments: [String]) async throws -> ProgramOutput {
+        try await runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
     }
 
     @Test func aTokenServesItsServicesOnlyAndARevokedOneIsCutOff() async throws {
         let state = TLSTests.temporaryFolder("tokens")
-        let made = try Self.atriumd([
+        let made = try await Self.atriumd([
             "token", "create", "--name", "backup-script", "--service", "atrium.examples.echo/atrium.echo",
             "--state-dir", state.path,
         ])
@@ -25,7 +25,7 @@ struct TokenTests {
         let stored = try String(contentsOf: state.appendingPathComponent("tokens.json"), encoding: .utf8)
         #expect(!stored.contains(token), "only the token's hash is kept")
         #expect(try TLSTests.mode(state.appendingPathComponent("tokens.json")) == 0o600)
-        let list = try Self.atriumd(["token", "list", "--state-dir", state.path])
+        let list = try await Self.atriumd(["token", "list", "--state-dir", state.path])
         #expect(list.output.contains("backup-script") && list.output.contains("atrium.examples.echo/atrium.echo"))
         #expect(!list.output.contains(token))
 
@@ -50,7 +50,7 @@ struct TokenTests {
             #expect(error.code == .protocolError && error.message.contains("notAuthorized"), "\(error)")
         }
 
-        let revoked = try Self.atriumd(["token", "revoke", "backup-script", "--state-dir", state.path])
+        let revoked = try await Self.atriumd(["token", "revoke", "backup-script", "--state-dir", state.path])
         #expect(revoked.status == 0, "\(revoked.output)")
         var cutOff = false
         for _ in 0..<50 {
@@ -74,15 +74,17 @@ struct TokenTests {
         #expect(await host.stop() == 0)
     }
 
-    @Test func tokenCommandsRefuseMistakesPlainly() throws {
+    @Test func tokenCommandsRefuseMistakesPlainly() async throws {
         let state = TLSTests.temporaryFolder("tokens")
-        #expect(try Self.atriumd(["token", "create", "--name", "x y", "--state-dir", state.path]).status == 64)
-        let scope = try Self.atriumd(["token", "create", "--name", "x", "--service", "echo", "--state-dir", state.path])
+        #expect(try await Self.atriumd(["token", "create", "--name", "x y", "--state-dir", state.path]).status == 64)
+        let scope = try await Self.atriumd([
+            "token", "create", "--name", "x", "--service", "echo", "--state-dir", state.path,
+        ])
         #expect(scope.status == 64 && scope.output.contains("PACKAGE/SERVICE"), "\(scope.output)")
-        #expect(try Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path]).status == 0)
-        let twice = try Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path])
+        #expect(try await Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path]).status == 0)
+        let twice = try await Self.atriumd(["token", "create", "--name", "x", "--state-dir", state.path])
         #expect(twice.status != 0 && twice.output.contains("already a token named"), "\(twice.output)")
-        let unknown = try Self.atriumd(["token", "revoke", "nope", "--state-dir", state.path])
+        let unknown = try await Self.atriumd(["token", "revoke", "nope", "--state-dir", state.path])
         #expect(unknown.status != 0 && unknown.output.contains("no token named"), "\(unknown.output)")
     }
 }

@@ -5,8 +5,8 @@ import Testing
 
 /// `atriumd` as a person runs it: `--help`, `--check`, and refusing bad options with advice.
 struct CommandLineTests {
-    func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let result = try runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
+    func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let result = try await runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
         return (result.status, result.output)
     }
 
@@ -19,8 +19,8 @@ struct CommandLineTests {
         return folder
     }
 
-    @Test func helpDescribesEveryOption() throws {
-        let (status, output) = try run(["--help"])
+    @Test func helpDescribesEveryOption() async throws {
+        let (status, output) = try await run(["--help"])
         #expect(status == 0)
         for option in [
             "--manifests", "--listen", "--socket", "--plugin-path", "--log-level", "--check", "--response-timeout",
@@ -30,46 +30,57 @@ struct CommandLineTests {
         }
     }
 
-    @Test func versionIsTheRelease() throws {
-        let version = try run(["--version"])
+    @Test func versionIsTheRelease() async throws {
+        let version = try await run(["--version"])
         #expect(version.status == 0 && version.output == AtriumVersion.current + "\n", "\(version.output)")
+        // Every executable says it, the benchmark tools too, and what they are for.
+        for tool in ["atrium", "atrium-baseline", "atrium-codec-bench", "atrium-ffi-bench"] {
+            let path = TestHost.buildFolder.appendingPathComponent(tool).path
+            let answer = try await runProgram(path, ["--version"])
+            #expect(answer.status == 0 && answer.output == AtriumVersion.current + "\n", "\(tool): \(answer.output)")
+            let help = try await runProgram(path, ["--help"])
+            #expect(help.status == 0 && help.output.contains(tool), "\(tool): \(help.output)")
+        }
+        let wrong = try await runProgram(
+            TestHost.buildFolder.appendingPathComponent("atrium-baseline").path, ["--prot"])
+        #expect(wrong.status == 64 && wrong.output.contains("unknown option --prot"), "\(wrong.output)")
     }
 
-    @Test func checkPassesTheReferenceManifests() throws {
+    @Test func checkPassesTheReferenceManifests() async throws {
         let manifests = try folder(Fixtures.referenceManifests)
         defer { try? FileManager.default.removeItem(at: manifests) }
-        let (status, output) = try run(["--check", "--manifests", manifests.path])
+        let (status, output) = try await run(["--check", "--manifests", manifests.path])
         #expect(status == 0, "\(output)")
         #expect(output.contains("✓ echo.json (atrium.examples.echo): services: atrium.echo; library: "))
         #expect(output.contains("3 manifests, 3 would load, 0 would not"))
     }
 
-    @Test func checkNamesEveryProblemAndExitsOne() throws {
+    @Test func checkNamesEveryProblemAndExitsOne() async throws {
         var manifests = Fixtures.referenceManifests
         manifests["bad.json"] = #"{"manifestVersion": 2, "package": "x", "library": "x.so"}"#
         manifests["missing.json"] =
             #"{"manifestVersion": 1, "package": "m", "library": "libNope.so", "services": [{"name": "s"}]}"#
         let folder = try folder(manifests)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let (status, output) = try run(["--check", "--manifests", folder.path])
+        let (status, output) = try await run(["--check", "--manifests", folder.path])
         #expect(status == 1)
         #expect(output.contains("✗ bad.json: manifestVersion: must be 1, not 2"))
         #expect(output.contains("✗ missing.json (m): library libNope.so not found"))
         #expect(output.contains("5 manifests, 3 would load, 2 would not"))
     }
 
-    @Test func badOptionsSayWhatToTypeInstead() throws {
-        let (status, output) = try run(["--listen", "localhost"])
+    @Test func badOptionsSayWhatToTypeInstead() async throws {
+        let (status, output) = try await run(["--listen", "localhost"])
         #expect(status != 0)
         #expect(
             output.contains(
                 "--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got 'localhost'"))
-        let missing = try run(["--manifests", "/no/such/folder", "--socket", "off", "--listen", "127.0.0.1:0"])
+        let missing = try await run(["--manifests", "/no/such/folder", "--socket", "off", "--listen", "127.0.0.1:0"])
         #expect(missing.status != 0)
         #expect(missing.output.contains("cannot read the manifests folder"))
     }
 
-    @Test func securityOptionsThatCannotWorkAreRefusedWithTheReason() throws {
+    @Test func securityOptionsThatCannotWorkAreRefusedWithTheReason() async throws {
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-opts-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: scratch) }
@@ -93,14 +104,14 @@ struct CommandLineTests {
             ),
         ]
         for (arguments, reason) in refusals {
-            let (status, output) = try run(
+            let (status, output) = try await run(
                 arguments + ["--socket", "off", "--listen", "127.0.0.1:0", "--state-dir", scratch.path])
             #expect(status != 0, "\(arguments)")
             #expect(output.contains(reason), "\(arguments): \(output)")
         }
     }
 
-    @Test func badLimitsAndTokenFilesAreRefusedWithTheReason() throws {
+    @Test func badLimitsAndTokenFilesAreRefusedWithTheReason() async throws {
         let refusals: [([String], String)] = [
             (["--max-connections", "0"], "--max-connections takes a positive number; got 0"),
             (["--max-message-values=-5"], "--max-message-values takes a positive number; got -5"),
@@ -110,7 +121,7 @@ struct CommandLineTests {
             (["--token-file", "/no/such/tokens"], "--token-file /no/such/tokens: cannot read it"),
         ]
         for (arguments, reason) in refusals {
-            let (status, output) = try run(arguments + ["--socket", "off", "--listen", "127.0.0.1:0"])
+            let (status, output) = try await run(arguments + ["--socket", "off", "--listen", "127.0.0.1:0"])
             #expect(status != 0, "\(arguments)")
             #expect(output.contains(reason), "\(arguments): \(output)")
         }
@@ -120,7 +131,9 @@ struct CommandLineTests {
             ("# only a comment\n", "holds no tokens"), ("short\n", "a token of 5 characters is too easy to guess"),
         ] {
             try text.write(to: tokens, atomically: true, encoding: .utf8)
-            let (status, output) = try run(["--token-file", tokens.path, "--socket", "off", "--listen", "127.0.0.1:0"])
+            let (status, output) = try await run([
+                "--token-file", tokens.path, "--socket", "off", "--listen", "127.0.0.1:0",
+            ])
             #expect(status != 0 && output.contains(reason), "\(output)")
         }
     }
@@ -139,7 +152,7 @@ struct CommandLineTests {
         }
     }
 
-    @Test func printConfigSaysWhereEachValueCameFromAsAFileThatGivesTheSame() throws {
+    @Test func printConfigSaysWhereEachValueCameFromAsAFileThatGivesTheSame() async throws {
         let manifests = try folder(Fixtures.referenceManifests)
         let path = try configFile(
             """
@@ -153,7 +166,7 @@ struct CommandLineTests {
             try? FileManager.default.removeItem(at: manifests)
             try? FileManager.default.removeItem(atPath: path)
         }
-        let result = try runProgram(
+        let result = try await runProgram(
             TestHost.buildFolder.appendingPathComponent("atriumd").path,
             ["--print-config", "--drain-timeout", "3"],
             environment: ["ATRIUM_CONFIG": path, "ATRIUM_LOG_LEVEL": "debug", "ATRIUM_SERVER": "x"])
@@ -176,11 +189,11 @@ struct CommandLineTests {
         // What it prints is a configuration file that gives the same configuration.
         let printed = try configFile(result.output)
         defer { try? FileManager.default.removeItem(atPath: printed) }
-        let again = try run(["--config", printed, "--print-config"])
+        let again = try await run(["--config", printed, "--print-config"])
         #expect(again.status == 0, "\(again.output)")
         #expect(settings(again.output) == settings(result.output))
         // And the host runs with it: the file's manifests are the ones checked.
-        let check = try run(["--config", path, "--check", "--no-load"])
+        let check = try await run(["--config", path, "--check", "--no-load"])
         #expect(check.status == 0 && check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
     }
 
@@ -198,7 +211,7 @@ struct CommandLineTests {
         #expect(welcome.limits.maxInFlight == 9)
     }
 
-    @Test func mistakesInTheConfigurationNameTheFileTheLineAndTheKey() throws {
+    @Test func mistakesInTheConfigurationNameTheFileTheLineAndTheKey() async throws {
         let cases: [(String, String)] = [
             (
                 "listen = \"127.0.0.1:0\"\nlog-levle = \"debug\"",
@@ -211,7 +224,7 @@ struct CommandLineTests {
         for (text, expected) in cases {
             let path = try configFile(text)
             defer { try? FileManager.default.removeItem(atPath: path) }
-            let result = try run(["--config", path, "--check"])
+            let result = try await run(["--config", path, "--check"])
             #expect(result.status == 64, "\(result.output)")
             #expect(result.output.contains("Error: \(path), \(expected)"), "\(result.output)")
         }
@@ -219,23 +232,23 @@ struct CommandLineTests {
         // the value came from.
         let path = try configFile("# a comment\nlisten = \"kitchen\"")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let refused = try run(["--config", path, "--check"])
+        let refused = try await run(["--config", path, "--check"])
         #expect(refused.status == 64)
         #expect(refused.output.contains("--listen takes HOST:PORT"), "\(refused.output)")
         #expect(refused.output.contains("(--listen is set by \(path), line 2)"), "\(refused.output)")
-        let environment = try runProgram(
+        let environment = try await runProgram(
             TestHost.buildFolder.appendingPathComponent("atriumd").path, ["--check"],
             environment: ["ATRIUM_MAX_CHANNELS": "many"])
         #expect(environment.status == 64)
         #expect(
             environment.output.contains("(--max-channels is set by environment ATRIUM_MAX_CHANNELS)"),
             "\(environment.output)")
-        let missing = try run(["--config", "/no/such/atriumd.conf"])
+        let missing = try await run(["--config", "/no/such/atriumd.conf"])
         #expect(missing.status == 64)
         #expect(missing.output.contains("the configuration file /no/such/atriumd.conf does not exist"))
     }
 
-    @Test func tokenCommandsTakeTheStateFolderFromTheFile() throws {
+    @Test func tokenCommandsTakeTheStateFolderFromTheFile() async throws {
         let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID().uuidString)")
         try FileManager.default.createDirectory(
             at: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -244,23 +257,23 @@ struct CommandLineTests {
             try? FileManager.default.removeItem(at: state)
             try? FileManager.default.removeItem(atPath: path)
         }
-        let made = try run(["token", "create", "--name", "backup", "--config", path])
+        let made = try await run(["token", "create", "--name", "backup", "--config", path])
         #expect(made.status == 0, "\(made.output)")
         #expect(FileManager.default.fileExists(atPath: state.appendingPathComponent("tokens.json").path))
-        let listed = try runProgram(
+        let listed = try await runProgram(
             TestHost.buildFolder.appendingPathComponent("atriumd").path, ["token", "list"],
             environment: ["ATRIUM_CONFIG": path])
         #expect(listed.status == 0 && listed.output.contains("backup"), "\(listed.output)")
     }
 
-    @Test func severalManifestFoldersAreCheckedInOrder() throws {
+    @Test func severalManifestFoldersAreCheckedInOrder() async throws {
         let first = try folder(["echo.json": Fixtures.referenceManifests["echo.json"]!])
         let second = try folder(Fixtures.referenceManifests)
         defer {
             try? FileManager.default.removeItem(at: first)
             try? FileManager.default.removeItem(at: second)
         }
-        let result = try run(["--check", "--no-load", "--manifests", first.path, "--manifests", second.path])
+        let result = try await run(["--check", "--no-load", "--manifests", first.path, "--manifests", second.path])
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("manifests from \(first.path), \(second.path)"))
         #expect(result.output.contains("✓ \(first.path)/echo.json (atrium.examples.echo)"), "\(result.output)")

@@ -146,7 +146,7 @@ struct HostileBypassTests {
             d[6] = (d[6] & 0x0f) | 0x40; d[8] = (d[8] & 0x3f) | 0x80
             print(uuid.UUID(bytes=bytes(d)))
             """
-        let python = try runProgram("/usr/bin/env", ["python3", "-c", script])
+        let python = try await runProgram("/usr/bin/env", ["python3", "-c", script])
         #expect(id == python.output.trimmingCharacters(in: .whitespacesAndNewlines))
         #expect(!id.replacingOccurrences(of: "-", with: "").contains(machine))
         // The running host reports such an id, the same across restarts.
@@ -266,7 +266,7 @@ struct HostileBypassTests {
 
     @Test func manifestsAndLibrariesOtherUsersCanWriteAreRefused() async throws {
         let marker = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-ctor-\(UUID().uuidString)")
-        let library = try PluginLoadingTests().buildPlugin(
+        let library = try await PluginLoadingTests().buildPlugin(
             named: "Ctor",
             source: """
                 #include <stdio.h>
@@ -284,17 +284,17 @@ struct HostileBypassTests {
             .write(to: folder.appendingPathComponent("ctor.json"), atomically: true, encoding: .utf8)
 
         // --check --no-load runs no code of the library; --check does, and says so.
-        let noLoad = try runProgram(atriumd, ["--check", "--no-load", "--manifests", folder.path])
+        let noLoad = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", folder.path])
         #expect(noLoad.status == 0 && noLoad.output.contains("not loaded"), "\(noLoad.output)")
         #expect(!FileManager.default.fileExists(atPath: marker.path))
-        let loaded = try runProgram(atriumd, ["--check", "--manifests", folder.path])
+        let loaded = try await runProgram(atriumd, ["--check", "--manifests", folder.path])
         #expect(loaded.output.contains("which runs their initialisers"))
         #expect(FileManager.default.fileExists(atPath: marker.path))
         try? FileManager.default.removeItem(at: marker)
 
         // A library in a folder anyone may write to is refused, naming the folder.
         chmod(library.deletingLastPathComponent().path, 0o777)
-        let unsafeLibrary = try runProgram(atriumd, ["--check", "--manifests", folder.path])
+        let unsafeLibrary = try await runProgram(atriumd, ["--check", "--manifests", folder.path])
         #expect(unsafeLibrary.status == 1)
         #expect(
             unsafeLibrary.output.contains(
@@ -307,13 +307,14 @@ struct HostileBypassTests {
         try Fixtures.referenceManifests["echo.json"]!.write(
             to: folder.appendingPathComponent("echo.json"), atomically: true, encoding: .utf8)
         chmod(folder.appendingPathComponent("ctor.json").path, 0o666)
-        let unsafeManifest = try runProgram(atriumd, ["--check", "--no-load", "--manifests", folder.path])
+        let unsafeManifest = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", folder.path])
         #expect(
             unsafeManifest.output.contains(
                 "ctor.json: the manifest \(folder.path)/ctor.json is writable by other users (mode 666)"))
         #expect(unsafeManifest.output.contains("✓ echo.json"))
         // --no-strict-modes takes them as they are.
-        let lax = try runProgram(atriumd, ["--check", "--no-load", "--no-strict-modes", "--manifests", folder.path])
+        let lax = try await runProgram(
+            atriumd, ["--check", "--no-load", "--no-strict-modes", "--manifests", folder.path])
         #expect(lax.status == 0, "\(lax.output)")
         // A manifests folder anyone may write stops the host from starting.
         chmod(folder.path, 0o777)

@@ -158,7 +158,7 @@ struct HostileCrashTests {
     @Test func aDescriptorSmallerThanTheHeadersIsReadOnlyAsFarAsItGoes() async throws {
         // The descriptor ends where the plugin says (just after create) at the very end of a
         // page, and the next page is unmapped: reading one byte past it would crash the host.
-        let library = try PluginLoadingTests().buildPlugin(
+        let library = try await PluginLoadingTests().buildPlugin(
             named: "Short",
             source: """
                 #define _GNU_SOURCE

@@ -12,14 +12,14 @@ import Testing
 
     /// Runs Scripts/install.sh with `arguments` (and the build the tests use); returns its exit
     /// status and output.
-    static func install(_ arguments: [String], home: URL? = nil) throws -> (status: Int32, output: String) {
+    static func install(_ arguments: [String], home: URL? = nil) async throws -> (status: Int32, output: String) {
         var environment: [String: String] = [:]
         if let home {
             environment["HOME"] = home.path
             environment["XDG_DATA_HOME"] = home.appendingPathComponent(".local/share").path
             environment["XDG_CONFIG_HOME"] = home.appendingPathComponent(".config").path
         }
-        let result = try runProgram(
+        let result = try await runProgram(
             "/bin/bash",
             [
                 repository.appendingPathComponent("Scripts/install.sh").path, "--no-build", "--from",
@@ -58,7 +58,7 @@ import Testing
         return folder
     }
 
-    @Test func aSystemInstallPutsEachThingInItsPlaceAndItsUninstallTakesExactlyThat() throws {
+    @Test func aSystemInstallPutsEachThingInItsPlaceAndItsUninstallTakesExactlyThat() async throws {
         let root = try Self.scratch("install-root")
         defer { try? FileManager.default.removeItem(at: root) }
         // Something of someone else's, in a folder the install also uses: it stays.
@@ -67,7 +67,7 @@ import Testing
         try "#!/bin/sh\n".write(
             to: root.appendingPathComponent("usr/bin/other-tool"), atomically: true, encoding: .utf8)
 
-        let installed = try Self.install(["--prefix", "/usr", "--destdir", root.path])
+        let installed = try await Self.install(["--prefix", "/usr", "--destdir", root.path])
         #expect(installed.status == 0, "\(installed.output)")
         let files = Self.files(under: root)
         Self.expectEvery(
@@ -88,7 +88,7 @@ import Testing
         // The configuration file is one atriumd reads, every option at its default; the
         // manifests folder is the standard one, so it is not named.
         let configuration = root.appendingPathComponent("etc/atrium/atriumd.conf").path
-        let printed = try runProgram(
+        let printed = try await runProgram(
             root.appendingPathComponent("usr/bin/atriumd").path, ["--config", configuration, "--print-config"])
         #expect(printed.status == 0, "\(printed.output)")
         #expect(!printed.output.contains("line "), "\(printed.output)")
@@ -101,18 +101,18 @@ import Testing
 
         // The installed host runs from where it was put, and finds its plugins there.
         let atriumd = root.appendingPathComponent("usr/bin/atriumd").path
-        let check = try runProgram(
+        let check = try await runProgram(
             atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path])
         #expect(check.status == 0, "\(check.output)")
         #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
         #expect(check.output.contains("library: \(root.path)/usr/lib/atrium/plugins/libEcho.so"), "\(check.output)")
-        let version = try runProgram(atriumd, ["--version"])
+        let version = try await runProgram(atriumd, ["--version"])
         #expect(version.output == AtriumVersion.current + "\n")
 
         // A manifest the administrator changed since is kept; everything else goes.
         let edited = root.appendingPathComponent("etc/atrium/manifests.d/echo.json")
         try (String(contentsOf: edited, encoding: .utf8) + "\n").write(to: edited, atomically: true, encoding: .utf8)
-        let removed = try Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
+        let removed = try await Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
         #expect(removed.status == 0, "\(removed.output)")
         #expect(removed.output.contains("kept /etc/atrium/manifests.d/echo.json: changed since it was installed"))
         #expect(Self.files(under: root) == ["etc/atrium/manifests.d/echo.json", "usr/bin/other-tool"])
@@ -120,26 +120,26 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/lib").path))
         #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/bin").path))
 
-        let again = try Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
+        let again = try await Self.install(["--uninstall", "--prefix", "/usr", "--destdir", root.path])
         #expect(again.status == 1 && again.output.contains("nothing to uninstall"), "\(again.output)")
     }
 
-    @Test func anUpgradeKeepsWhatTheAdministratorChangedAndNothingOfSomeoneElsesIsTaken() throws {
+    @Test func anUpgradeKeepsWhatTheAdministratorChangedAndNothingOfSomeoneElsesIsTaken() async throws {
         let root = try Self.scratch("install-upgrade")
         defer { try? FileManager.default.removeItem(at: root) }
         let arguments = ["--prefix", "/usr", "--destdir", root.path]
-        #expect(try Self.install(arguments).status == 0)
+        #expect(try await Self.install(arguments).status == 0)
         let manifest = root.appendingPathComponent("etc/atrium/manifests.d/echo.json")
         let edited = try String(contentsOf: manifest, encoding: .utf8) + "\n"
         try edited.write(to: manifest, atomically: true, encoding: .utf8)
         // Installing again (an upgrade) leaves the edited manifest as it is, the new one beside it.
-        let upgrade = try Self.install(arguments)
+        let upgrade = try await Self.install(arguments)
         #expect(upgrade.status == 0, "\(upgrade.output)")
         #expect(upgrade.output.contains("kept /etc/atrium/manifests.d/echo.json: changed since it was installed"))
         #expect(try String(contentsOf: manifest, encoding: .utf8) == edited)
         #expect(FileManager.default.fileExists(atPath: manifest.path + ".new"))
         // Uninstalling after the upgrade still keeps it, and leaves nothing else behind.
-        #expect(try Self.install(["--uninstall"] + arguments).status == 0)
+        #expect(try await Self.install(["--uninstall"] + arguments).status == 0)
         #expect(Self.files(under: root) == ["etc/atrium/manifests.d/echo.json"])
 
         // A file the install did not put there is never overwritten: the install stops before
@@ -147,14 +147,14 @@ import Testing
         try FileManager.default.createDirectory(
             at: root.appendingPathComponent("usr/bin"), withIntermediateDirectories: true)
         try "theirs".write(to: root.appendingPathComponent("usr/bin/atrium"), atomically: true, encoding: .utf8)
-        let clash = try Self.install(arguments)
+        let clash = try await Self.install(arguments)
         #expect(clash.status == 1 && clash.output.contains("  /usr/bin/atrium\n"), "\(clash.output)")
         #expect(try String(contentsOf: root.appendingPathComponent("usr/bin/atrium"), encoding: .utf8) == "theirs")
         #expect(!FileManager.default.fileExists(atPath: root.appendingPathComponent("usr/bin/atriumd").path))
         // Elsewhere than /etc, the configuration names the manifests folder the install used.
         let elsewhere = try Self.scratch("install-sysconfdir")
         defer { try? FileManager.default.removeItem(at: elsewhere) }
-        let opt = try Self.install([
+        let opt = try await Self.install([
             "--prefix", "/opt/atrium", "--sysconfdir", "/opt/atrium/etc", "--destdir", elsewhere.path,
         ])
         #expect(opt.status == 0, "\(opt.output)")
@@ -166,14 +166,14 @@ import Testing
             encoding: .utf8)
         #expect(optUnit.contains("ExecStart=/opt/atrium/bin/atriumd --config /opt/atrium/etc/atrium/atriumd.conf"))
         // A folder a unit cannot hold as it is.
-        let odd = try Self.install(["--prefix", "/opt/my atrium", "--destdir", root.path])
+        let odd = try await Self.install(["--prefix", "/opt/my atrium", "--destdir", root.path])
         #expect(odd.status == 64 && odd.output.contains("has characters a systemd unit cannot hold"), "\(odd.output)")
     }
 
-    @Test func aUserInstallGoesUnderHomeWithUserUnits() throws {
+    @Test func aUserInstallGoesUnderHomeWithUserUnits() async throws {
         let home = try Self.scratch("install-home")
         defer { try? FileManager.default.removeItem(at: home) }
-        let installed = try Self.install(["--user"], home: home)
+        let installed = try await Self.install(["--user"], home: home)
         #expect(installed.status == 0, "\(installed.output)")
         let files = Self.files(under: home)
         Self.expectEvery(
@@ -190,20 +190,20 @@ import Testing
             "\(unit)")
         // The installed host, run as that user would, reads the manifests the install put in
         // their standard folder without being told.
-        let check = try runProgram(
+        let check = try await runProgram(
             home.appendingPathComponent(".local/bin/atriumd").path,
             ["--config", home.appendingPathComponent(".config/atrium/atriumd.conf").path, "--check", "--no-load"],
             environment: ["HOME": home.path, "XDG_DATA_HOME": "", "XDG_CONFIG_HOME": ""])
         #expect(
             check.output.contains("\(home.path)/.local/share/atrium/manifests/echo.json (atrium.examples.echo)"),
             "\(check.output)")
-        let removed = try Self.install(["--uninstall", "--user"], home: home)
+        let removed = try await Self.install(["--uninstall", "--user"], home: home)
         #expect(removed.status == 0, "\(removed.output)")
         #expect(Self.files(under: home).isEmpty, "\(Self.files(under: home))")
     }
 
-    @Test func aWrongOptionSaysWhatToDo() throws {
-        let wrong = try Self.install(["--prefx", "/usr"])
+    @Test func aWrongOptionSaysWhatToDo() async throws {
+        let wrong = try await Self.install(["--prefx", "/usr"])
         #expect(wrong.status == 64 && wrong.output.contains("unknown option --prefx (see --help)"), "\(wrong.output)")
     }
 }
@@ -214,10 +214,10 @@ import Testing
     static var hasDpkg: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/dpkg-deb") }
 
     @Test(.disabled(if: !PackageTests.hasDpkg, "dpkg-deb is not installed (Debian's dpkg)"))
-    func theDebianPackageHoldsWhatItShouldAndItsHostRuns() throws {
+    func theDebianPackageHoldsWhatItShouldAndItsHostRuns() async throws {
         let scratch = try InstallTests.scratch("package")
         defer { try? FileManager.default.removeItem(at: scratch) }
-        let made = try runProgram(
+        let made = try await runProgram(
             "/bin/bash",
             [
                 InstallTests.repository.appendingPathComponent("Scripts/package-deb.sh").path, "--from",
@@ -225,12 +225,12 @@ import Testing
             ])
         #expect(made.status == 0, "\(made.output)")
         let package = scratch.appendingPathComponent("atrium_\(AtriumVersion.current)_amd64.deb").path
-        let fields = try runProgram("dpkg-deb", ["-f", package, "Package", "Version", "Depends"])
+        let fields = try await runProgram("dpkg-deb", ["-f", package, "Package", "Version", "Depends"])
         #expect(fields.output.contains("Package: atrium\nVersion: \(AtriumVersion.current)\n"), "\(fields.output)")
         #expect(fields.output.contains("libffi8") && fields.output.contains("libavahi-client3"), "\(fields.output)")
 
         let root = scratch.appendingPathComponent("root")
-        let unpacked = try runProgram("dpkg-deb", ["-x", package, root.path])
+        let unpacked = try await runProgram("dpkg-deb", ["-x", package, root.path])
         #expect(unpacked.status == 0, "\(unpacked.output)")
         let files = InstallTests.files(under: root)
         InstallTests.expectEvery(
@@ -243,7 +243,7 @@ import Testing
         // dpkg keeps the list of what it installed: the installer's own record is not packaged.
         #expect(!files.contains { $0.hasPrefix("usr/share/atrium/") }, "\(files)")
         let control = scratch.appendingPathComponent("control")
-        _ = try runProgram("dpkg-deb", ["-e", package, control.path])
+        _ = try await runProgram("dpkg-deb", ["-e", package, control.path])
         let conffiles = try String(contentsOf: control.appendingPathComponent("conffiles"), encoding: .utf8)
         #expect(conffiles.contains("/etc/atrium/manifests.d/echo.json\n"), "\(conffiles)")
         #expect(conffiles.contains("/etc/atrium/atriumd.conf\n"), "\(conffiles)")
@@ -252,7 +252,7 @@ import Testing
         // nothing is taken from the toolchain.
         let carried = root.appendingPathComponent("usr/lib/atrium/swift").path
         let atriumd = root.appendingPathComponent("usr/bin/atriumd").path
-        let libraries = try runProgram("ldd", [atriumd], environment: ["LD_LIBRARY_PATH": carried])
+        let libraries = try await runProgram("ldd", [atriumd], environment: ["LD_LIBRARY_PATH": carried])
         #expect(libraries.status == 0 && !libraries.output.contains("not found"), "\(libraries.output)")
         let runtimeNames = ["libswift", "libFoundation", "lib_FoundationICU", "libdispatch", "libBlocksRuntime"]
         let swiftLibraries = libraries.output.split(separator: "\n").filter { line in
@@ -261,7 +261,7 @@ import Testing
         }
         #expect(
             !swiftLibraries.isEmpty && swiftLibraries.allSatisfy { $0.contains(carried) }, "\(libraries.output)")
-        let check = try runProgram(
+        let check = try await runProgram(
             atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path],
             environment: ["LD_LIBRARY_PATH": carried])
         #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")

@@ -11,8 +11,8 @@ struct PluginABITests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    func compile(_ compiler: String, _ arguments: [String]) throws -> (Int32, String) {
-        let result = try runProgram(compiler, arguments, in: Self.root)
+    func compile(_ compiler: String, _ arguments: [String]) async throws -> (Int32, String) {
+        let result = try await runProgram(compiler, arguments, in: Self.root)
         return (result.status, result.output)
     }
 
@@ -39,8 +39,8 @@ struct PluginABITests {
             ]
         ),
     ])
-    func headerCompiles(_ compiler: String, _ arguments: [String]) throws {
-        let (status, output) = try compile(compiler, arguments)
+    func headerCompiles(_ compiler: String, _ arguments: [String]) async throws {
+        let (status, output) = try await compile(compiler, arguments)
         #expect(status == 0, "\(compiler) \(arguments.joined(separator: " ")):\n\(output)")
     }
 
@@ -82,8 +82,8 @@ struct PluginABITests {
 struct PluginLoadingTests {
     /// Builds a one-file plugin whose descriptor says `major.minor` and whose create returns
     /// `createResult`.
-    func buildPlugin(named name: String, major: Int, minor: Int, createResult: Int) throws -> URL {
-        try buildPlugin(
+    func buildPlugin(named name: String, major: Int, minor: Int, createResult: Int) async throws -> URL {
+        try await buildPlugin(
             named: name,
             source: """
                 #include "atrium_plugin.h"
@@ -94,13 +94,13 @@ struct PluginLoadingTests {
     }
 
     /// Builds `lib<name>.so` from one C file, `source`, in a fresh folder.
-    func buildPlugin(named name: String, source text: String) throws -> URL {
+    func buildPlugin(named name: String, source text: String) async throws -> URL {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-abi-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let source = folder.appendingPathComponent("\(name).c")
         try text.write(to: source, atomically: true, encoding: .utf8)
         let library = folder.appendingPathComponent("lib\(name).so")
-        let (status, output) = try PluginABITests().compile(
+        let (status, output) = try await PluginABITests().compile(
             "cc", ["-std=c11", "-shared", "-fPIC", "-ISources/CAtriumPlugin/include", "-o", library.path, source.path]
         )
         try #require(status == 0, "\(output)")
@@ -116,11 +116,11 @@ struct PluginLoadingTests {
 
     @Test func wrongABIsAndFailingCreateAreRefusedWithReasons() async throws {
         var manifests = Fixtures.referenceManifests
-        manifests["major.json"] = manifest(
+        manifests["major.json"] = await manifest(
             "atrium.tests.major", try buildPlugin(named: "Major", major: 2, minor: 0, createResult: 0))
-        manifests["minor.json"] = manifest(
+        manifests["minor.json"] = await manifest(
             "atrium.tests.minor", try buildPlugin(named: "Minor", major: 1, minor: 99, createResult: 0))
-        manifests["create.json"] = manifest(
+        manifests["create.json"] = await manifest(
             "atrium.tests.create", try buildPlugin(named: "Create", major: 1, minor: 0, createResult: -1))
         let host = try await startHost(manifests: manifests)
         let client = try await connectedClient(host)

@@ -115,7 +115,7 @@ struct IndependentClientTests {
     @Test func aPythonClientWrittenFromTheContractGetsEveryAnswerRight() async throws {
         let host = try await startHost(manifests: Fixtures.referenceManifests)
         let script = Fixtures.repositoryRoot.appendingPathComponent("Scripts/contract_client.py").path
-        let result = try runProgram("python3", [script, String(host.port)])
+        let result = try await runProgram("python3", [script, String(host.port)])
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("11 passed, 0 failed"))
         #expect(await host.stop() == 0)

@@ -147,11 +147,7 @@ import Testing
     }
 
     @Test(
-        .disabled(if: !SystemdTests.hasSocketActivate, "systemd-socket-activate is not installed (Debian's systemd)"),
-        .disabled(
-            if: TestEnvironment.addressSanitizer,
-            "once, in the whole suite under AddressSanitizer, its first client's connection was closed before its hello; not seen alone under ASan nor in the plain suite; stepped aside there until the cause is found"
-        ))
+        .disabled(if: !SystemdTests.hasSocketActivate, "systemd-socket-activate is not installed (Debian's systemd)"))
     func socketActivationHandsTheHostItsSocketsAndTheHostTellsSystemdHowItIs() async throws {
         let port = try Self.freePort()
         let notify = try NotifySocket()

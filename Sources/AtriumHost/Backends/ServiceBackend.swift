@@ -63,7 +63,7 @@ extension ServiceBackend {
 /// How a backend is doing: ready, starting, restarting after a crash, or failed for good
 /// (until a reload), with the reason; and for a worker process, its pid and crashes.
 struct BackendHealth: Sendable {
-    enum State: String, Sendable {
+    enum State: String, Sendable, CaseIterable {
         case ready, starting, restarting, failed
     }
     var state: State

@@ -40,14 +40,17 @@ extension HostCore {
         let level: Logger.Level = outcome.status == .deniedByRemoteSystem ? .warning : .info
         let line = "launch \(untrusted(request.uri)) from \(clientDescription): \(outcome.status)"
         let metadata: Logger.Metadata = outcome.error.map { ["reason": "\(untrusted($0, limit: 300))"] } ?? [:]
+        // Launches are counted per declared scheme and status (a bounded set): a client's
+        // scheme is not a label, nor a kind of refusal of its own.
+        let scheme = Self.scheme(of: request.uri).flatMap { scheme in
+            packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
+        }
+        metrics?.launched(scheme: scheme, status: outcome.status)
         if outcome.status == .success {
             logger.log(level: level, "\(line)", metadata: metadata)
         } else {
-            // Refusals are counted per declared scheme and status (a bounded set): a flood of one
-            // kind is one line per interval, and it does not hide a refusal of another kind.
-            let scheme = Self.scheme(of: request.uri).flatMap { scheme in
-                packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
-            }
+            // A flood of one kind is one line per interval, and it does not hide a refusal of
+            // another kind.
             let kind = "launch \(scheme ?? "(undeclared scheme)") \(outcome.status)"
             breaches.record(kind, level: level, line, metadata: metadata)
         }

@@ -17,6 +17,8 @@ public final class AtriumServer: Service, Sendable {
         /// The TCP address actually bound (with the real port when 0 was asked for).
         public var tcp: SocketAddress?
         public var unixSocket: String?
+        /// Where `--metrics` serves.
+        public var metrics: SocketAddress?
     }
 
     public let core: HostCore
@@ -212,6 +214,16 @@ public final class AtriumServer: Service, Sendable {
                 listeners.append(channel)
                 addresses.unixSocket = path
             }
+            if let metrics = core.metrics, let host = configuration.metricsHost {
+                let core = self.core
+                let channel = try await MetricsEndpoint.start(
+                    host: host, port: configuration.metricsPort, group: group, logger: logger
+                ) { eventLoop in
+                    metrics.scrape(on: eventLoop) { core.updateMetrics(metrics) }
+                }
+                listeners.append(channel)
+                addresses.metrics = channel.localAddress
+            }
         } catch {
             for listener in listeners { try? await listener.close() }
             throw error
@@ -220,6 +232,7 @@ public final class AtriumServer: Service, Sendable {
             "listening",
             metadata: [
                 "tcp": "\(addresses.tcp.map { "\($0)" } ?? "off")", "unix": "\(addresses.unixSocket ?? "off")",
+                "metrics": "\(addresses.metrics.map { "\($0)" } ?? "off")",
             ]
         )
         core.listeners.withLock { listeners in
@@ -329,6 +342,11 @@ public final class AtriumServer: Service, Sendable {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     guard let ticket = gate.ticket(for: channel) else { throw AdmissionGate.NotCounted() }
+                    // With --metrics, bytes are counted where they are read and encoded.
+                    let loopMetrics = core.metrics?.loopMetrics(on: channel.eventLoop)
+                    if let loopMetrics {
+                        try channel.pipeline.syncOperations.addHandler(ByteCountingHandler(loop: loopMetrics))
+                    }
                     let security = ConnectionTransport()
                     if transport.context != nil {
                         try channel.pipeline.syncOperations.addHandler(
@@ -339,7 +357,8 @@ public final class AtriumServer: Service, Sendable {
                         ByteToMessageHandler(
                             FrameDecoder<ClientFrame>(
                                 maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),
-                        MessageToByteHandler(FrameEncoder<HostFrame>()),
+                        loopMetrics.map { MessageToByteHandler(CountingFrameEncoder(loop: $0)) }
+                            ?? MessageToByteHandler(FrameEncoder<HostFrame>()),
                         ConnectionHandler(
                             core: core, isLocal: isLocal, ticket: ticket, transport: security, logger: logger),
                     ])

@@ -10,6 +10,8 @@ final class BreachLog: Sendable {
     private let logger: Logger
     private let interval: TimeAmount
     private let windows = Mutex<[String: Window]>([:])
+    /// Counts each refusal by kind, with `--metrics`.
+    private let metrics: HostMetrics?
 
     /// The most kinds counted apart in one interval.
     static let maxKinds = 256
@@ -19,8 +21,9 @@ final class BreachLog: Sendable {
         var suppressed: Int
     }
 
-    init(logger: Logger, interval: Duration) {
+    init(logger: Logger, interval: Duration, metrics: HostMetrics? = nil) {
         self.logger = logger
+        self.metrics = metrics
 
         self.interval = TimeAmount(interval)
     }
@@ -37,6 +40,7 @@ final class BreachLog: Sendable {
             // Kinds may carry peer-chosen text (a scheme): past a bound they share one window,
             // so that the table cannot grow without limit.
             let kind = windows[kind] != nil || windows.count < Self.maxKinds ? kind : "(other kinds)"
+            metrics?.refused(kind)
             if let window = windows[kind], now - window.opened < interval {
                 windows[kind]!.suppressed += 1
                 return nil

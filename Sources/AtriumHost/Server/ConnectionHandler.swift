@@ -127,9 +127,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     let limits: ProtocolLimits
     let admission: AdmissionLimits
+    /// What `--metrics` records on this connection's loop.
+    private var loopMetrics: LoopMetrics?
+    /// With `--metrics`: when the frames of this read arrived (read once for all of them: a
+    /// read's requests arrived together).
+    private var burstArrived: NIODeadline?
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        loopMetrics = core.metrics?.loopMetrics(on: context.eventLoop)
         if case .success(let slot) = ticket.admission {
             link = ConnectionLink(
                 id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), slot: slot, output: output)
@@ -360,6 +366,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         inReadBurst = false
+        burstArrived = nil
         if flushPending {
             flushPending = false
             context.flush()
@@ -775,7 +782,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             // closes its channels on this loop after it swapped the packages.
             if core.isCurrent(backend) {
                 link.slot.book.withLock {
-                    $0.insertChannel(handle, ConnectionSlot.Channel(number: open.channel, backend: backend))
+                    $0.insertChannel(
+                        handle,
+                        ConnectionSlot.Channel(
+                            number: open.channel, backend: backend,
+                            metricsIndex: metricsIndex(package: backend.package, service: open.service)))
                 }
                 logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
             } else {
@@ -836,6 +847,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             case notOpen
             case closing
         }
+        var arrived = NIODeadline.uptimeNanoseconds(0)
+        if loopMetrics != nil {
+            arrived = burstArrived ?? .now()
+            burstArrived = arrived
+        }
         let routed = link.slot.book.withLock { book -> Routed in
             guard let handle = book.numbers[request.channel], let channel = book.channels[handle] else {
                 return .notOpen
@@ -844,7 +860,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             let id = book.makeId()
             book.pending[id] = ConnectionSlot.PendingRequest(
                 number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
-                messageBytes: bytes)
+                messageBytes: bytes, metricsIndex: channel.metricsIndex,
+                received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived)
             return .delivered(id, handle, channel.backend)
         }
         switch routed {
@@ -860,12 +877,19 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Where requests to `service` of `package` are counted on this loop, with `--metrics`.
+    private func metricsIndex(package: String, service: String) -> Int? {
+        guard let metrics = core.metrics, let loopMetrics else { return nil }
+        return loopMetrics.index(of: metrics.service(package: package, service: service))
+    }
+
     /// Sends the answer to a client request (from the backend, a timeout, or the host).
     func finish(
         _ request: ConnectionSlot.PendingRequest, status: AppServiceResponseStatus, message: ByteBuffer?,
         error: String?
     ) {
         machine.requestEnded(bytes: request.messageBytes)
+        if let index = request.metricsIndex { loopMetrics?.answered(index, status: status, since: request.received) }
         defer { closeIfDrained() }
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
         write(

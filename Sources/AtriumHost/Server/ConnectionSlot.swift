@@ -103,6 +103,8 @@ final class ConnectionSlot: Sendable {
         /// The client's number for it.
         var number: UInt64
         var backend: any ServiceBackend
+        /// Where its service's requests are counted on the connection's loop (with `--metrics`).
+        var metricsIndex: Int?
         /// The backend's messages on it that the client has not answered yet.
         var unanswered = 0
         /// The backend asked to close it: it takes nothing more, and closes on the
@@ -121,6 +123,9 @@ final class ConnectionSlot: Sendable {
         /// The size of the request's message, counted against the connection's budget.
         var messageBytes: Int
         var timeout: Scheduled<Void>?
+        /// Where its service's requests are counted, and when it came in (with `--metrics`).
+        var metricsIndex: Int? = nil
+        var received = NIODeadline.uptimeNanoseconds(0)
     }
 
     /// A backend's message to the client, waiting for the client's answer.

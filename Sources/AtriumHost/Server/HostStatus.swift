@@ -84,3 +84,42 @@ extension HostCore {
         ]
     }
 }
+
+extension HostCore {
+    /// Sets what the metrics read at scrape: what the host holds now (as `host.status` counts
+    /// it) and the totals it keeps.
+    func updateMetrics(_ metrics: HostMetrics) {
+        let counted = state.withLock { state in
+            (tcp: state.tcpConnections, local: state.localConnections)
+        }
+        metrics.gauge("atrium_connections", [("transport", "tcp")], Double(counted.tcp))
+        metrics.gauge("atrium_connections", [("transport", "local")], Double(counted.local))
+        var channels: [String: Int] = [:]
+        var pending = 0
+        for slot in slots {
+            slot.book.withLock { book in
+                for channel in book.channels.values { channels[channel.backend.package, default: 0] += 1 }
+                pending += book.pending.count
+            }
+        }
+        let current = packages
+        for package in current {
+            let name = package.manifest.package
+            metrics.gauge("atrium_channels", [("package", name)], Double(channels[name] ?? 0))
+            let state = package.backend?.health.state ?? .failed
+            for each in BackendHealth.State.allCases {
+                metrics.gauge(
+                    "atrium_package_state", [("package", name), ("state", each.rawValue)], each == state ? 1 : 0)
+            }
+        }
+        metrics.forget(packagesOtherThan: Set(current.map(\.manifest.package)))
+        metrics.gauge("atrium_pending_requests", [], Double(pending))
+        metrics.gauge("atrium_launches_in_flight", [], Double(launchesInFlight.load(ordering: .relaxed)))
+        metrics.gauge("atrium_uptime_seconds", [], (ContinuousClock.now - started).seconds)
+        metrics.gauge("atrium_heap_in_use_bytes", [], Double(atrium_heap_in_use()))
+        metrics.gauge("atrium_build_info", [("version", AtriumVersion.current)], 1)
+        metrics.total("atrium_connections_accepted_total", totals.connections.load(ordering: .relaxed))
+        metrics.total("atrium_requests_received_total", totals.requests.load(ordering: .relaxed))
+        metrics.total("atrium_launches_received_total", totals.launches.load(ordering: .relaxed))
+    }
+}

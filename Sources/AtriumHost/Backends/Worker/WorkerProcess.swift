@@ -495,6 +495,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func restart() {
+        core.metrics?.restarted(package: package)
         if let error = launchWorker() {
             logger.error("the worker could not be restarted: \(error)")
             state.withLock { state in

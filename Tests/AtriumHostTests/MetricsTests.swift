@@ -1,0 +1,207 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import Testing
+
+/// `--metrics`: what Prometheus scrapes, read by Python's prometheus_client, the parser
+/// Prometheus's own Python tooling uses.
+@Suite struct MetricsTests {
+    /// One sample: a metric's name, its labels and its value.
+    struct Sample: Decodable, Equatable {
+        var name: String
+        var labels: [String: String]
+        var value: Double
+    }
+
+    /// Reads `/metrics` of the host and parses it with prometheus_client; nil if the parser
+    /// refused it (the reason is recorded).
+    static func scrape(port: Int) async throws -> [Sample]? {
+        let script = """
+            import json, sys, urllib.request
+            from prometheus_client.parser import text_string_to_metric_families
+            text = urllib.request.urlopen("http://127.0.0.1:\(port)/metrics", timeout=10).read().decode()
+            samples = []
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    samples.append({"name": sample.name, "labels": sample.labels, "value": sample.value})
+            json.dump(samples, sys.stdout)
+            """
+        let result = try await runProgram("python3", ["-c", script])
+        guard result.status == 0, let data = result.output.data(using: .utf8),
+            let samples = try? JSONDecoder().decode([Sample].self, from: data)
+        else {
+            Issue.record("prometheus_client could not read the metrics: \(result.output)")
+            return nil
+        }
+        return samples
+    }
+
+    static func value(_ samples: [Sample], _ name: String, _ labels: [String: String] = [:]) -> Double? {
+        samples.first { sample in
+            sample.name == name && labels.allSatisfy { key, value in sample.labels[key] == value }
+        }?.value
+    }
+
+    static func metricsPort(_ host: TestHost) async -> Int? {
+        guard await host.waitForLog("metrics on http://127.0.0.1:", timeout: .seconds(5)) else { return nil }
+        let line = host.log.split(separator: "\n").first { $0.contains("metrics on http://127.0.0.1:") }
+        return line.flatMap { Int($0.split(separator: ":").last?.split(separator: "/").first ?? "") }
+    }
+
+    @Test func whatAPrometheusScrapeReadsIsWhatTheHostDid() async throws {
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests, arguments: ["--metrics", "127.0.0.1:0"])
+        guard let port = await Self.metricsPort(host) else {
+            Issue.record("atriumd did not say where its metrics are: \(host.log)")
+            _ = await host.stop()
+            return
+        }
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        for n in 0..<5 {
+            #expect(try await client.request(channel: 1, id: UInt64(n), ["n": .int(Int64(n))]).status == .success)
+        }
+        // Refused: a package that is not there, and a launch of a scheme nobody declared.
+        #expect(try await client.open(channel: 2, service: "s", package: "no.such.package") == .appNotInstalled)
+        try await client.send(.launch(LaunchFrame(id: 9, uri: "nosuchscheme:x")))
+        let launched = try await client.next()
+        guard case .launched(let answer) = launched else {
+            Issue.record("expected launched, got \(String(describing: launched))")
+            return
+        }
+
+        guard let samples = try await Self.scrape(port: port) else { return }
+        let echo = ["package": Fixtures.echoPackage, "service": Fixtures.echoService]
+        #expect(Self.value(samples, "atrium_requests_total", echo.merging(["status": "Success"]) { $1 }) == 5)
+        #expect(Self.value(samples, "atrium_requests_total", echo.merging(["status": "Failure"]) { $1 }) == 0)
+        #expect(Self.value(samples, "atrium_request_duration_seconds_count", echo) == 5)
+        #expect(Self.value(samples, "atrium_request_duration_seconds_bucket", echo.merging(["le": "+Inf"]) { $1 }) == 5)
+        #expect((Self.value(samples, "atrium_request_duration_seconds_sum", echo) ?? 0) > 0)
+        #expect(Self.value(samples, "atrium_channels", ["package": Fixtures.echoPackage]) == 1)
+        #expect(Self.value(samples, "atrium_connections", ["transport": "tcp"]) == 1)
+        #expect(Self.value(samples, "atrium_package_state", ["package": Fixtures.echoPackage, "state": "ready"]) == 1)
+        #expect(Self.value(samples, "atrium_package_state", ["package": Fixtures.echoPackage, "state": "failed"]) == 0)
+        #expect(
+            Self.value(
+                samples, "atrium_launches_total",
+                ["scheme": "other", "status": "\(answer.status)".prefix { $0 != " " }.description])
+                == 1, "\(samples.filter { $0.name.hasPrefix("atrium_launches") })")
+        #expect(Self.value(samples, "atrium_refusals_total", ["reason": "open refused"]) == 1)
+        #expect(Self.value(samples, "atrium_requests_received_total") == 5)
+        #expect(Self.value(samples, "atrium_connections_accepted_total") == 1)
+        #expect((Self.value(samples, "atrium_received_bytes_total") ?? 0) > 0)
+        #expect((Self.value(samples, "atrium_sent_bytes_total") ?? 0) > 0)
+        #expect(Self.value(samples, "atrium_build_info", ["version": AtriumVersion.current]) == 1)
+        // No label carries a client's text: the refused package and scheme are not there.
+        #expect(
+            !samples.contains {
+                $0.labels.values.contains("no.such.package") || $0.labels.values.contains("nosuchscheme")
+            })
+
+        // Once the client has gone, what it held reads 0; the totals stay.
+        await client.close()
+        var after: [Sample] = []
+        let deadline = ContinuousClock.now + .seconds(5)
+        repeat {
+            try await Task.sleep(for: .milliseconds(50))
+            after = try await Self.scrape(port: port) ?? []
+        } while Self.value(after, "atrium_connections", ["transport": "tcp"]) != 0 && ContinuousClock.now < deadline
+        #expect(Self.value(after, "atrium_connections", ["transport": "tcp"]) == 0)
+        #expect(Self.value(after, "atrium_channels", ["package": Fixtures.echoPackage]) == 0)
+        #expect(Self.value(after, "atrium_requests_total", echo.merging(["status": "Success"]) { $1 }) == 5)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aWorkerRestartIsCountedWithTheRequestItCostAndThePackageIsReadyAgain() async throws {
+        let host = try await startHost(
+            arguments: ["--metrics", "127.0.0.1:0"],
+            manifests: Fixtures.referenceManifests.merging(["w.json": WorkerIsolationTests.manifest()]) { $1 })
+        guard let port = await Self.metricsPort(host) else {
+            Issue.record("atriumd did not say where its metrics are: \(host.log)")
+            _ = await host.stop()
+            return
+        }
+        let package = WorkerIsolationTests.package
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: package) == .success)
+        try await client.send(.request(RequestFrame(channel: 1, id: 7, message: EncodedValueSet(["Crash": "exit"]))))
+        // The request's answer (AppUnavailable) and the channel's close, in either order.
+        var frames: [String] = []
+        for _ in 0..<2 {
+            switch try await client.next() {
+            case .response(let answer): frames.append("response \(answer.status)")
+            case .closed(let closed): frames.append("closed \(closed.channel)")
+            case let other: frames.append("\(String(describing: other))")
+            }
+        }
+        #expect(frames.sorted() == ["closed 1", "response \(AppServiceResponseStatus.appUnavailable)"])
+        #expect(try await WorkerIsolationTests.openWhenBack(client, channel: 2))
+        guard let samples = try await Self.scrape(port: port) else { return }
+        #expect(Self.value(samples, "atrium_plugin_restarts_total", ["package": package]) == 1)
+        #expect(
+            Self.value(
+                samples, "atrium_requests_total", ["package": package, "service": "c", "status": "AppUnavailable"]) == 1
+        )
+        #expect(Self.value(samples, "atrium_package_state", ["package": package, "state": "ready"]) == 1)
+        #expect(Self.value(samples, "atrium_channels", ["package": package]) == 1)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theEndpointAnswersOnlyAScrapeAndHoldsLittleForStrangers() async throws {
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests, arguments: ["--metrics", "127.0.0.1:0"])
+        guard let port = await Self.metricsPort(host) else {
+            Issue.record("atriumd did not say where its metrics are: \(host.log)")
+            _ = await host.stop()
+            return
+        }
+        let script = """
+            import http.client, select, socket, sys, time
+            def ask(method, path, body=None):
+                connection = http.client.HTTPConnection("127.0.0.1", \(port), timeout=10)
+                connection.request(method, path, body=body)
+                response = connection.getresponse()
+                response.read()
+                return response.status
+            print(ask("GET", "/"), ask("POST", "/metrics", b"x"), ask("GET", "/metrics?x=1"), ask("HEAD", "/metrics"))
+            print(ask("POST", "/metrics", b"x" * 10000))
+            # A stranger that opens connections and sends nothing: past 16 the host closes them.
+            held = [socket.create_connection(("127.0.0.1", \(port))) for _ in range(40)]
+            time.sleep(0.5)
+            readable, _, _ = select.select(held, [], [], 2)
+            closed = 0
+            for s in readable:
+                try:
+                    closed += s.recv(1) == b""
+                except ConnectionResetError:
+                    closed += 1
+            print(closed)
+            for s in held:
+                s.close()
+            print(ask("GET", "/metrics"))
+            """
+        let result = try await runProgram("python3", ["-c", script])
+        let lines = result.output.split(separator: "\n").map(String.init)
+        #expect(result.status == 0 && lines.count == 4, "\(result.output)")
+        guard lines.count == 4 else { return }
+        #expect(lines[0] == "404 405 200 200")
+        #expect(lines[1] == "413")
+        #expect(Int(lines[2]).map { $0 >= 24 } == true, "connections closed past the limit: \(lines[2])")
+        #expect(lines[3] == "200", "a scrape after the strangers left")
+        #expect(host.isRunning)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func metricsAreOffUnlessAskedForAndABadAddressIsRefused() async throws {
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
+        #expect(!host.logged("metrics on"))
+        #expect(await host.stop() == 0)
+        let refused = try await runProgram(
+            TestHost.buildFolder.appendingPathComponent("atriumd").path, ["--metrics", "9340", "--check"])
+        #expect(refused.status == 64)
+        #expect(refused.output.contains("--metrics takes HOST:PORT (for example 127.0.0.1:9340), or 'off'; got '9340'"))
+    }
+}
