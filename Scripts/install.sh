@@ -140,7 +140,15 @@ else
 fi
 systemctl_user=""
 ! $user || systemctl_user="--user "
-sed -e "s|@MANIFESTS@|$manifests_line|" -e "s|@SYSTEMCTL@|$systemctl_user|" Packaging/atriumd.conf > "$scratch/atriumd.conf"
+# The system unit's state folder (its StateDirectory), so that `sudo atriumd token create`
+# manages the service's tokens; a user's is the default.
+if $user; then
+    state_line='# state-dir = "~/.local/state/atrium"'
+else
+    state_line='state-dir = "/var/lib/atrium"'
+fi
+sed -e "s|@MANIFESTS@|$manifests_line|" -e "s|@SYSTEMCTL@|$systemctl_user|" -e "s|@STATEDIR@|$state_line|" \
+    Packaging/atriumd.conf > "$scratch/atriumd.conf"
 plan+=("644"$'\t'"$scratch/atriumd.conf"$'\t'"$configfile"$'\t'"config")
 # Units, with where things are filled in.
 for unit in "$units"/atriumd.service "$units"/atriumd.socket; do

@@ -72,7 +72,10 @@ public struct TLSIdentity: Sendable {
 
     /// Makes `folder` (mode 0700) if it is missing, and checks that it is a real folder that
     /// belongs to this user (or root) and that no one else may write to.
-    public static func prepareFolder(_ folder: URL) throws(TLSIdentityError) {
+    ///
+    /// With `owner`, the folder may belong to that user instead (root managing a service's
+    /// state folder: ``TokenStore``).
+    public static func prepareFolder(_ folder: URL, owner: uid_t? = nil) throws(TLSIdentityError) {
         let parent = folder.deletingLastPathComponent()
         do {
             try FileManager.default.createDirectory(
@@ -90,7 +93,7 @@ public struct TLSIdentity: Sendable {
         guard status.st_mode & S_IFMT == S_IFDIR else {
             throw TLSIdentityError("\(folder.path) is not a folder (a link or a file is not used for an identity)")
         }
-        guard status.st_uid == geteuid() || status.st_uid == 0 else {
+        guard status.st_uid == geteuid() || status.st_uid == 0 || status.st_uid == owner else {
             throw TLSIdentityError(
                 "\(folder.path) belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): another user could change the identity in it"
             )
@@ -103,8 +106,10 @@ public struct TLSIdentity: Sendable {
     }
 
     /// Reads a small regular file without following a link, checked on the open file: owned
-    /// by this user, and (`mustBePrivate`) readable by no one else.
-    public static func readPrivate(_ file: URL, mustBePrivate: Bool = true) throws(TLSIdentityError) -> String {
+    /// by this user (or `owner`), and (`mustBePrivate`) readable by no one else.
+    public static func readPrivate(_ file: URL, mustBePrivate: Bool = true, owner: uid_t? = nil)
+        throws(TLSIdentityError) -> String
+    {
         let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else {
             throw TLSIdentityError("cannot read \(file.path): \(String(cString: strerror(errno)))")
@@ -114,9 +119,9 @@ public struct TLSIdentity: Sendable {
         guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
             throw TLSIdentityError("\(file.path) is not a regular file")
         }
-        guard status.st_uid == geteuid() else {
+        guard status.st_uid == (owner ?? geteuid()) else {
             throw TLSIdentityError(
-                "\(file.path) belongs to uid \(status.st_uid), not to this user (uid \(geteuid())): remove it to make a new identity"
+                "\(file.path) belongs to uid \(status.st_uid), not to this user (uid \(owner ?? geteuid())): remove it to make a new identity"
             )
         }
         if mustBePrivate && status.st_mode & 0o077 != 0 {
@@ -180,11 +185,18 @@ public struct TLSIdentity: Sendable {
     /// Writes `text` to a new file of mode 0600, through a temporary name, so that a reader
     /// never sees half a file and no one else could ever read it. An existing file of that
     /// name is replaced.
-    public static func writeNew(_ file: URL, _ text: String) throws(TLSIdentityError) {
+    ///
+    /// With `owner` (a user and group), the file is given to them before it takes its place.
+    public static func writeNew(_ file: URL, _ text: String, owner: (uid_t, gid_t)? = nil) throws(TLSIdentityError) {
         let temporary = file.path + ".new-\(getpid())"
         // One left by a process of the same pid that crashed is stale (the folder is ours).
         unlink(temporary)
         try writeFile(temporary, text)
+        if let (user, group) = owner, chown(temporary, user, group) != 0 {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw TLSIdentityError("cannot give \(file.path) to uid \(user): \(reason)")
+        }
         guard rename(temporary, file.path) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(temporary)

@@ -266,6 +266,29 @@ struct CommandLineTests {
         #expect(listed.status == 0 && listed.output.contains("backup"), "\(listed.output)")
     }
 
+    @Test(.enabled(if: geteuid() == 0, "needs root: it gives a folder to another user"))
+    func rootManagesTheTokensOfAServicesStateFolderForIt() async throws {
+        // As `sudo atriumd token create` for the system unit, whose DynamicUser owns the state
+        // folder: the file is the service's, so the host can read it.
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-owned-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(
+            at: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(at: state) }
+        #expect(chown(state.path, 65534, 65534) == 0)
+        let made = try await run(["token", "create", "--name", "backup", "--state-dir", state.path])
+        #expect(made.status == 0, "\(made.output)")
+        let file = state.appendingPathComponent("tokens.json").path
+        let attributes = try FileManager.default.attributesOfItem(atPath: file)
+        #expect((attributes[.ownerAccountID] as? NSNumber)?.intValue == 65534)
+        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        let listed = try await run(["token", "list", "--state-dir", state.path])
+        #expect(listed.status == 0 && listed.output.contains("backup"), "\(listed.output)")
+        let revoked = try await run(["token", "revoke", "backup", "--state-dir", state.path])
+        #expect(revoked.status == 0, "\(revoked.output)")
+        let after = try FileManager.default.attributesOfItem(atPath: file)
+        #expect((after[.ownerAccountID] as? NSNumber)?.intValue == 65534)
+    }
+
     @Test func severalManifestFoldersAreCheckedInOrder() async throws {
         let first = try folder(["echo.json": Fixtures.referenceManifests["echo.json"]!])
         let second = try folder(Fixtures.referenceManifests)

@@ -33,6 +33,19 @@ public final class TokenStore: Sendable {
         file = folder.appendingPathComponent("tokens.json")
     }
 
+    /// Root managing the state folder of another user (the service's: `sudo atriumd token
+    /// create` for the system unit, whose DynamicUser owns /var/lib/atrium): that user's
+    /// files are read, and what is written is given to them, so the host can read it. Nil
+    /// otherwise.
+    private var folderOwner: (uid_t, gid_t)? {
+        guard geteuid() == 0 else { return nil }
+        var status = stat()
+        guard lstat(file.deletingLastPathComponent().path, &status) == 0, status.st_mode & S_IFMT == S_IFDIR,
+            status.st_uid != 0
+        else { return nil }
+        return (status.st_uid, status.st_gid)
+    }
+
     /// The tokens, read again from the file when it has changed since the last look.
     public func tokens() throws -> [Token] {
         var status = stat()
@@ -44,7 +57,7 @@ public final class TokenStore: Sendable {
             Int(status.st_ino), Int(status.st_size), Int(status.st_mtim.tv_sec), Int(status.st_mtim.tv_nsec),
         ]
         if let cached = cache.withLock({ $0.stamp == stamp ? $0.tokens : nil }) { return cached }
-        let text = try TLSIdentity.readPrivate(file)
+        let text = try TLSIdentity.readPrivate(file, owner: folderOwner?.0)
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         let tokens = try decoder.decode([Token].self, from: Data(text.utf8))
@@ -97,8 +110,10 @@ public final class TokenStore: Sendable {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try TLSIdentity.prepareFolder(file.deletingLastPathComponent())
-        try TLSIdentity.writeNew(file, String(decoding: try encoder.encode(tokens), as: UTF8.self) + "\n")
+        let owner = folderOwner
+        try TLSIdentity.prepareFolder(file.deletingLastPathComponent(), owner: owner?.0)
+        try TLSIdentity.writeNew(
+            file, String(decoding: try encoder.encode(tokens), as: UTF8.self) + "\n", owner: owner)
     }
 }
 
