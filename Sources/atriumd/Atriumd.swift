@@ -270,6 +270,11 @@ struct Atriumd: AsyncParsableCommand {
         }
         if metrics != "off" {
             _ = try parseAddress(metrics, option: "--metrics", example: "127.0.0.1:9340")
+            guard !metrics.hasPrefix(":") else {
+                throw ValidationError(
+                    "--metrics takes HOST:PORT with the host named (127.0.0.1:9340 for this machine only, 0.0.0.0:9340 for every address); got '\(metrics)'"
+                )
+            }
         }
         guard responseTimeout > 0, drainTimeout >= 0 else {
             throw ValidationError("--response-timeout must be above 0 and --drain-timeout at least 0")
@@ -444,6 +449,9 @@ struct Atriumd: AsyncParsableCommand {
             Foundation.exit(WorkerMain.run(links: workerLinks, logger: Logger(label: "atriumd.worker")))
         }
         let logger = Logger(label: "atriumd")
+        for variable in Self.configuredElsewhere.withLock({ $0?.unusedEnvironment ?? [] }) {
+            logger.notice("\(variable) names no option of atriumd's and is not used")
+        }
         // Under systemd: the sockets of a socket unit, and where to say the host is ready.
         let activated: [Systemd.ActivatedSocket]
         do {
@@ -457,9 +465,8 @@ struct Atriumd: AsyncParsableCommand {
         if !activated.isEmpty {
             // The sockets of the unit are all the host listens on: a kind it did not pass is
             // off, unless named on the command line.
-            let given = Set(CommandLine.arguments.map { $0.split(separator: "=").first.map(String.init) ?? $0 })
-            if !activated.contains(where: \.isTCP), !given.contains("--listen") { configuration.listenHost = nil }
-            if !activated.contains(where: { !$0.isTCP }), !given.contains("--socket") { configuration.socketPath = nil }
+            if !activated.contains(where: \.isTCP), !Self.isGiven("listen") { configuration.listenHost = nil }
+            if !activated.contains(where: { !$0.isTCP }), !Self.isGiven("socket") { configuration.socketPath = nil }
         }
         for socket in activated {
             // What they are bound to decides what listening there means (TLS, pairing,

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AtriumHost
 import Foundation
+import Synchronization
 
 /// `--config`: the configuration file, for atriumd and its subcommands.
 struct ConfigOptions: ParsableArguments {
@@ -26,8 +27,12 @@ extension Atriumd {
     /// came from the file or the environment says where it came from.
     static func main() async {
         let commandLine = Array(CommandLine.arguments.dropFirst())
-        // A worker process is started by the host with everything it needs.
-        guard !commandLine.contains("--worker") else { return await runParsed(commandLine, configured: nil) }
+        // A worker process is started by the host with everything it needs; help and the
+        // version are given whatever the configuration holds.
+        let beforeEnd = commandLine.prefix { $0 != "--" }
+        guard !beforeEnd.contains(where: { ["--worker", "--help", "-h", "--version"].contains($0) }),
+            beforeEnd.first != "help"
+        else { return await runParsed(commandLine, configured: nil) }
         let (options, accepted) = optionSpecs(for: commandLine)
         let configured: ConfiguredArguments
         do {
@@ -38,7 +43,18 @@ extension Atriumd {
             FileHandle.standardError.write(Data("Error: \(error.description)\n".utf8))
             Foundation.exit(ExitCode.validationFailure.rawValue)
         }
+        configuredElsewhere.withLock { $0 = configured }
         await runParsed(configured.arguments, configured: configured)
+    }
+
+    /// The options given anywhere (the command line, the environment or the file), and the
+    /// `ATRIUM_*` variables that name none: what `run` needs to know beyond the values.
+    static let configuredElsewhere = Mutex<ConfiguredArguments?>(nil)
+
+    /// Whether `option` was given at all, rather than left at its default.
+    static func isGiven(_ option: String) -> Bool {
+        configuredElsewhere.withLock { $0?.values[option] != nil }
+            || CommandLine.arguments.contains { $0 == "--\(option)" || $0.hasPrefix("--\(option)=") }
     }
 
     static func runParsed(_ arguments: [String], configured: ConfiguredArguments?) async {
@@ -57,12 +73,23 @@ extension Atriumd {
             guard exitCode(for: error) != .success, let configured else { exit(withError: error) }
             var message = fullMessage(for: error)
             for (name, value) in configured.values.sorted(by: { $0.key < $1.key })
-            where value.origin != .commandLine && message.contains("--\(name)") {
+            where value.origin != .commandLine && mentions(message, option: name) {
                 message += "\n(--\(name) is set by \(value.origin))"
             }
             FileHandle.standardError.write(Data((message + "\n").utf8))
             Foundation.exit(exitCode(for: error).rawValue)
         }
+    }
+
+    /// Whether `message` names `--option` itself (not a longer option it begins).
+    static func mentions(_ message: String, option: String) -> Bool {
+        var rest = message[...]
+        while let range = rest.range(of: "--\(option)") {
+            let next = rest[range.upperBound...].first
+            if next == nil || !(next!.isLetter || next!.isNumber || next == "-") { return true }
+            rest = rest[range.upperBound...]
+        }
+        return false
     }
 
     /// What the configuration file may set (every option --help shows, but the actions), and
@@ -87,9 +114,20 @@ extension Atriumd {
         }
         let all = specs(root)
         // The subcommand the command line names, if any: its options are what it accepts.
+        // Options may come before it (`atriumd --config F token list`): they and their values
+        // are passed over.
         var command = root
-        for word in commandLine {
-            guard !word.hasPrefix("-"),
+        var index = 0
+        while index < commandLine.count, commandLine[index] != "--" {
+            let word = commandLine[index]
+            index += 1
+            if word.hasPrefix("-") {
+                let name = String(word.dropFirst(2).prefix { $0 != "=" })
+                let takesValue = (specs(command) + all).contains { $0.name == name && !$0.isFlag }
+                if takesValue, !word.contains("=") { index += 1 }
+                continue
+            }
+            guard
                 let next = (command["subcommands"] as? [[String: Any]] ?? []).first(where: {
                     $0["commandName"] as? String == word
                 })
@@ -130,12 +168,7 @@ extension Atriumd {
 
     static func rendered(_ values: [String], _ option: OptionSpec) -> String {
         if option.isFlag { return values == ["true"] ? "true" : "false" }
-        func one(_ text: String) -> String {
-            if let number = Int(text) { return String(number) }
-            if let number = Double(text), number.isFinite, text.first?.isNumber == true { return text }
-            return ConfigFile.quoted(text)
-        }
-        if option.isRepeating { return "[" + values.map(one).joined(separator: ", ") + "]" }
-        return values.last.map(one) ?? "\"\""
+        if option.isRepeating { return "[" + values.map(ConfigFile.written).joined(separator: ", ") + "]" }
+        return values.last.map(ConfigFile.written) ?? "\"\""
     }
 }

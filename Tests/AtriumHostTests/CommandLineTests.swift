@@ -161,6 +161,7 @@ struct CommandLineTests {
             manifests = ["\(manifests.path)"]
             response-timeout = 60
             no-watch = true
+            advertise-name = "007"
             """)
         defer {
             try? FileManager.default.removeItem(at: manifests)
@@ -182,6 +183,7 @@ struct CommandLineTests {
             "log-level = \"debug\" # environment ATRIUM_LOG_LEVEL",
             "drain-timeout = 3 # command line",
             "tls = \"auto\" # default",
+            "advertise-name = \"007\" # \(path), line 6",
             "# audit-log is not set",
         ] {
             #expect(lines.contains(expected), "\(expected) in \(result.output)")
@@ -264,6 +266,14 @@ struct CommandLineTests {
             TestHost.buildFolder.appendingPathComponent("atriumd").path, ["token", "list"],
             environment: ["ATRIUM_CONFIG": path])
         #expect(listed.status == 0 && listed.output.contains("backup"), "\(listed.output)")
+        // atriumd's own option before the subcommand, as ArgumentParser takes it.
+        let before = try await run(["--config", path, "token", "list"])
+        #expect(before.status == 0 && before.output.contains("backup"), "\(before.output)")
+        // Help is given however broken the configuration is.
+        let help = try await runProgram(
+            TestHost.buildFolder.appendingPathComponent("atriumd").path, ["--help"],
+            environment: ["ATRIUM_CONFIG": "/no/such/atriumd.conf", "ATRIUM_NO_WATCH": "maybe"])
+        #expect(help.status == 0 && help.output.contains("--print-config"), "\(help.output)")
     }
 
     @Test(.enabled(if: geteuid() == 0, "needs root: it gives a folder to another user"))

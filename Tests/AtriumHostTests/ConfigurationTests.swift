@@ -54,6 +54,8 @@ struct ConfigurationTests {
         #expect(entries[7].value == .integer(-3))
         #expect(entries[8].value == .boolean(true) && entries[9].value == .boolean(false))
         #expect(entries[10].value == .array([]))
+        // A byte order mark before the first key is not part of it.
+        #expect(try parse("\u{FEFF}listen = \"x\"").first?.key == "listen")
         // What TOML writes is what it reads.
         let written = entries.map { "\($0.key) = \($0.value)" }.joined(separator: "\n")
         #expect(try parse(written).map(\.value) == entries.map(\.value))
@@ -73,14 +75,19 @@ struct ConfigurationTests {
             ("limits = {a = 1}", 1, "limits", "inline tables ({...}) are not used"),
             ("\n\nmanifests = [\"a\",\n  \"b\"\n", 5, "manifests", "the list opened on line 3 does not end"),
             ("manifests = [\"a\" \"b\"]", 1, "manifests", "expected ',' or ']' in the list"),
-            ("max-channels = 007", 1, "max-channels", "'007' is not a value"),
-            ("max-channels = 1__0", 1, "max-channels", "'1__0' is not a value"),
+            ("max-channels = 007", 1, "max-channels", "'007' is not a number this option can hold"),
+            ("max-channels = 1__0", 1, "max-channels", "'1__0' is not a number this option can hold"),
             ("drain-timeout = inf", 1, "drain-timeout", "'inf' is not a value"),
             ("= 3", 1, nil, "expected an option name"),
             ("listen \"a\"", 1, "listen", "expected '=' after the key"),
             ("name = \"a\u{1}b\"", 1, "name", "a control character in a string"),
             ("name = \"\\u12\"", 1, "name", "\\u takes 4 hex digits"),
             ("name = 'abc", 1, "name", "a closing ' is missing"),
+            ("manifests = [[\"a\"]]", 1, "manifests", "a list inside a list is not used"),
+            ("manifests = [[[[[[[[[[[[[[[[[[[[[[[[", 1, "manifests", "a list inside a list is not used"),
+            ("name = \"\\u+041\"", 1, "name", "\\u takes 4 hex digits"),
+            ("max-channels = 99999999999999999999", 1, "max-channels", "is not a number this option can hold"),
+            ("a = 1\r\nlisten =\r\nb = 2", 2, "listen", "no value after '='"),
         ]
         for (text, line, key, reason) in cases {
             let error = mistake(text)
@@ -183,8 +190,8 @@ struct ConfigurationTests {
             ("listen = [\"a\", \"b\"]", "line 1, key 'listen': takes one value, not a list; got [\"a\", \"b\"]"),
             ("listen = true", "line 1, key 'listen': takes a string or a number; got true or false (true)"),
             (
-                "manifests = [[\"a\"]]",
-                "line 1, key 'manifests': takes a list of strings or numbers; got a list ([\"a\"])"
+                "manifests = [true]",
+                "line 1, key 'manifests': takes a list of strings or numbers; got true or false (true)"
             ),
             ("config = \"/etc/other.conf\"", "line 1, key 'config': the configuration file cannot name another"),
         ]
@@ -206,6 +213,19 @@ struct ConfigurationTests {
         defer { try? FileManager.default.removeItem(atPath: path) }
         let configured = try make(["token", "list", "--config", path], accepted: ["config", "state-dir"])
         #expect(configured.arguments == ["token", "list", "--config", path, "--state-dir=/var/lib/atrium"])
+        // What follows `--` is the command's own words: the file's options go before it.
+        let revoke = try make(
+            ["token", "revoke", "--config", path, "--", "-backup"], accepted: ["config", "state-dir"])
+        #expect(
+            revoke.arguments == ["token", "revoke", "--config", path, "--state-dir=/var/lib/atrium", "--", "-backup"])
+    }
+
+    @Test func printedValuesReadBackAsTheSameText() {
+        #expect(ConfigFile.written("60") == "60")
+        #expect(ConfigFile.written("2.5") == "2.5")
+        for text in ["007", "+1", "1e5", "0x1A", "1.", "Kitchen", "", "-0"] {
+            #expect(ConfigFile.written(text) == ConfigFile.quoted(text), "\(text)")
+        }
     }
 
     @Test func manifestsFromSeveralFoldersInOrder() throws {

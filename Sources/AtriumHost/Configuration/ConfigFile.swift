@@ -75,8 +75,19 @@ public struct ConfigFile: Sendable, Equatable {
     /// Reads `text`, the content of the file at `path`.
     public init(parsing text: String, path: String) throws(ConfigFile.Error) {
         self.path = path
-        var parser = Parser(bytes: Array(text.utf8), path: path)
+        var bytes = Array(text.utf8)
+        // A byte order mark some editors write first is not part of the first key.
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
+        var parser = Parser(bytes: bytes, path: path)
         entries = try parser.entries()
+    }
+
+    /// How `--print-config` writes an option's value: bare when TOML reads that text back as
+    /// the number it is (`60`, `2.5`), quoted otherwise (`"007"`, `"1e5"`, `"Kitchen"`), so that
+    /// what it prints reads back as the same text.
+    public static func written(_ text: String) -> String {
+        if let number = Parser.number(text), number.description == text { return text }
+        return quoted(text)
     }
 
     /// `text` as a TOML basic string.
@@ -107,6 +118,8 @@ private struct Parser {
     var line = 1
     /// The key being read, for messages.
     var key: String?
+    /// Whether a list is being read (lists do not nest).
+    var inArray = false
 
     init(bytes: [UInt8], path: String) {
         self.bytes = bytes
@@ -205,7 +218,7 @@ private struct Parser {
     }
 
     mutating func readValue() throws(ConfigFile.Error) -> ConfigFile.Value {
-        guard let byte = current, byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "#") else {
+        guard let byte = current, byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "#"), !isCRLF else {
             throw fail("no value after '='")
         }
         switch byte {
@@ -259,6 +272,7 @@ private struct Parser {
                 case UInt8(ascii: "u"), UInt8(ascii: "U"):
                     let count = escape == UInt8(ascii: "u") ? 4 : 8
                     guard bytes.count - index >= count,
+                        bytes[index..<index + count].allSatisfy({ Character(Unicode.Scalar($0)).isHexDigit }),
                         let value = UInt32(String(decoding: bytes[index..<index + count], as: UTF8.self), radix: 16),
                         let scalar = Unicode.Scalar(value)
                     else {
@@ -303,6 +317,9 @@ private struct Parser {
 
     mutating func readArray() throws(ConfigFile.Error) -> ConfigFile.Value {
         let opened = line
+        guard !inArray else { throw fail("a list inside a list is not used: no option takes one") }
+        inArray = true
+        defer { inArray = false }
         index += 1
         var values: [ConfigFile.Value] = []
         while true {
@@ -343,6 +360,15 @@ private struct Parser {
         default: break
         }
         if let number = Self.number(word) { return number }
+        if !word.isEmpty,
+            word.utf8.allSatisfy({
+                Self.isDigit($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "+")
+            }),
+            word.utf8.contains(where: Self.isDigit)
+        {
+            throw fail(
+                "'\(word)' is not a number this option can hold (too large, or written as TOML does not write one)")
+        }
         throw fail("'\(word)' is not a value: a string is quoted (\"\(word)\"); else a number, true or false")
     }
 

@@ -149,18 +149,20 @@ public struct ConfiguredArguments: Sendable {
             }
         }
 
-        // The arguments: the command line's, then what the environment and the file give the
-        // command that runs.
-        var arguments = commandLine
+        // The arguments: the command line's, with what the environment and the file give the
+        // command that runs after its options (before a `--`, after which all is positional).
+        var added: [String] = []
         let acceptedNames = Set(accepted.map(\.name))
         for option in options where acceptedNames.contains(option.name) {
             guard let (strings, origin) = values[option.name], origin != .commandLine else { continue }
             if option.isFlag {
-                if strings == ["true"] { arguments.append("--\(option.name)") }
+                if strings == ["true"] { added.append("--\(option.name)") }
             } else {
-                arguments += strings.map { "--\(option.name)=\($0)" }
+                added += strings.map { "--\(option.name)=\($0)" }
             }
         }
+        var arguments = commandLine
+        arguments.insert(contentsOf: added, at: commandLine.firstIndex(of: "--") ?? commandLine.endIndex)
         return ConfiguredArguments(arguments: arguments, file: file?.path, values: values, unusedEnvironment: unused)
     }
 

@@ -30,6 +30,14 @@ extension HostCore {
 
     var policy: LaunchPolicy { configuration.launchPolicy }
 
+    /// The scheme of `uri` when a manifest declares it, else nil: what counts and logs may be
+    /// labelled with (a bounded set), never a client's text.
+    func declaredScheme(of uri: String) -> String? {
+        Self.scheme(of: uri).flatMap { scheme in
+            packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
+        }
+    }
+
     /// Launches a URI: checks it and the policy, finds the handler of its scheme (falling back
     /// to `fallbackUri`), and hands it the launch. Blocks while the handler runs: call it off
     /// the event loop. Every outcome is logged with who asked.
@@ -42,16 +50,15 @@ extension HostCore {
         let metadata: Logger.Metadata = outcome.error.map { ["reason": "\(untrusted($0, limit: 300))"] } ?? [:]
         // Launches are counted per declared scheme and status (a bounded set): a client's
         // scheme is not a label, nor a kind of refusal of its own.
-        let scheme = Self.scheme(of: request.uri).flatMap { scheme in
-            packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
-        }
+        let scheme = declaredScheme(of: request.uri)
         metrics?.launched(scheme: scheme, status: outcome.status)
         if outcome.status == .success {
             logger.log(level: level, "\(line)", metadata: metadata)
         } else {
             // A flood of one kind is one line per interval, and it does not hide a refusal of
             // another kind.
-            let kind = "launch \(scheme ?? "(undeclared scheme)") \(outcome.status)"
+            // The status by name: a plugin's out-of-range number is "unrecognised", one kind.
+            let kind = "launch \(scheme ?? "(undeclared scheme)") \(HostMetrics.name(outcome.status))"
             breaches.record(kind, level: level, line, metadata: metadata)
         }
         return outcome

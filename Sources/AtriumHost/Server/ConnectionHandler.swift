@@ -880,7 +880,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Where requests to `service` of `package` are counted on this loop, with `--metrics`.
     private func metricsIndex(package: String, service: String) -> Int? {
         guard let metrics = core.metrics, let loopMetrics else { return nil }
-        return loopMetrics.index(of: metrics.service(package: package, service: service))
+        // The manifest's spelling of the service: the client's may differ (Unicode
+        // equivalence), and is not the client's to choose.
+        let declared = core.package(package)?.manifest.service(named: service)?.name ?? service
+        return loopMetrics.index(of: metrics.service(package: package, service: declared))
     }
 
     /// Sends the answer to a client request (from the backend, a timeout, or the host).
@@ -981,10 +984,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
             self.auditLaunch(launch, outcome)
             self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
         }
+        // Refused before it reaches a handler (HostCore.launch counts the others).
+        let refuse = { (outcome: LaunchOutcome) in
+            self.core.metrics?.launched(scheme: self.core.declaredScheme(of: launch.uri), status: outcome.status)
+            answer(outcome)
+        }
         guard machine.launchReceived() else {
             core.breaches.record(
                 "launches per connection", level: .notice, "a connection reached --max-launches-per-connection")
-            answer(
+            refuse(
                 LaunchOutcome(
                     status: .deniedByRemoteSystem,
                     error: "more than \(admission.maxLaunchesPerConnection) launches in flight on this connection"))
@@ -993,7 +1001,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard core.takeLaunchSlot() else {
             machine.launchEnded()
             core.breaches.record("launches", "the host reached --max-launches")
-            answer(
+            refuse(
                 LaunchOutcome(
                     status: .deniedByRemoteSystem,
                     error: "the host has \(admission.maxLaunches) launches in flight, its limit"))
@@ -1002,7 +1010,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if let data = launch.data, data.byteCount > core.configuration.launchDataLimit {
             machine.launchEnded()
             core.releaseLaunchSlot()
-            answer(
+            refuse(
                 LaunchOutcome(
                     status: .valueSetTooLarge,
                     error:

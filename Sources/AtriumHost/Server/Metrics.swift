@@ -96,8 +96,17 @@ final class HostMetrics: Sendable {
         String(status.description.prefix { $0 != " " })
     }
 
+    /// The most kinds of refusal counted apart; the rest share one.
+    static let maxRefusalKinds = 256
+    private let refusalKinds = Mutex<Set<String>>([])
+
     /// A refusal the host logged (``BreachLog``), by its kind.
     func refused(_ kind: String) {
+        let kind = refusalKinds.withLock { kinds in
+            guard kinds.contains(kind) || kinds.count < Self.maxRefusalKinds else { return "(other kinds)" }
+            kinds.insert(kind)
+            return kind
+        }
         counter("atrium_refusals_total", [("reason", kind)]).increment()
     }
 
@@ -140,36 +149,58 @@ final class HostMetrics: Sendable {
         if added > 0 { counter(label, []).increment(by: Int64(truncatingIfNeeded: added)) }
     }
 
+    /// How long a scrape waits for a loop to hand over its numbers: a loop that a plugin
+    /// blocks does not stop the scrape (its numbers are added when it hands them over, and
+    /// reach the next one).
+    static let handOverWait = TimeAmount.seconds(2)
+
     /// The metrics in Prometheus's text format, once every loop handed over what it counted
-    /// and `update` set what is read at the scrape. Completes on `eventLoop`.
+    /// (or ``handOverWait`` passed) and `update` set what is read at the scrape. Completes on
+    /// `eventLoop`.
     func scrape(on eventLoop: any EventLoop, update: @escaping @Sendable () -> Void) -> EventLoopFuture<[UInt8]> {
         let shards = loops.withLock { Array($0.values) }
         let handedOver = shards.map { shard in
-            shard.eventLoop.submit { shard.value.handOver() }
+            shard.eventLoop.submit { shard.value.handOver() }.map { [self] recording in add(recording) }
         }
-        return EventLoopFuture.whenAllSucceed(handedOver, on: eventLoop).map { [self] recordings in
+        let promise = eventLoop.makePromise(of: Void.self)
+        let done = NIOLoopBoundBox(false, eventLoop: eventLoop)
+        let finish: @Sendable () -> Void = {
+            guard !done.value else { return }
+            done.value = true
+            promise.succeed(())
+        }
+        let timer = eventLoop.scheduleTask(in: Self.handOverWait, finish)
+        EventLoopFuture.andAllComplete(handedOver, on: eventLoop).whenComplete { _ in
+            timer.cancel()
+            finish()
+        }
+        return promise.futureResult.map { [self] in
             update()
-            var text: [UInt8] = []
-            latencies.withLock { latencies in
-                for recording in recordings {
-                    bytesIn.increment(by: Int64(recording.bytesIn))
-                    bytesOut.increment(by: Int64(recording.bytesOut))
-                    for entry in recording.services {
-                        for (status, count) in entry.statuses.enumerated() where count > 0 {
-                            entry.service.byStatus[status].increment(by: Int64(count))
-                        }
-                        let key = ObjectIdentifier(entry.service)
-                        var histogram = latencies[key]?.1 ?? LatencyHistogram()
-                        histogram.add(entry.latency)
-                        latencies[key] = (entry.service, histogram)
-                    }
-                }
-                text = registry.emitToBuffer()
+            return latencies.withLock { latencies in
+                var text = registry.emitToBuffer()
                 LatencyHistogram.emit(
                     latencies.values.sorted { ($0.0.package, $0.0.service) < ($1.0.package, $1.0.service) },
                     into: &text)
+                return text
             }
-            return text
+        }
+    }
+
+    /// Adds what a loop handed over to the counters and histograms.
+    private func add(_ recording: LoopMetrics.Recording) {
+        if recording.bytesIn > 0 { bytesIn.increment(by: Int64(recording.bytesIn)) }
+        if recording.bytesOut > 0 { bytesOut.increment(by: Int64(recording.bytesOut)) }
+        latencies.withLock { latencies in
+            for entry in recording.services {
+                for (status, count) in entry.statuses.enumerated() where count > 0 {
+                    entry.service.byStatus[status].increment(by: Int64(count))
+                }
+                guard entry.latency.count > 0 else { continue }
+                let key = ObjectIdentifier(entry.service)
+                var histogram = latencies[key]?.1 ?? LatencyHistogram()
+                histogram.add(entry.latency)
+                latencies[key] = (entry.service, histogram)
+            }
         }
     }
 }

@@ -6,13 +6,18 @@ import Synchronization
 
 /// Serves the host's metrics over HTTP (`--metrics HOST:PORT`): `GET /metrics` in
 /// Prometheus's text format, nothing else. It holds little for whoever connects: a handful of
-/// connections at once (more are closed at once), requests of a bounded size, and a
-/// connection that sends nothing for a while is closed.
+/// connections at once (more are closed at once), a request must be whole within
+/// ``requestTimeout`` of the connection or of the answer before it (an idle or trickling
+/// connection is closed), a connection that does not read its answers is closed, and a
+/// scrape within ``reuse`` of the last one gets the same text, so asking again and again
+/// costs the host nothing more.
 enum MetricsEndpoint {
     /// The most scrapers connected at once.
     static let maxConnections = 16
-    /// Seconds a connection may sit idle.
-    static let idleTimeout = TimeAmount.seconds(30)
+    /// How long a request may take to arrive, whole.
+    static let requestTimeout = TimeAmount.seconds(30)
+    /// How long a scrape's text is given again.
+    static let reuse = TimeAmount.seconds(1)
 
     /// Binds and serves until the returned channel is closed.
     static func start(
@@ -20,9 +25,12 @@ enum MetricsEndpoint {
         scrape: @escaping @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>
     ) async throws -> any Channel {
         let open = OpenCount()
+        let cached = CachedScrape(scrape: scrape)
         return try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 16)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            // A scraper that does not read stops being answered long before it holds much.
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 << 10, high: 256 << 10))
             .childChannelInitializer { channel in
                 guard open.increment() <= maxConnections else {
                     open.decrement()
@@ -31,9 +39,8 @@ enum MetricsEndpoint {
                 channel.closeFuture.whenComplete { _ in open.decrement() }
                 return channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(IdleStateHandler(allTimeout: idleTimeout))
                     try sync.configureHTTPServerPipeline(withErrorHandling: true)
-                    try sync.addHandler(MetricsHandler(scrape: scrape))
+                    try sync.addHandler(MetricsHandler(scrape: cached.text(on:)))
                 }
             }
             .bind(host: host, port: port).get()
@@ -47,6 +54,27 @@ private final class OpenCount: Sendable {
     func decrement() { value.wrappingSubtract(1, ordering: .relaxed) }
 }
 
+/// The last scrape's text, given again within ``MetricsEndpoint/reuse``.
+private final class CachedScrape: Sendable {
+    private let scrape: @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>
+    private let last = Mutex<(at: NIODeadline, text: [UInt8])?>(nil)
+
+    init(scrape: @escaping @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>) {
+        self.scrape = scrape
+    }
+
+    func text(on eventLoop: any EventLoop) -> EventLoopFuture<[UInt8]> {
+        let now = NIODeadline.now()
+        if let recent = last.withLock({ $0 }), now - recent.at < MetricsEndpoint.reuse {
+            return eventLoop.makeSucceededFuture(recent.text)
+        }
+        return scrape(eventLoop).map { [self] text in
+            last.withLock { $0 = (now, text) }
+            return text
+        }
+    }
+}
+
 private final class MetricsHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -55,9 +83,27 @@ private final class MetricsHandler: ChannelInboundHandler {
     private var head: HTTPRequestHead?
     /// Bytes of body received; a scrape has none, and more than a little is refused.
     private var bodyBytes = 0
+    /// After a refused body: the rest of that request is not answered again.
+    private var refused = false
+    /// Closes the connection unless a whole request arrives in time.
+    private var deadline: Scheduled<Void>?
 
     init(scrape: @escaping @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>) {
         self.scrape = scrape
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        armDeadline(context)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadline?.cancel()
+    }
+
+    private func armDeadline(_ context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: MetricsEndpoint.requestTimeout) { channel.close(promise: nil) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -65,14 +111,23 @@ private final class MetricsHandler: ChannelInboundHandler {
         case .head(let request):
             head = request
             bodyBytes = 0
+            refused = false
         case .body(let body):
             bodyBytes += body.readableBytes
-            if bodyBytes > 4096 {
+            if bodyBytes > 4096, !refused {
+                refused = true
+                head = nil
                 respond(context, status: .payloadTooLarge, text: "a scrape has no body\n", close: true)
             }
         case .end:
-            guard let request = head else { return }
+            guard let request = head, !refused else { return }
             head = nil
+            deadline?.cancel()
+            // One that does not read what it was sent is not sent more.
+            guard context.channel.isWritable else {
+                context.close(promise: nil)
+                return
+            }
             let path = request.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.uri
             if path != "/metrics" {
                 respond(context, status: .notFound, text: "the metrics are at /metrics\n", close: !request.isKeepAlive)
@@ -85,11 +140,10 @@ private final class MetricsHandler: ChannelInboundHandler {
                 scrape(context.eventLoop).assumeIsolated().whenComplete { result in
                     switch result {
                     case .success(let text):
-                        var body = context.channel.allocator.buffer(bytes: text)
-                        if request.method == .HEAD { body.clear() }
                         self.respond(
-                            context, status: .ok, body: body,
-                            contentType: "text/plain; version=0.0.4; charset=utf-8", close: !request.isKeepAlive)
+                            context, status: .ok, body: context.channel.allocator.buffer(bytes: text),
+                            contentType: "text/plain; version=0.0.4; charset=utf-8", close: !request.isKeepAlive,
+                            withoutBody: request.method == .HEAD)
                     case .failure(let error):
                         self.respond(
                             context, status: .serviceUnavailable, text: "the metrics could not be read: \(error)\n",
@@ -97,14 +151,6 @@ private final class MetricsHandler: ChannelInboundHandler {
                     }
                 }
             }
-        }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent {
-            context.close(promise: nil)
-        } else {
-            context.fireUserInboundEventTriggered(event)
         }
     }
 
@@ -117,17 +163,24 @@ private final class MetricsHandler: ChannelInboundHandler {
             contentType: "text/plain; charset=utf-8", close: close, headers: headers)
     }
 
+    /// Writes a response; with `withoutBody` (HEAD), its headers only, the length the body's.
     private func respond(
         _ context: ChannelHandlerContext, status: HTTPResponseStatus, body: ByteBuffer, contentType: String,
-        close: Bool, headers extra: [(String, String)] = []
+        close: Bool, headers extra: [(String, String)] = [], withoutBody: Bool = false
     ) {
         var headers = HTTPHeaders([("Content-Type", contentType), ("Content-Length", "\(body.readableBytes)")])
         headers.add(contentsOf: extra)
         if close { headers.add(name: "Connection", value: "close") }
         context.write(
             wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
-        if body.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil) }
+        if !withoutBody, body.readableBytes > 0 {
+            context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        }
         let written = context.writeAndFlush(wrapOutboundOut(.end(nil)))
-        if close { written.whenComplete { [channel = context.channel] _ in channel.close(promise: nil) } }
+        if close {
+            written.whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
+        } else {
+            armDeadline(context)
+        }
     }
 }
