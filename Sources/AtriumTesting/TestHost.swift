@@ -176,6 +176,11 @@ public final class TestHost: @unchecked Sendable {
     /// `log.contains(...)` would print the whole log when it fails.
     public func logged(_ text: String) -> Bool { log.contains(text) }
 
+    /// The log's last `count` lines, for a failure's message.
+    public func lastLines(_ count: Int = 30) -> String {
+        log.split(separator: "\n", omittingEmptySubsequences: false).suffix(count).joined(separator: "\n")
+    }
+
     /// Whether the host's output contains `text` within `timeout` (for things the host logs
     /// a moment after answering).
     public func waitForLog(_ text: String, timeout: Duration = .seconds(2)) async -> Bool {
@@ -187,11 +192,14 @@ public final class TestHost: @unchecked Sendable {
         return log.contains(text)
     }
 
-    /// Sends `signal` (SIGTERM by default) and waits up to `timeout` for the host to exit.
+    /// Sends `signal` (SIGTERM by default) and waits up to `timeout` for the host to exit: by
+    /// default 20 s, 60 s under AddressSanitizer (where the host and each of its workers check
+    /// their memory for leaks as they exit, while the rest of the suite runs).
     ///
     /// - Returns: its exit status, or nil when it did not exit in time (it is then killed).
     @discardableResult
-    public func stop(signal: Int32 = SIGTERM, timeout: Duration = .seconds(20)) async -> Int32? {
+    public func stop(signal: Int32 = SIGTERM, timeout: Duration? = nil) async -> Int32? {
+        let timeout = timeout ?? (TestEnvironment.addressSanitizer ? .seconds(60) : .seconds(20))
         guard process.isRunning else { return process.terminationStatus }
         kill(process.processIdentifier, signal)
         let deadline = ContinuousClock.now + timeout

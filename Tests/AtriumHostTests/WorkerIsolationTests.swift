@@ -375,7 +375,10 @@ import Testing
         while Self.isAlive(child), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         #expect(!Self.isAlive(child))
         await client.close()
-        #expect(await host.stop() == 0)
+        let status = await host.stop()
+        #expect(
+            status == 0,
+            "exit status \(status.map(String.init) ?? "none: it did not exit in time"); \(host.lastLines())")
     }
 
     @Test(arguments: [true, false])
