@@ -94,8 +94,9 @@ public struct ValueSetError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 }
 
-/// `text` as a double-quoted string with `"`, `\` and control characters escaped, as in CBOR
-/// diagnostic notation and JSON (whose string escapes diagnostic notation borrows).
+/// `text` as a double-quoted string with `"`, `\` and control characters (DEL too) escaped,
+/// as in CBOR diagnostic notation and JSON (whose string escapes diagnostic notation borrows),
+/// and in a TOML basic string.
 package func quoted(_ text: String) -> String {
     var out = "\""
     for scalar in text.unicodeScalars {
@@ -106,7 +107,7 @@ package func quoted(_ text: String) -> String {
         case "\r": out += "\\r"
         case "\t": out += "\\t"
         default:
-            if scalar.value < 0x20 {
+            if scalar.value < 0x20 || scalar.value == 0x7f {
                 let hex = String(scalar.value, radix: 16)
                 out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
             } else {

@@ -43,20 +43,25 @@ import Testing
         }?.value
     }
 
-    static func metricsPort(_ host: TestHost) async -> Int? {
-        guard await host.waitForLog("metrics on http://127.0.0.1:", timeout: .seconds(5)) else { return nil }
-        let line = host.log.split(separator: "\n").first { $0.contains("metrics on http://127.0.0.1:") }
-        return line.flatMap { Int($0.split(separator: ":").last?.split(separator: "/").first ?? "") }
+    struct NoMetricsAddress: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// A host with `--metrics` on a free port, and that port (from what atriumd says).
+    static func startHost(manifests: [String: String] = Fixtures.referenceManifests) async throws -> (TestHost, Int) {
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--metrics", "127.0.0.1:0"])
+        if await host.waitForLog("metrics on http://127.0.0.1:", timeout: .seconds(5)),
+            let line = host.log.split(separator: "\n").first(where: { $0.contains("metrics on http://127.0.0.1:") }),
+            let port = Int(line.split(separator: ":").last?.split(separator: "/").first ?? "")
+        {
+            return (host, port)
+        }
+        _ = await host.stop()
+        throw NoMetricsAddress(description: "atriumd did not say where its metrics are: \(host.lastLines())")
     }
 
     @Test func whatAPrometheusScrapeReadsIsWhatTheHostDid() async throws {
-        let host = try await TestHost.start(
-            manifests: Fixtures.referenceManifests, arguments: ["--metrics", "127.0.0.1:0"])
-        guard let port = await Self.metricsPort(host) else {
-            Issue.record("atriumd did not say where its metrics are: \(host.log)")
-            _ = await host.stop()
-            return
-        }
+        let (host, port) = try await Self.startHost()
         let client = try await connectedClient(host)
         #expect(
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
@@ -115,14 +120,8 @@ import Testing
     }
 
     @Test func aWorkerRestartIsCountedWithTheRequestItCostAndThePackageIsReadyAgain() async throws {
-        let host = try await startHost(
-            arguments: ["--metrics", "127.0.0.1:0"],
+        let (host, port) = try await Self.startHost(
             manifests: Fixtures.referenceManifests.merging(["w.json": WorkerIsolationTests.manifest()]) { $1 })
-        guard let port = await Self.metricsPort(host) else {
-            Issue.record("atriumd did not say where its metrics are: \(host.log)")
-            _ = await host.stop()
-            return
-        }
         let package = WorkerIsolationTests.package
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "c", package: package) == .success)
@@ -151,13 +150,7 @@ import Testing
     }
 
     @Test func theEndpointAnswersOnlyAScrapeAndHoldsLittleForStrangers() async throws {
-        let host = try await TestHost.start(
-            manifests: Fixtures.referenceManifests, arguments: ["--metrics", "127.0.0.1:0"])
-        guard let port = await Self.metricsPort(host) else {
-            Issue.record("atriumd did not say where its metrics are: \(host.log)")
-            _ = await host.stop()
-            return
-        }
+        let (host, port) = try await Self.startHost()
         let script = """
             import http.client, select, socket, sys, time
             def ask(method, path, body=None):

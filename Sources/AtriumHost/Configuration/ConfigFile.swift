@@ -1,3 +1,5 @@
+import AtriumValues
+
 /// atriumd's configuration file: TOML's top-level `key = value` lines, nothing more.
 ///
 /// ```toml
@@ -90,23 +92,9 @@ public struct ConfigFile: Sendable, Equatable {
         return quoted(text)
     }
 
-    /// `text` as a TOML basic string.
+    /// `text` as a TOML basic string (JSON's escapes, which TOML shares).
     public static func quoted(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\t": result += "\\t"
-            case "\r": result += "\\r"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7f:
-                let hex = String(scalar.value, radix: 16, uppercase: true)
-                result += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result + "\""
+        AtriumValues.quoted(text)
     }
 }
 

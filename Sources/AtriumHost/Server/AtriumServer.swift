@@ -360,7 +360,8 @@ public final class AtriumServer: Service, Sendable {
                         loopMetrics.map { MessageToByteHandler(CountingFrameEncoder(loop: $0)) }
                             ?? MessageToByteHandler(FrameEncoder<HostFrame>()),
                         ConnectionHandler(
-                            core: core, isLocal: isLocal, ticket: ticket, transport: security, logger: logger),
+                            core: core, isLocal: isLocal, ticket: ticket, transport: security,
+                            loopMetrics: loopMetrics, logger: logger),
                     ])
                 }
             }

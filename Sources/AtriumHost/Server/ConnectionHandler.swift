@@ -105,9 +105,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     init(
         core: HostCore, isLocal: Bool, ticket: AdmissionTicket, transport: ConnectionTransport = ConnectionTransport(),
-        logger: Logger
+        loopMetrics: LoopMetrics? = nil, logger: Logger
     ) {
         Self.live.wrappingAdd(1, ordering: .relaxed)
+        self.loopMetrics = loopMetrics
         self.transport = transport
         self.core = core
         self.isLocal = isLocal
@@ -128,14 +129,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let limits: ProtocolLimits
     let admission: AdmissionLimits
     /// What `--metrics` records on this connection's loop.
-    private var loopMetrics: LoopMetrics?
+    private let loopMetrics: LoopMetrics?
     /// With `--metrics`: when the frames of this read arrived (read once for all of them: a
     /// read's requests arrived together).
     private var burstArrived: NIODeadline?
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        loopMetrics = core.metrics?.loopMetrics(on: context.eventLoop)
         if case .success(let slot) = ticket.admission {
             link = ConnectionLink(
                 id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), slot: slot, output: output)

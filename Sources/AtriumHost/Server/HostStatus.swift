@@ -32,16 +32,7 @@ extension HostCore {
                 peers: state.peers.count, free: state.freeSlots.count
             )
         }
-        var channels = 0
-        var pending = 0
-        var outgoing = 0
-        for slot in slots {
-            slot.book.withLock { book in
-                channels += book.channels.count
-                pending += book.pending.count
-                outgoing += book.outgoing.count
-            }
-        }
+        let held = heldInSlots()
         let packages = packages.map { package -> ValueSet in
             var entry: ValueSet = [
                 "package": .string(package.manifest.package),
@@ -76,9 +67,9 @@ extension HostCore {
             "peers": .int(Int64(counted.peers)),
             "freeSlots": .int(Int64(counted.free)),
             "slots": .int(Int64(slots.count)),
-            "channels": .int(Int64(channels)),
-            "pendingRequests": .int(Int64(pending)),
-            "outgoingRequests": .int(Int64(outgoing)),
+            "channels": .int(Int64(held.channels.values.reduce(0, +))),
+            "pendingRequests": .int(Int64(held.pending)),
+            "outgoingRequests": .int(Int64(held.outgoing)),
             "launchesInFlight": .int(Int64(launchesInFlight.load(ordering: .relaxed))),
             "packages": .array(ValueArray(maps: packages)),
         ]
@@ -86,6 +77,22 @@ extension HostCore {
 }
 
 extension HostCore {
+    /// What every connection's slot holds: open channels by package, requests waiting on
+    /// services and on clients.
+    func heldInSlots() -> (channels: [String: Int], pending: Int, outgoing: Int) {
+        var channels: [String: Int] = [:]
+        var pending = 0
+        var outgoing = 0
+        for slot in slots {
+            slot.book.withLock { book in
+                for channel in book.channels.values { channels[channel.backend.package, default: 0] += 1 }
+                pending += book.pending.count
+                outgoing += book.outgoing.count
+            }
+        }
+        return (channels, pending, outgoing)
+    }
+
     /// Sets what the metrics read at scrape: what the host holds now (as `host.status` counts
     /// it) and the totals it keeps.
     func updateMetrics(_ metrics: HostMetrics) {
@@ -94,18 +101,11 @@ extension HostCore {
         }
         metrics.gauge("atrium_connections", [("transport", "tcp")], Double(counted.tcp))
         metrics.gauge("atrium_connections", [("transport", "local")], Double(counted.local))
-        var channels: [String: Int] = [:]
-        var pending = 0
-        for slot in slots {
-            slot.book.withLock { book in
-                for channel in book.channels.values { channels[channel.backend.package, default: 0] += 1 }
-                pending += book.pending.count
-            }
-        }
+        let held = heldInSlots()
         let current = packages
         for package in current {
             let name = package.manifest.package
-            metrics.gauge("atrium_channels", [("package", name)], Double(channels[name] ?? 0))
+            metrics.gauge("atrium_channels", [("package", name)], Double(held.channels[name] ?? 0))
             let state = package.backend?.health.state ?? .failed
             for each in BackendHealth.State.allCases {
                 metrics.gauge(
@@ -113,7 +113,7 @@ extension HostCore {
             }
         }
         metrics.forget(packagesOtherThan: Set(current.map(\.manifest.package)))
-        metrics.gauge("atrium_pending_requests", [], Double(pending))
+        metrics.gauge("atrium_pending_requests", [], Double(held.pending))
         metrics.gauge("atrium_launches_in_flight", [], Double(launchesInFlight.load(ordering: .relaxed)))
         metrics.gauge("atrium_uptime_seconds", [], (ContinuousClock.now - started).seconds)
         metrics.gauge("atrium_heap_in_use_bytes", [], Double(atrium_heap_in_use()))
