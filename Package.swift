@@ -37,6 +37,7 @@ let package = Package(
         .executable(name: "atrium-codec-bench", targets: ["AtriumCodecBenchmark"]),
         .executable(name: "atrium-baseline", targets: ["AtriumBaselineServer"]),
         .executable(name: "atrium-ffi-bench", targets: ["AtriumFFIBenchmark"]),
+        .executable(name: "atrium-metrics-bench", targets: ["AtriumMetricsBenchmark"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -125,6 +126,15 @@ let package = Package(
             swiftSettings: strict
         ),
         .executableTarget(
+            name: "AtriumMetricsBenchmark",
+            dependencies: [
+                "AtriumHost", "AtriumProtocol", "AtriumValues", nioCore,
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ],
+            path: "Benchmarks/MetricsBenchmark",
+            swiftSettings: strict
+        ),
+        .executableTarget(
             name: "AtriumBaselineServer",
             dependencies: ["AtriumBench", "AtriumProtocol"],
             path: "Benchmarks/BaselineServer",
@@ -203,6 +213,7 @@ if Context.environment["ATRIUM_FUZZ"] != nil {
         ("ValueSetFuzz", ["AtriumValues"]),
         ("ManifestFuzz", ["AtriumHost"]),
         ("URIFuzz", ["AtriumHost"]),
+        ("ELFFuzz", ["AtriumHost"]),
     ] as [(String, [Target.Dependency])] {
         package.targets.append(
             .executableTarget(

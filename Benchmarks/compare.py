@@ -23,6 +23,9 @@ With --metrics, it measures atriumd recording metrics (--metrics 127.0.0.1:0, sc
 nobody) against the same atriumd without them, and a second atriumd without them against the
 first, all three in the same rotating rounds: what recording costs the request path, beside
 what two identical hosts differ by on this machine (the noise a figure must stand out of).
+Then atrium-metrics-bench measures what recording adds to one request, part by part with the
+host's own code, and sets it against the CPU time a whole request cost the host without
+metrics in the rounds before: a ratio the machine's noise hardly moves.
 """
 import argparse
 import json
@@ -186,6 +189,7 @@ def run_metrics(arguments, hosts, pin):
           "| p50 ratio | twin p50 ratio | metrics CPU µs/request | none CPU µs/request | CPU ratio | twin CPU ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ports = [port for _, port in hosts]
+    cpu_per_request = []
     for name, connections, pipeline in CONFIGURATIONS:
         results = {port: [] for port in ports}
         cpu = {port: 0.0 for port in ports}
@@ -208,6 +212,24 @@ def run_metrics(arguments, hosts, pin):
               f"| {twin['p50Microseconds'] / off['p50Microseconds']:.3f} "
               f"| {on_cpu:.2f} | {off_cpu:.2f} | {on_cpu / off_cpu:.3f} | {twin_cpu / off_cpu:.3f} |")
         sys.stdout.flush()
+        cpu_per_request.append((name, off_cpu))
+
+    # What recording adds to one request, measured part by part with the host's own code
+    # (atrium-metrics-bench), against what a whole request cost the host without metrics above.
+    parts = json.loads(subprocess.run(pin + [os.path.join(RELEASE, "atrium-metrics-bench"), "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    print(f"\n### Recording, part by part, against a whole request ({mode})\n")
+    print(f"atrium-metrics-bench: the byte-counting handler {parts['handlerNanoseconds']:.1f} ns, the clock "
+          f"reads and the answer's recording {parts['recordingNanoseconds']:.1f} ns, the counting encoder "
+          f"{parts['encoderNanoseconds']:.1f} ns: {parts['totalNanoseconds']:.1f} ns for a request that comes "
+          "in a read of its own (a pipelined request shares its read's handler pass and first clock read, "
+          "so costs less; the table charges it the whole).\n")
+    print("| configuration | recording ns/request | none CPU µs/request | recording ÷ request |")
+    print("|---|---|---|---|")
+    for name, off_cpu in cpu_per_request:
+        print(f"| {name} | {parts['totalNanoseconds']:.1f} | {off_cpu:.2f} "
+              f"| {parts['totalNanoseconds'] / (off_cpu * 1000):.3f} |")
+    sys.stdout.flush()
 
 
 def run_tls(arguments, host, port, pin):

@@ -7,11 +7,13 @@ public enum AtriumVersion {
     public static let current = "0.9.0"
 
     /// For a small tool without an argument parser: answers `--version` (the release) and
-    /// `--help` (`usage`) and exits; anything else starting with `-` is refused with the
-    /// usage (exit 64). Returns otherwise.
-    public static func answerStandardOptions(usage: String) {
+    /// `--help` (`usage`) and exits; anything else starting with `-` and not among `options`
+    /// (the tool's own) is refused with the usage (exit 64). Returns otherwise.
+    public static func answerStandardOptions(usage: String, accepting options: Set<String> = []) {
         for argument in CommandLine.arguments.dropFirst() {
             switch argument {
+            case _ where options.contains(argument):
+                continue
             case "--version":
                 print(current)
                 exit(0)

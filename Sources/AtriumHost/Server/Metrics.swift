@@ -1,7 +1,7 @@
-import AtriumProtocol
-import AtriumValues
+package import AtriumProtocol
+package import AtriumValues
 import CoreMetrics
-import NIOCore
+package import NIOCore
 import Prometheus
 import Synchronization
 
@@ -20,7 +20,7 @@ import Synchronization
 /// Labels carry only what the host's operator chose (packages, their declared services and
 /// schemes) or the host's own words (statuses, refusal kinds), never a client's text: a
 /// service or scheme no manifest declares is counted as `other`.
-final class HostMetrics: Sendable {
+package final class HostMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
     private let factory: PrometheusMetricsFactory
     let bytesIn: CoreMetrics.Counter
@@ -37,14 +37,14 @@ final class HostMetrics: Sendable {
     /// by one scrape at a time.
     private let latencies = Mutex<[ObjectIdentifier: (ServiceMetrics, LatencyHistogram)]>([:])
 
-    init() {
+    package init() {
         factory = PrometheusMetricsFactory(registry: registry)
         bytesIn = CoreMetrics.Counter(label: "atrium_received_bytes_total", factory: factory)
         bytesOut = CoreMetrics.Counter(label: "atrium_sent_bytes_total", factory: factory)
     }
 
     /// The recordings of `loop`, to be used on it only.
-    func loopMetrics(on loop: any EventLoop) -> LoopMetrics {
+    package func loopMetrics(on loop: any EventLoop) -> LoopMetrics {
         let key = ObjectIdentifier(loop)
         return loops.withLock { loops in
             if let existing = loops[key] { return existing.value }
@@ -65,7 +65,7 @@ final class HostMetrics: Sendable {
     }
 
     /// The metrics of requests to `service` of `package`, made at the first open of it.
-    func service(package: String, service: String) -> ServiceMetrics {
+    package func service(package: String, service: String) -> ServiceMetrics {
         let key = ServiceKey(package: package, service: service)
         return services.withLock { services in
             if let existing = services[key] { return existing }
@@ -206,20 +206,20 @@ final class HostMetrics: Sendable {
 }
 
 /// What one event loop recorded since the last scrape: used on that loop only.
-final class LoopMetrics {
-    struct Service {
+package final class LoopMetrics {
+    package struct Service {
         let service: ServiceMetrics
-        var statuses = [Int](repeating: 0, count: ServiceMetrics.statusCount)
+        package var statuses = [Int](repeating: 0, count: ServiceMetrics.statusCount)
         var latency = LatencyHistogram()
     }
 
     var services: [Service] = []
     private var indices: [ObjectIdentifier: Int] = [:]
-    var bytesIn = 0
-    var bytesOut = 0
+    package internal(set) var bytesIn = 0
+    package internal(set) var bytesOut = 0
 
     /// Where `service` is recorded on this loop (an index for ``answered(_:status:since:)``).
-    func index(of service: ServiceMetrics) -> Int {
+    package func index(of service: ServiceMetrics) -> Int {
         let key = ObjectIdentifier(service)
         if let index = indices[key] { return index }
         services.append(Service(service: service))
@@ -228,7 +228,7 @@ final class LoopMetrics {
     }
 
     /// An answer to a request to the service at `index`, which came in at `start`.
-    func answered(_ index: Int, status: AppServiceResponseStatus, since start: NIODeadline) {
+    package func answered(_ index: Int, status: AppServiceResponseStatus, since start: NIODeadline) {
         let status =
             (0..<ServiceMetrics.statusCount).contains(status.rawValue)
             ? status.rawValue : AppServiceResponseStatus.unknown.rawValue
@@ -237,7 +237,7 @@ final class LoopMetrics {
     }
 
     /// What was recorded since the last hand-over; starts again from nothing.
-    func handOver() -> Recording {
+    package func handOver() -> Recording {
         let recording = Recording(services: services, bytesIn: bytesIn, bytesOut: bytesOut)
         for index in services.indices {
             services[index].statuses = [Int](repeating: 0, count: ServiceMetrics.statusCount)
@@ -247,10 +247,10 @@ final class LoopMetrics {
         return recording
     }
 
-    struct Recording: Sendable {
-        var services: [Service]
-        var bytesIn: Int
-        var bytesOut: Int
+    package struct Recording: Sendable {
+        package var services: [Service]
+        package var bytesIn: Int
+        package var bytesOut: Int
     }
 }
 
@@ -324,7 +324,7 @@ struct LatencyHistogram: Sendable {
 
 /// The request counters of one service of one package; the loops count into them at each
 /// scrape.
-final class ServiceMetrics: Sendable {
+package final class ServiceMetrics: Sendable {
     /// The response statuses counted apart (others count as Unknown).
     static let statusCount = 11
     let package: String
@@ -347,17 +347,17 @@ final class ServiceMetrics: Sendable {
 
 /// Counts the bytes a connection receives (before TLS: what the network carries), into its
 /// event loop's ``LoopMetrics``: once per read.
-final class ByteCountingHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
+package final class ByteCountingHandler: ChannelInboundHandler, RemovableChannelHandler {
+    package typealias InboundIn = ByteBuffer
+    package typealias InboundOut = ByteBuffer
 
     private let loop: LoopMetrics
 
-    init(loop: LoopMetrics) {
+    package init(loop: LoopMetrics) {
         self.loop = loop
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         loop.bytesIn += unwrapInboundIn(data).readableBytes
         context.fireChannelRead(data)
     }
@@ -365,12 +365,16 @@ final class ByteCountingHandler: ChannelInboundHandler, RemovableChannelHandler 
 
 /// The host's frame encoder, counting the bytes of each frame it writes into the connection's
 /// event loop's ``LoopMetrics`` (the frames' bytes: TLS adds its own around them).
-struct CountingFrameEncoder: MessageToByteEncoder {
-    typealias OutboundIn = HostFrame
+package struct CountingFrameEncoder: MessageToByteEncoder {
+    package typealias OutboundIn = HostFrame
 
     let loop: LoopMetrics
 
-    func encode(data: HostFrame, out: inout ByteBuffer) {
+    package init(loop: LoopMetrics) {
+        self.loop = loop
+    }
+
+    package func encode(data: HostFrame, out: inout ByteBuffer) {
         let before = out.writerIndex
         out.writeFrame(data)
         loop.bytesOut += out.writerIndex - before
