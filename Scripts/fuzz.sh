@@ -8,7 +8,8 @@
 #   Scripts/fuzz.sh 600 ValueSetFuzz
 #
 # Targets: FrameFuzz (the frame decoders: clients' and workers'), ValueSetFuzz (the ValueSet decoder against the
-# host's validator), ManifestFuzz (the manifest parser), URIFuzz (the launch URI checks).
+# host's validator), ManifestFuzz (the manifest parser), URIFuzz (the launch URI checks),
+# ELFFuzz (reading a plugin library's symbol tables when it lacks the entry point).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Scripts/ensure-deps.sh
@@ -16,9 +17,9 @@ Scripts/ensure-deps.sh
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(FrameFuzz ValueSetFuzz ManifestFuzz URIFuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(FrameFuzz ValueSetFuzz ManifestFuzz URIFuzz ELFFuzz)
 
-declare -A corpus=([FrameFuzz]=frames [ValueSetFuzz]=valuesets [ManifestFuzz]=manifests [URIFuzz]=uris)
+declare -A corpus=([FrameFuzz]=frames [ValueSetFuzz]=valuesets [ManifestFuzz]=manifests [URIFuzz]=uris [ELFFuzz]=elf)
 
 scratch=.build-fuzz
 for target in "${targets[@]}"; do

@@ -71,9 +71,13 @@ enum PluginLibrary {
         let (path, handle) = try openHandle(
             library, manifestFolder: manifestFolder, searchPath: searchPath, strictModes: strictModes)
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
+            // Its symbol tables may say why: a C++ or Swift name, hidden, another ABI's.
+            if let found = EntrySymbol.diagnose(library: path.path) {
+                throw PluginLoadError(reason: found.reason(file: path.lastPathComponent))
+            }
             throw PluginLoadError(
                 reason:
-                    "\(path.lastPathComponent) does not export \(ATRIUM_PLUGIN_ENTRY_SYMBOL): it is not an Atrium plugin, or it was built for another ABI major version"
+                    "\(path.lastPathComponent) does not export \(ATRIUM_PLUGIN_ENTRY_SYMBOL): it is not an Atrium plugin, or its entry point lacks C linkage and default visibility (ATRIUM_PLUGIN_EXPORT from atrium_plugin.h in C and C++, @_cdecl in Swift)"
             )
         }
         let entry = unsafeBitCast(symbol, to: atrium_plugin_entry_fn.self)
