@@ -73,7 +73,10 @@ def main(port):
     check("echo", echoed["status"] == 0 and echoed["message"] == message)
 
     client.send({"type": "open", "channel": 3, "package": "no.such.package", "service": "x"})
-    check("not installed", client.receive() == {"type": "opened", "channel": 3, "status": 1})
+    refused = client.receive()
+    check("not installed", {k: refused[k] for k in ("type", "channel", "status")} == {"type": "opened", "channel": 3, "status": 1}
+          and set(refused) <= {"type", "channel", "status", "error"})
+    check("why", refused.get("error") == 'no package "no.such.package" is installed')
 
     client.send({"type": "request", "channel": 2, "id": 9, "message": {"bad": None}})
     refused = client.receive()

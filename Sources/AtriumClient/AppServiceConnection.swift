@@ -48,6 +48,11 @@ public final class AppServiceConnection: Sendable {
     public let serviceClosed: AsyncStream<AppServiceClosedStatus>
 
     private let channelNumber: Mutex<UInt64?> = Mutex(nil)
+    private let refusal: Mutex<String?> = Mutex(nil)
+
+    /// Why the last ``openRemote(timeout:)`` did not succeed, in the host's or the service's
+    /// words (nil after a success, or from a host that gives no reason).
+    public var openError: String? { refusal.withLock { $0 } }
     private let events: AtriumConnection.ChannelEvents
     /// Whether ``connection`` was made for this service alone (closed with it).
     private let ownsConnection: Bool
@@ -68,7 +73,8 @@ public final class AppServiceConnection: Sendable {
         events = AtriumConnection.ChannelEvents(requests: requestsContinuation, closed: closedContinuation)
     }
 
-    /// Opens the channel and returns the host's (or the service's) status.
+    /// Opens the channel and returns the host's (or the service's) status; when it is not
+    /// success, ``openError`` says why.
     ///
     /// - Throws: ``AtriumClientError`` when no status came (timed out, host went away).
     public func openRemote(timeout: Duration? = nil) async throws -> AppServiceConnectionStatus {
@@ -82,6 +88,7 @@ public final class AppServiceConnection: Sendable {
         guard case .opened(let opened) = frame else {
             throw AtriumClientError(.protocolError, "the host answered open with \(frame.type)")
         }
+        refusal.withLock { $0 = opened.status == .success ? nil : opened.error }
         if opened.status == .success {
             channelNumber.withLock { $0 = number }
         } else {

@@ -103,6 +103,8 @@ public final class AtriumConnection: Sendable {
     public let clientIdentity: String?
     /// How long calls wait for an answer unless told otherwise.
     public let defaultTimeout: Duration
+    /// How long the host waits for its services' answers (from hosts that say).
+    public var hostResponseTimeout: Duration? { welcome.hostResponseTimeout }
     let channel: any Channel
     let state: Mutex<ClientState>
 
@@ -146,15 +148,23 @@ public final class AtriumConnection: Sendable {
     /// - Throws: ``AtriumClientError`` `cannotConnect` (with the reason and the address),
     ///   `timedOut`, `hostIdentityChanged` when the host is not the one expected (both
     ///   identities in the message), or `protocolError` when the host refuses the client.
+    ///
+    /// `timeout` bounds the connection and the handshake, and is how long each call waits for
+    /// its answer unless told otherwise. Without it: 10 s to connect, and calls wait 5 s more
+    /// than the host's response timeout (which `welcome` tells; 35 s when the host does not
+    /// say), so that a service that does not answer is reported by the host, with its status
+    /// and the reason, before this client gives up.
     public static func connect(
         to endpoint: AtriumEndpoint,
         clientId: String? = nil,
         clientName: String? = nil,
         token: String? = nil,
         tls: ClientTLS? = nil,
-        timeout: Duration = .seconds(10),
+        timeout: Duration? = nil,
         group: (any EventLoopGroup)? = nil
     ) async throws -> AtriumConnection {
+        let answerTimeout = timeout
+        let timeout = timeout ?? .seconds(10)
         let tlsContext: NIOSSLContext?
         if let tls, case .tcp = endpoint.address {
             do {
@@ -233,7 +243,8 @@ public final class AtriumConnection: Sendable {
         }
         let connection = AtriumConnection(
             channel: channel, endpoint: endpoint, welcome: welcome, hostIdentity: proven,
-            clientIdentity: proven == nil ? nil : tls?.identity.fingerprint, timeout: timeout)
+            clientIdentity: proven == nil ? nil : tls?.identity.fingerprint,
+            timeout: answerTimeout ?? (welcome.hostResponseTimeout ?? .seconds(30)) + .seconds(5))
         handler.attach(connection)
         return connection
     }
@@ -277,8 +288,7 @@ public final class AtriumConnection: Sendable {
                     return
                 }
                 let timer = channel.eventLoop.scheduleTask(in: .init(timeout)) {
-                    self.fail(
-                        key, AtriumClientError(.timedOut, "no answer from the host within \(timeout) (\(frame.type))"))
+                    self.fail(key, AtriumClientError(.timedOut, self.noAnswer(to: frame, within: timeout)))
                 }
                 state.withLock { state in
                     if state.waiters[key] != nil { state.waiters[key]!.timer = timer } else { timer.cancel() }
@@ -294,6 +304,31 @@ public final class AtriumConnection: Sendable {
         } onCancel: {
             fail(key, CancellationError())
         }
+    }
+
+    /// What a call that timed out says: which side did not answer, when the host told how long
+    /// it waits for its services.
+    func noAnswer(to frame: ClientFrame, within timeout: Duration) -> String {
+        let waited = "no answer within \(Self.describe(timeout)) (\(frame.type))"
+        let forService: Bool
+        switch frame {
+        case .open, .request, .launch: forService = true
+        default: forService = false
+        }
+        guard forService, let hostTimeout = hostResponseTimeout else {
+            return "no answer from the host within \(Self.describe(timeout)) (\(frame.type))"
+        }
+        if timeout > hostTimeout {
+            return
+                "\(waited) from the host, which answers for its services within \(Self.describe(hostTimeout)): the host or the network did not answer, not the service"
+        }
+        return
+            "\(waited): the service may still be working; the host waits \(Self.describe(hostTimeout)) before it answers for the service itself (wait longer than that to hear which)"
+    }
+
+    public static func describe(_ duration: Duration) -> String {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }
 
     /// Ends the wait for `key` with `error`, if it is still waiting.

@@ -118,7 +118,7 @@ extension AtriumConnection {
     /// - Throws: ``AtriumClientError``: the last endpoint's error when none can be reached.
     public static func connect(
         to system: RemoteSystem, clientId: String? = nil, clientName: String? = nil, token: String? = nil,
-        tls: ClientTLS? = nil, timeout: Duration = .seconds(10)
+        tls: ClientTLS? = nil, timeout: Duration? = nil
     ) async throws -> AtriumConnection {
         guard !system.endpoints.isEmpty else {
             throw AtriumClientError(.cannotConnect, "\(system.displayName) has no address to connect to")
@@ -152,7 +152,7 @@ extension AppServiceConnection {
     /// its own (closed with it). Then ``openRemote(timeout:)`` as usual.
     public convenience init(
         appServiceName: String, packageId: String, remoteSystem: RemoteSystem, tls: ClientTLS? = nil,
-        timeout: Duration = .seconds(10)
+        timeout: Duration? = nil
     ) async throws {
         let connection = try await AtriumConnection.connect(to: remoteSystem, tls: tls, timeout: timeout)
         self.init(appServiceName: appServiceName, packageId: packageId, connection: connection, ownsConnection: true)
@@ -164,7 +164,7 @@ extension RemoteLauncher {
     /// `RemoteSystemConnectionRequest`), over a connection of its own.
     public static func launchUri(
         _ uri: String, on system: RemoteSystem, options: Options = Options(), tls: ClientTLS? = nil,
-        timeout: Duration = .seconds(10)
+        timeout: Duration? = nil
     ) async throws -> Result {
         let connection = try await AtriumConnection.connect(to: system, tls: tls, timeout: timeout)
         do {

@@ -196,13 +196,12 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         guard let declared = package.manifest.service(named: service) else {
             if package.backend == nil, let error = package.loadError {
-                return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(error)"))
+                return .failure(unavailable(name, error))
             }
             return .failure(RouteRefusal(.appServiceUnavailable, "package \"\(name)\" has no service \"\(service)\""))
         }
         guard let backend = package.backend else {
-            let reason = package.loadError ?? "it has no plugin"
-            return .failure(RouteRefusal(.appUnavailable, "package \"\(name)\" is not available: \(reason)"))
+            return .failure(unavailable(name, package.loadError ?? "it has no plugin"))
         }
         guard caller.isRemote else { return .success(backend) }
         if let scope = caller.tokenServices, !scope.contains("\(name)/\(service)") {
@@ -233,12 +232,23 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
+    /// The refusal of a package that is not available: why, except to a remote client, which
+    /// is not told about the host's files and libraries.
+    private func unavailable(_ name: String, _ why: String) -> RouteRefusal {
+        RouteRefusal(
+            .appUnavailable, "package \"\(name)\" is not available: \(why)",
+            forRemote: "package \"\(name)\" is not available: its plugin is not running (the host's log says why)")
+    }
+
     struct RouteRefusal: Error {
         var status: AppServiceConnectionStatus
         var reason: String
-        init(_ status: AppServiceConnectionStatus, _ reason: String) {
+        /// What a remote client is told, when it is less than `reason`.
+        var forRemote: String?
+        init(_ status: AppServiceConnectionStatus, _ reason: String, forRemote: String? = nil) {
             self.status = status
             self.reason = reason
+            self.forRemote = forRemote
         }
     }
 

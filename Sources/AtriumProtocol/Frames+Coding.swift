@@ -235,13 +235,16 @@ extension HostFrame {
         switch self {
         case .welcome(let welcome):
             buffer.writeFrameHeader(
-                "welcome", keys: 6 + (welcome.hostIdentity == nil ? 0 : 1) + (welcome.kind == nil ? 0 : 1))
+                "welcome",
+                keys: 6 + count(welcome.hostIdentity != nil) + count(welcome.kind != nil)
+                    + count(welcome.responseTimeoutMilliseconds != nil))
             buffer.writeKey("version", welcome.version)
             buffer.writeKey("hostId", welcome.hostId)
             buffer.writeKey("hostName", welcome.hostName)
             buffer.writeKey("platform", welcome.platform)
             if let identity = welcome.hostIdentity { buffer.writeKey("hostIdentity", identity) }
             if let kind = welcome.kind { buffer.writeKey("kind", kind) }
+            if let timeout = welcome.responseTimeoutMilliseconds { buffer.writeKey("responseTimeoutMs", timeout) }
             buffer.writeText("limits" as StaticString)
             buffer.writeHead(major: 5, argument: 4)
             buffer.writeKey("maxMessageBytes", UInt64(welcome.limits.maxMessageBytes))
@@ -249,9 +252,10 @@ extension HostFrame {
             buffer.writeKey("maxChannels", UInt64(welcome.limits.maxChannels))
             buffer.writeKey("maxInFlight", UInt64(welcome.limits.maxInFlight))
         case .opened(let opened):
-            buffer.writeFrameHeader("opened", keys: 3)
+            buffer.writeFrameHeader("opened", keys: 3 + count(opened.error != nil))
             buffer.writeKey("channel", opened.channel)
             buffer.writeKey("status", opened.status.wireValue)
+            if let error = opened.error { buffer.writeKey("error", error) }
         case .response(let response):
             response.encode(into: &buffer)
         case .request(let request):
@@ -271,11 +275,13 @@ extension HostFrame {
             buffer.writeText("apps" as StaticString)
             buffer.writeHead(major: 4, argument: UInt64(apps.apps.count))
             for app in apps.apps {
-                buffer.writeHead(major: 5, argument: 4)
+                buffer.writeHead(major: 5, argument: UInt64(4 + count(app.state != nil) + count(app.reason != nil)))
                 buffer.writeKey("package", app.package)
                 buffer.writeKey("displayName", app.displayName)
                 buffer.writeKey("services", app.services)
                 buffer.writeKey("schemes", app.schemes)
+                if let state = app.state { buffer.writeKey("state", state) }
+                if let reason = app.reason { buffer.writeKey("reason", reason) }
             }
         case .pong(let id):
             buffer.writeFrameHeader("pong", keys: 2)
@@ -326,14 +332,16 @@ extension HostFrame {
                             maxInFlight: try limits.int("maxInFlight")
                         ),
                         hostIdentity: try named.optionalText("hostIdentity"),
-                        kind: try named.optionalText("kind")
+                        kind: try named.optionalText("kind"),
+                        responseTimeoutMilliseconds: try named.optionalUInt("responseTimeoutMs")
                     )
                 )
             case "opened":
                 return .opened(
                     OpenedFrame(
                         channel: try named.uint("channel"),
-                        status: AppServiceConnectionStatus(rawValue: try named.int("status"))
+                        status: AppServiceConnectionStatus(rawValue: try named.int("status")),
+                        error: try named.optionalText("error")
                     )
                 )
             case "response":
@@ -363,7 +371,9 @@ extension HostFrame {
                             package: try app.text("package"),
                             displayName: try app.text("displayName"),
                             services: try app.textArray("services"),
-                            schemes: try app.textArray("schemes")
+                            schemes: try app.textArray("schemes"),
+                            state: try app.optionalText("state"),
+                            reason: try app.optionalText("reason")
                         )
                     )
                 }

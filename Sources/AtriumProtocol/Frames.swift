@@ -115,6 +115,10 @@ public struct WelcomeFrame: Sendable, Hashable {
     /// What kind of machine the host runs on, in systemd's chassis names (desktop, laptop,
     /// server, vm, ...; docs/DISCOVERY.md). An Atrium extension: older hosts leave it out.
     public var kind: String?
+    /// How long the host waits for a service's answer before it answers itself, in
+    /// milliseconds: a client that waits longer hears from the host either way. An Atrium
+    /// extension: older hosts leave it out.
+    public var responseTimeoutMilliseconds: UInt64?
 
     public init(
         version: UInt64 = atriumProtocolVersion,
@@ -123,7 +127,8 @@ public struct WelcomeFrame: Sendable, Hashable {
         platform: String = "linux",
         limits: ProtocolLimits,
         hostIdentity: String? = nil,
-        kind: String? = nil
+        kind: String? = nil,
+        responseTimeoutMilliseconds: UInt64? = nil
     ) {
         self.version = version
         self.hostId = hostId
@@ -132,6 +137,12 @@ public struct WelcomeFrame: Sendable, Hashable {
         self.limits = limits
         self.hostIdentity = hostIdentity
         self.kind = kind
+        self.responseTimeoutMilliseconds = responseTimeoutMilliseconds
+    }
+
+    /// ``responseTimeoutMilliseconds`` as a duration.
+    public var hostResponseTimeout: Duration? {
+        responseTimeoutMilliseconds.map { .milliseconds(Int64(clamping: $0)) }
     }
 }
 
@@ -139,10 +150,13 @@ public struct WelcomeFrame: Sendable, Hashable {
 public struct OpenedFrame: Sendable, Hashable {
     public var channel: UInt64
     public var status: AppServiceConnectionStatus
+    /// Why the status is not success, in words.
+    public var error: String?
 
-    public init(channel: UInt64, status: AppServiceConnectionStatus) {
+    public init(channel: UInt64, status: AppServiceConnectionStatus, error: String? = nil) {
         self.channel = channel
         self.status = status
+        self.error = error
     }
 }
 
@@ -177,12 +191,22 @@ public struct AppInfo: Sendable, Hashable {
     /// The services that accept remote callers.
     public var services: [String]
     public var schemes: [String]
+    /// Whether the package can answer: `ready`, `starting`, `restarting` or `failed` (from
+    /// hosts that say).
+    public var state: String?
+    /// Why the package is not ready, told to local clients only.
+    public var reason: String?
 
-    public init(package: String, displayName: String, services: [String], schemes: [String]) {
+    public init(
+        package: String, displayName: String, services: [String], schemes: [String], state: String? = nil,
+        reason: String? = nil
+    ) {
         self.package = package
         self.displayName = displayName
         self.services = services
         self.schemes = schemes
+        self.state = state
+        self.reason = reason
     }
 }
 

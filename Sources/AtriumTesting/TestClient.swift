@@ -119,12 +119,17 @@ public final class TestClient: Sendable {
 
     /// `open`, then the `opened` status.
     public func open(channel: UInt64, service: String, package: String) async throws -> AppServiceConnectionStatus {
+        try await opened(channel: channel, service: service, package: package).status
+    }
+
+    /// `open`, then the whole `opened` frame (its status and reason).
+    public func opened(channel: UInt64, service: String, package: String) async throws -> OpenedFrame {
         try await send(.open(OpenFrame(channel: channel, service: service, package: package)))
         let frame = try await next()
         guard case .opened(let opened) = frame, opened.channel == channel else {
             throw Timeout(description: "expected opened for channel \(channel), got \(String(describing: frame))")
         }
-        return opened.status
+        return opened
     }
 
     /// `request`, then its `response` (other frames before it are an error).

@@ -46,8 +46,11 @@ struct HostOptions: ParsableArguments {
             "The host: host:port, host, unix:/path, or a name atrium discover lists.", valueName: "host"))
     var host: String = "127.0.0.1:7340"
 
-    @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
-    var timeout: Double = 10
+    @Option(
+        help: ArgumentHelp(
+            "Seconds to wait for each answer (default: 5 more than the host's response timeout, so that the host reports a service that does not answer; 10 to connect).",
+            valueName: "seconds"))
+    var timeout: Double?
 
     @Flag(
         help:
@@ -65,7 +68,7 @@ struct HostOptions: ParsableArguments {
             }
             return
         }
-        guard timeout > 0 else { throw ValidationError("--timeout must be above 0 seconds") }
+        if let timeout, !(timeout > 0) { throw ValidationError("--timeout must be above 0 seconds") }
         if insecure && !endpoint.isLoopback {
             throw ValidationError(
                 "--insecure speaks plain TCP, which anyone on the network could read and change: atrium allows it only to a loopback host, not \(endpoint)"
@@ -73,7 +76,8 @@ struct HostOptions: ParsableArguments {
         }
     }
 
-    var duration: Duration { .milliseconds(Int64(timeout * 1000)) }
+    /// `--timeout`, when given: nil leaves each wait to the connection's default.
+    var duration: Duration? { timeout.map { .milliseconds(Int64($0 * 1000)) } }
 
     /// Whether `text` can be the name of a discovered host: one line, no '/', '=' or ':' (a
     /// HOST with a colon is an address, and a wrong one is a usage error).
@@ -121,7 +125,7 @@ struct HostOptions: ParsableArguments {
 extension HostOptions {
     /// Connects to the host advertised as `name` on the network (DNS-SD).
     func connectDiscovered(_ name: String) async throws -> AtriumConnection {
-        let (found, problem) = await discoveredHost(named: name, within: min(duration, .seconds(5)))
+        let (found, problem) = await discoveredHost(named: name, within: min(duration ?? .seconds(5), .seconds(5)))
         guard let system = found else {
             printError(
                 "no host named \"\(name)\" was found on the network"
@@ -154,9 +158,13 @@ extension HostOptions {
 }
 
 /// What to do about an open the host refused, where there is something to do.
-func openHint(_ status: AppServiceConnectionStatus, _ host: String) -> String {
-    guard status == .notAuthorized else { return "" }
-    return " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"
+/// What follows a refused open's status: the host's reason, and what to do about pairing.
+func openHint(_ status: AppServiceConnectionStatus, _ reason: String?, _ host: String) -> String {
+    let pairing = " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"
+    guard status == .notAuthorized else { return reason.map { ": \($0)" } ?? "" }
+    // The host's "not paired" names no address; this one does.
+    guard let reason, !reason.contains("not paired") else { return pairing }
+    return ": \(reason)" + pairing
 }
 
 func printError(_ text: String) {
@@ -211,7 +219,7 @@ struct Ping: AsyncParsableCommand {
         let ping = AppServiceConnection(appServiceName: Self.service, packageId: Self.package, connection: connection)
         let status = try await reachable { try await ping.openRemote(timeout: options.duration) }
         guard status == .success else {
-            printError("the ping service did not open: \(status)\(openHint(status, options.host))")
+            printError("the ping service did not open: \(status)\(openHint(status, ping.openError, options.host))")
             throw Exit.notSuccess
         }
         print("PING \(options.host) (\(connection.welcome.hostName)) with Roman pings")
@@ -234,7 +242,9 @@ struct Ping: AsyncParsableCommand {
                     print("seq=\(sequence): unexpected answer \(answer.status) \(answer.message)")
                 }
             } catch let error as AtriumClientError where error.code == .timedOut {
-                print("seq=\(sequence): no answer within \(options.timeout) s")
+                print(
+                    "seq=\(sequence): no answer within \(AtriumConnection.describe(options.duration ?? connection.defaultTimeout))"
+                )
             } catch let error as AtriumClientError {
                 printError(error.message)
                 break
@@ -261,7 +271,7 @@ struct Ping: AsyncParsableCommand {
 
 struct Apps: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List the host's packages, their remote services and their URI schemes.",
+        abstract: "List the host's packages, their state, their remote services and their URI schemes.",
         discussion: """
             Example:
               atrium apps unix:/run/user/1000/atrium/atriumd.sock
@@ -278,32 +288,41 @@ struct Apps: AsyncParsableCommand {
         let apps = try await reachable { try await connection.apps(timeout: options.duration) }
         await connection.close()
         if jsonOutput {
-            let list: [ValueSet] = apps.map {
-                [
-                    "package": .string($0.package), "displayName": .string($0.displayName),
-                    "services": .array(ValueArray(strings: $0.services)),
-                    "schemes": .array(ValueArray(strings: $0.schemes)),
+            let list: [ValueSet] = apps.map { app in
+                var entry: ValueSet = [
+                    "package": .string(app.package), "displayName": .string(app.displayName),
+                    "services": .array(ValueArray(strings: app.services)),
+                    "schemes": .array(ValueArray(strings: app.schemes)),
                 ]
+                if let state = app.state { entry["state"] = .string(state) }
+                if let reason = app.reason { entry["reason"] = .string(reason) }
+                return entry
             }
             print(MessageText.json(["apps": .array(ValueArray(maps: list))]))
             return
         }
         let rows =
-            [("PACKAGE", "NAME", "SERVICES", "SCHEMES")]
+            [["PACKAGE", "NAME", "STATE", "SERVICES", "SCHEMES"]]
             + apps.map {
-                ($0.package, $0.displayName, $0.services.joined(separator: ", "), $0.schemes.joined(separator: ", "))
+                [
+                    $0.package, $0.displayName, $0.state ?? "-", $0.services.joined(separator: ", "),
+                    $0.schemes.joined(separator: ", "),
+                ]
             }
-        let widths = (
-            rows.map(\.0.count).max()!, rows.map(\.1.count).max()!, rows.map(\.2.count).max()!
-        )
+        let widths = (0..<4).map { column in rows.map { $0[column].count }.max()! }
         for row in rows {
             print(
-                [
-                    row.0.padding(toLength: widths.0, withPad: " ", startingAt: 0),
-                    row.1.padding(toLength: widths.1, withPad: " ", startingAt: 0),
-                    row.2.padding(toLength: widths.2, withPad: " ", startingAt: 0), row.3,
-                ].joined(separator: "  ")
-                    .trimmingCharacters(in: .whitespaces)
+                (zip(row, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) } + [row[4]])
+                    .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+        // Why a package is not ready (a host tells its local clients).
+        let reasons = apps.compactMap { app in app.reason.map { "\(app.package): \(app.state ?? "not ready"): \($0)" } }
+        if !reasons.isEmpty {
+            print("")
+            reasons.forEach { print($0) }
+        } else if apps.contains(where: { $0.state != nil && $0.state != "ready" }) {
+            print(
+                "\n(the host tells why a package is not ready to local clients only: atrium apps unix:PATH, or its log)"
             )
         }
     }
@@ -367,9 +386,11 @@ struct Send: AsyncParsableCommand {
         let opened = try await reachable { try await app.openRemote(timeout: options.duration) }
         guard opened == .success else {
             if jsonOutput {
-                print(MessageText.json(["opened": .int(Int64(opened.rawValue)), "openedName": .string("\(opened)")]))
+                var result: ValueSet = ["opened": .int(Int64(opened.rawValue)), "openedName": .string("\(opened)")]
+                if let error = app.openError { result["error"] = .string(error) }
+                print(MessageText.json(result))
             } else {
-                print("open \(package)/\(service): \(opened)\(openHint(opened, options.host))")
+                print("open \(package)/\(service): \(opened)\(openHint(opened, app.openError, options.host))")
             }
             await connection.close()
             throw Exit.notSuccess

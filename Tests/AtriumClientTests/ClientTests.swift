@@ -75,15 +75,28 @@ struct ClientTests {
     @Test func everyStatusReachesTheCaller() async throws {
         let host = try await host(["--max-message-bytes", "1000", "--response-timeout", "0.3"])
         let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
-        func open(_ service: String, _ package: String) async throws -> AppServiceConnectionStatus {
-            try await AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
-                .openRemote()
+        // The host says how long it waits for a service; the client waits 5 s more by default.
+        #expect(connection.hostResponseTimeout == .milliseconds(300))
+        #expect(connection.defaultTimeout == .milliseconds(5300))
+        func open(_ service: String, _ package: String) async throws -> (AppServiceConnectionStatus, String?) {
+            let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
+            return (try await app.openRemote(), app.openError)
         }
-        #expect(try await open("x", "no.such.package") == .appNotInstalled)
-        #expect(try await open("nothing", "atrium.tests.missing") == .appUnavailable)
-        #expect(try await open("nope", Self.testPackage) == .appServiceUnavailable)
-        #expect(try await open("local.only", Self.testPackage) == .remoteSystemNotSupportedByApp)
-        #expect(try await open("refuse.7", Self.testPackage) == .notAuthorized)
+        #expect(
+            try await open("x", "no.such.package") == (.appNotInstalled, #"no package "no.such.package" is installed"#))
+        #expect(
+            try await open("nothing", "atrium.tests.missing")
+                == (
+                    .appUnavailable,
+                    #"package "atrium.tests.missing" is not available: its plugin is not running (the host's log says why)"#
+                ))
+        #expect(
+            try await open("nope", Self.testPackage)
+                == (.appServiceUnavailable, #"package "\#(Self.testPackage)" has no service "nope""#))
+        #expect(try await open("local.only", Self.testPackage).0 == .remoteSystemNotSupportedByApp)
+        #expect(
+            try await open("refuse.7", Self.testPackage)
+                == (.notAuthorized, "the service refused the connection (its open answered NotAuthorized (7))"))
 
         let service = AppServiceConnection(appServiceName: "test", packageId: Self.testPackage, connection: connection)
         #expect(try await service.openRemote() == .success)
@@ -94,6 +107,14 @@ struct ClientTests {
         let unanswered = try await service.sendMessage(["Action": "hang"])
         #expect(unanswered.status == .resourceLimitsExceeded)
         #expect(unanswered.error == "the service did not answer within 0.3 seconds")
+        // A client that waits less than the host is told the service may still be working.
+        await #expect {
+            _ = try await service.sendMessage(["Action": "hang"], timeout: .milliseconds(100))
+        } throws: { error in
+            let message = (error as? AtriumClientError)?.message ?? "\(error)"
+            return message
+                == "no answer within 0.1 s (request): the service may still be working; the host waits 0.3 s before it answers for the service itself (wait longer than that to hear which)"
+        }
         let thrown = try await service.sendMessage(["Action": "throw"])
         #expect(thrown.status == .failure && thrown.error == "the test service threw, as asked")
         await connection.close()

@@ -38,8 +38,8 @@ struct CommandLineToolTests {
         }
         #expect(
             columns == [
-                "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce", "Roman Test App", "com.microsoft.test.cdppingpongservice",
-                "roman-test",
+                "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce", "Roman Test App", "ready",
+                "com.microsoft.test.cdppingpongservice", "roman-test",
             ])
 
         let send = try await atrium([
@@ -66,6 +66,45 @@ struct CommandLineToolTests {
 
         let local = try await atrium(["ping", "unix:\(host.socketPath)", "-c", "1"])
         #expect(local.status == 0, "the local socket works too")
+        #expect(await host.stop() == 0)
+    }
+
+    /// A package that did not load: `atrium apps` says so (and why, over the local socket), and
+    /// `atrium send` prints the host's reason for refusing the open.
+    @Test func theToolSaysWhyAPackageCannotAnswer() async throws {
+        var manifests = ClientTests.manifests
+        manifests["broken.json"] =
+            #"{"manifestVersion": 1, "package": "atrium.tests.broken", "displayName": "Broken", "library": "libNowhere.so", "services": [{"name": "s", "supportsRemoteSystems": true}]}"#
+        let host = try await TestHost.start(manifests: manifests)
+        let address = "127.0.0.1:\(host.port)"
+        let remote = try await atrium(["apps", address])
+        #expect(remote.status == 0, "\(remote.output)")
+        let row = remote.output.split(separator: "\n").first { $0.hasPrefix("atrium.tests.broken") }
+        #expect(row?.contains("  failed  ") == true, "\(remote.output)")
+        #expect(!remote.output.contains("libNowhere.so"), "a remote client is not told about the host's files")
+        #expect(remote.output.contains("the host tells why a package is not ready to local clients only"))
+        let local = try await atrium(["apps", "unix:\(host.socketPath)"])
+        #expect(
+            local.output.contains("atrium.tests.broken: failed: library libNowhere.so not found (looked at "),
+            "\(local.output)")
+        let json = try await atrium(["apps", "unix:\(host.socketPath)", "--json-output"])
+        #expect(
+            json.output.contains(#""state": "failed""#) && json.output.contains(#""state": "ready""#), "\(json.output)")
+
+        let send = try await atrium(["send", address, "--package", "atrium.tests.broken", "--service", "s", "A=1"])
+        #expect(send.status != 0)
+        #expect(
+            send.output.contains(
+                #"open atrium.tests.broken/s: AppUnavailable (2): package "atrium.tests.broken" is not available: its plugin is not running (the host's log says why)"#
+            ), "\(send.output)")
+        let sendJSON = try await atrium([
+            "send", "unix:\(host.socketPath)", "--package", "atrium.tests.broken", "--service", "s", "A=1",
+            "--json-output",
+        ])
+        #expect(
+            sendJSON.output.contains(
+                #""error": "package \"atrium.tests.broken\" is not available: library libNowhere.so not found"#),
+            "\(sendJSON.output)")
         #expect(await host.stop() == 0)
     }
 

@@ -88,6 +88,10 @@ struct LaunchTests {
         let own = try await RemoteLauncher(connection: connection).launchUri("roman-test://hello")
         #expect(own.status == .success)
         #expect(await host.waitForLog("opened with roman-test://hello"))
+        // The scheme arrives lowercased, the rest as sent.
+        let shouted = try await RemoteLauncher(connection: connection).launchUri("ROMAN-Test://Hello/World?Q=A")
+        #expect(shouted.status == .success)
+        #expect(await host.waitForLog("opened with roman-test://Hello/World?Q=A"))
         await connection.close()
         #expect(await host.stop() == 0)
     }

@@ -200,4 +200,62 @@ struct RobustnessTests {
         await client.close()
         #expect(await host.stop() == 0)
     }
+
+    /// A refused open says why in its `error`: in full to a local client, and without the
+    /// host's files to a remote one.
+    @Test func aRefusedOpenSaysWhy() async throws {
+        var manifests = Fixtures.referenceManifests
+        manifests["missing.json"] =
+            #"{"manifestVersion": 1, "package": "atrium.tests.missing", "library": "libNowhere.so", "services": [{"name": "s", "supportsRemoteSystems": true}]}"#
+        manifests["local.json"] =
+            #"{"manifestVersion": 1, "package": "atrium.tests.local", "library": "libEcho.so", "services": [{"name": "s"}]}"#
+        let host = try await startHost(manifests: manifests)
+        let remote = try await connectedClient(host)
+        let local = try await TestClient.connect(unixSocket: host.socketPath)
+        try await local.hello()
+        let cases: [(String, String, AppServiceConnectionStatus, String, String)] = [
+            (
+                "atrium.tests.nope", "s", .appNotInstalled, #"no package "atrium.tests.nope" is installed"#,
+                #"no package "atrium.tests.nope" is installed"#
+            ),
+            (
+                Fixtures.echoPackage, "nope", .appServiceUnavailable,
+                #"package "\#(Fixtures.echoPackage)" has no service "nope""#,
+                #"package "\#(Fixtures.echoPackage)" has no service "nope""#
+            ),
+            (
+                "atrium.tests.missing", "s", .appUnavailable,
+                #"package "atrium.tests.missing" is not available: library libNowhere.so not found (looked at "#,
+                #"package "atrium.tests.missing" is not available: its plugin is not running (the host's log says why)"#
+            ),
+        ]
+        for (index, (package, service, status, localReason, remoteReason)) in cases.enumerated() {
+            let toLocal = try await local.opened(channel: UInt64(index), service: service, package: package)
+            #expect(toLocal.status == status)
+            #expect(toLocal.error?.hasPrefix(localReason) == true, "\(String(describing: toLocal.error))")
+            let toRemote = try await remote.opened(channel: UInt64(index), service: service, package: package)
+            #expect(toRemote.status == status)
+            #expect(toRemote.error == remoteReason, "\(String(describing: toRemote.error))")
+        }
+        // Local-only service, over TCP.
+        let localOnly = try await remote.opened(channel: 9, service: "s", package: "atrium.tests.local")
+        #expect(localOnly.status == .remoteSystemNotSupportedByApp)
+        #expect(
+            localOnly.error == #"service "s" does not accept remote callers (supportsRemoteSystems is false)"#,
+            "\(String(describing: localOnly.error))")
+        // A client's text comes back escaped, and cut.
+        let odd = try await remote.opened(
+            channel: 10, service: "s", package: "bad\u{1b}[31m" + String(repeating: "x", count: 600))
+        #expect(odd.status == .appNotInstalled)
+        #expect(
+            odd.error?.contains("\u{1b}") == false && odd.error?.contains("\\u{1B}") == true,
+            "\(String(describing: odd.error))")
+        #expect((odd.error?.count ?? 0) < 500)
+        // Success carries no error.
+        let fine = try await remote.opened(channel: 11, service: Fixtures.echoService, package: Fixtures.echoPackage)
+        #expect(fine.status == .success && fine.error == nil)
+        await remote.close()
+        await local.close()
+        #expect(await host.stop() == 0)
+    }
 }

@@ -320,8 +320,14 @@ import Testing
         try await Task.sleep(for: .milliseconds(100))
         try manifest.replacingOccurrences(of: "\"library\"", with: "\"config\": {\"v\": 2}, \"library\"")
             .write(to: host.manifestsFolder.appendingPathComponent("w.json"), atomically: true, encoding: .utf8)
+        let retired = try await client.next(timeout: .seconds(10))
         #expect(
-            try await client.next(timeout: .seconds(10)) == .opened(OpenedFrame(channel: 1, status: .appUnavailable)))
+            retired
+                == .opened(
+                    OpenedFrame(
+                        channel: 1, status: .appUnavailable,
+                        error: "package \"\(Self.package)\" was reloaded while it opened the channel: open again")),
+            "\(String(describing: retired))")
         // The new version serves.
         #expect(await host.waitForLog("manifests reloaded", timeout: .seconds(5)))
         #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .success)
@@ -391,7 +397,12 @@ import Testing
         let client = try await connectedClient(host)
         // The service takes 600 ms to accept: the client hears Unknown at the response timeout.
         try await client.send(.open(OpenFrame(channel: 1, service: "sleep.600", package: Self.package)))
-        #expect(try await client.next(timeout: .seconds(5)) == .opened(OpenedFrame(channel: 1, status: .unknown)))
+        #expect(
+            try await client.next(timeout: .seconds(5))
+                == .opened(
+                    OpenedFrame(
+                        channel: 1, status: .unknown,
+                        error: "the service did not answer open within 0.3 seconds (the host's response timeout)")))
         #expect(await host.waitForLog("did not answer open within 0.3 seconds"))
         // Its late acceptance (at 600 ms; the serial plugin is busy until then) opens nothing:
         // the next frame is the answer to the next open.

@@ -80,12 +80,23 @@ struct FrameCodecTests {
             AdminResultFrame(id: 3, status: 0, result: EncodedValueSet(["requests": .array(ValueArray(maps: []))]))),
         .adminResult(AdminResultFrame(id: 4, status: 1, error: "no such request")),
         .opened(OpenedFrame(channel: 1, status: .appNotInstalled)),
+        .opened(OpenedFrame(channel: 3, status: .appUnavailable, error: "package \"p\" is not available")),
         .response(ResponseFrame(channel: 1, id: 2, status: .messageSizeTooLarge, error: "too big")),
         .request(RequestFrame(channel: 1, id: 9, message: message)),
         .closed(ClosedFrame(channel: 1, status: .canceled)),
         .launched(LaunchedFrame(id: 3, status: .protocolUnavailable, error: "no handler for scheme x")),
         .launched(LaunchedFrame(id: 4, status: .success)),
         .apps(AppsFrame(id: 5, apps: [AppInfo(package: "p", displayName: "P", services: ["s"], schemes: [])])),
+        .apps(
+            AppsFrame(
+                id: 6,
+                apps: [
+                    AppInfo(package: "p", displayName: "P", services: [], schemes: ["x"], state: "ready"),
+                    AppInfo(
+                        package: "q", displayName: "Q", services: ["s"], schemes: [], state: "failed",
+                        reason: "no library"),
+                ])),
+        .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 30_000)),
         .apps(AppsFrame(id: 6, apps: [])),
         .pong(id: 7),
         .error(ErrorFrame(code: .unknownType, message: "unknown frame type \"x\"")),

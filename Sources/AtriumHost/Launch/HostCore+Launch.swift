@@ -130,6 +130,13 @@ extension HostCore {
         return launchOne(fallback, request, clientId: clientId, isRemote: isRemote)
     }
 
+    /// `uri` with its scheme (`scheme`, which ``checkURI(_:maxLength:)`` found and lowercased)
+    /// in place of the one it was sent with.
+    static func lowercasingScheme(of uri: String, _ scheme: String) -> String {
+        guard let colon = uri.utf8.firstIndex(of: UInt8(ascii: ":")) else { return uri }
+        return scheme + uri[colon...]
+    }
+
     /// The scheme of `uri` (lowercased) when the URI may be launched at all, or the refusal:
     /// longer than `maxLength` characters (7), no valid scheme (3), or characters a URI must
     /// not hold (3). Whatever the text, the cost is linear in its length and nothing traps.
@@ -168,6 +175,10 @@ extension HostCore {
         case .success(let valid): scheme = valid
         case .failure(let refused): return refused.outcome
         }
+        // Schemes are compared without case (RFC 3986, 3.1), so handlers get the scheme as the
+        // manifests write it, lowercased, and the rest as sent: `NOTES://a` reaches notes as
+        // `notes://a`.
+        let uri = Self.lowercasingScheme(of: uri, scheme)
         let handlers = packages.filter { $0.manifest.schemes.contains(scheme) }
         let toDesktop = handlers.isEmpty && request.package == nil && policy.systemHandlers
         // The policy decides what may run; a scheme nothing handles is ProtocolUnavailable (and
@@ -191,11 +202,12 @@ extension HostCore {
             return exec.run(uri: uri, logger: logger, maxRunning: admission.maxLaunches)
         }
         guard let backend = chosen.backend else {
+            // As for open: a remote client is not told about the host's files.
+            let why =
+                isRemote
+                ? "its plugin is not running (the host's log says why)" : chosen.loadError ?? "it has no plugin"
             return LaunchOutcome(
-                status: .appUnavailable,
-                error:
-                    "package \"\(chosen.manifest.package)\" is not available: \(chosen.loadError ?? "it has no plugin")"
-            )
+                status: .appUnavailable, error: "package \"\(chosen.manifest.package)\" is not available: \(why)")
         }
         return wait(
             for: backend, LaunchInfo(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote))

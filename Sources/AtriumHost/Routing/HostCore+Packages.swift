@@ -258,14 +258,21 @@ extension HostCore {
         registry.withLock { $0.package(name) }
     }
 
-    /// The `apps` listing: every package, its remote-capable services and its schemes.
-    func apps() -> [AppInfo] {
+    /// The `apps` listing: every package, its remote-capable services, its schemes and its
+    /// state; why it is not ready only to a local client (a remote one is not told about the
+    /// host's files).
+    func apps(forLocalClient isLocal: Bool) -> [AppInfo] {
         packages.map { package in
-            AppInfo(
+            let health = package.backend?.health
+            let state = health?.state ?? .failed
+            let reason = state == .ready ? nil : health?.reason ?? package.loadError ?? "it has no plugin"
+            return AppInfo(
                 package: package.manifest.package,
                 displayName: package.manifest.displayName,
                 services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
-                schemes: package.manifest.schemes
+                schemes: package.manifest.schemes,
+                state: state.rawValue,
+                reason: isLocal ? reason : nil
             )
         }
     }

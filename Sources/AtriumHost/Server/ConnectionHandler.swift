@@ -416,7 +416,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .launch(let launch):
             handleLaunch(launch)
         case .apps(let id):
-            write(.apps(AppsFrame(id: id, apps: core.apps())))
+            write(.apps(AppsFrame(id: id, apps: core.apps(forLocalClient: isLocal))))
         case .ping(let id):
             write(.pong(id: id))
         case .pair(let pair):
@@ -486,7 +486,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             .welcome(
                 WelcomeFrame(
                     hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits,
-                    hostIdentity: core.identity, kind: core.configuration.kind)
+                    hostIdentity: core.identity, kind: core.configuration.kind,
+                    responseTimeoutMilliseconds: UInt64(core.configuration.responseTimeout.seconds * 1000))
             )
         )
     }
@@ -699,7 +700,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func handleOpen(_ open: OpenFrame) {
         guard let link else { return }
         let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
-        let refuse = { (status: AppServiceConnectionStatus, reason: String) in
+        // The reason goes to the log and, as the `opened` frame's error, to the client (a remote
+        // one gets `forRemote` where that is given: less about the host's files).
+        let refuse = { (status: AppServiceConnectionStatus, reason: String, forRemote: String?) in
             var metadata: Logger.Metadata = ["status": "\(status)"]
             if !self.isLocal {
                 metadata["device"] = "\(self.transport.peerIdentity ?? "none (plain TCP)")"
@@ -715,27 +718,28 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 status == .notAuthorized ? "open not authorized" : "open refused", level: .info,
                 "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
                 metadata: metadata)
-            self.write(.opened(OpenedFrame(channel: open.channel, status: status)))
+            let told = self.isLocal ? reason : forRemote ?? reason
+            self.write(.opened(OpenedFrame(channel: open.channel, status: status, error: untrusted(told, limit: 400))))
         }
         switch machine.openReceived(open.channel, isOpen: isOpen, openChannels: openChannels) {
         case .numberInUse:
             write(.error(ErrorFrame(code: "channelInUse", message: "channel \(open.channel) is already open")))
             return
         case .tooManyChannels:
-            refuse(.unknown, "the connection already has \(limits.maxChannels) channels, the limit")
+            refuse(.unknown, "the connection already has \(limits.maxChannels) channels, the limit", nil)
             return
         case .proceed:
             break
         }
         if core.isShuttingDown {
-            refuse(.remoteSystemUnavailable, "the host is shutting down")
+            refuse(.remoteSystemUnavailable, "the host is shutting down", nil)
             return
         }
         let caller = HostCore.Caller(
             isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity, tokenServices: tokenServices)
         switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
-            refuse(refusal.status, refusal.reason)
+            refuse(refusal.status, refusal.reason, refusal.forRemote)
         case .success(let backend):
             let handle = link.slot.book.withLock { $0.makeId() }
             let info = ChannelInfo(
@@ -749,7 +753,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
                         "open timeout \(backend.package)",
                         "package \(backend.package) did not answer open within \(describe(timeout)); refused as Unknown",
                         metadata: ["package": "\(backend.package)"])
-                    connection.write(.opened(OpenedFrame(channel: open.channel, status: .unknown)))
+                    connection.write(
+                        .opened(
+                            OpenedFrame(
+                                channel: open.channel, status: .unknown,
+                                error:
+                                    "the service did not answer open within \(describe(timeout)) (the host's response timeout)"
+                            )))
                     connection.closeIfDrained()
                 }
             }
@@ -777,6 +787,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         var status = status
+        var error: String?
         if status == .success {
             // Recorded only if the backend is still its package's: a reload that retired it
             // closes its channels on this loop after it swapped the packages.
@@ -793,8 +804,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 // The package was reloaded while it answered: that version is gone (if it is
                 // still winding down, it hears the channel is closed).
                 status = .appUnavailable
+                error = "package \"\(backend.package)\" was reloaded while it opened the channel: open again"
                 backend.closed(channel: handle, status: .canceled, by: .host)
             }
+        } else {
+            error = "the service refused the connection (its open answered \(status))"
         }
         if status != .success {
             core.breaches.record(
@@ -805,7 +819,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         audit(
             "open",
             ["package": open.package, "service": untrusted(open.service, limit: 80), "status": "\(status)"])
-        write(.opened(OpenedFrame(channel: open.channel, status: status)))
+        write(.opened(OpenedFrame(channel: open.channel, status: status, error: error)))
         closeIfDrained()
     }
 
