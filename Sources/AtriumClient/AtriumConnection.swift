@@ -152,7 +152,7 @@ public final class AtriumConnection: Sendable {
     /// `timeout` bounds the connection and the handshake, and is how long each call waits for
     /// its answer unless told otherwise. Without it: 10 s to connect, and calls wait 5 s more
     /// than the host's response timeout (which `welcome` tells; 35 s when the host does not
-    /// say), so that a service that does not answer is reported by the host, with its status
+    /// say, and at most 10 minutes whatever it says), so that a service that does not answer is reported by the host, with its status
     /// and the reason, before this client gives up.
     public static func connect(
         to endpoint: AtriumEndpoint,
@@ -244,7 +244,7 @@ public final class AtriumConnection: Sendable {
         let connection = AtriumConnection(
             channel: channel, endpoint: endpoint, welcome: welcome, hostIdentity: proven,
             clientIdentity: proven == nil ? nil : tls?.identity.fingerprint,
-            timeout: answerTimeout ?? (welcome.hostResponseTimeout ?? .seconds(30)) + .seconds(5))
+            timeout: answerTimeout ?? min(welcome.hostResponseTimeout ?? .seconds(30), .seconds(600)) + .seconds(5))
         handler.attach(connection)
         return connection
     }

@@ -68,7 +68,9 @@ struct HostOptions: ParsableArguments {
             }
             return
         }
-        if let timeout, !(timeout > 0) { throw ValidationError("--timeout must be above 0 seconds") }
+        if let timeout, !(timeout > 0 && timeout <= 604_800) {
+            throw ValidationError("--timeout takes seconds above 0, at most a week (604800)")
+        }
         if insecure && !endpoint.isLoopback {
             throw ValidationError(
                 "--insecure speaks plain TCP, which anyone on the network could read and change: atrium allows it only to a loopback host, not \(endpoint)"
@@ -161,6 +163,7 @@ extension HostOptions {
 /// What follows a refused open's status: the host's reason, and what to do about pairing.
 func openHint(_ status: AppServiceConnectionStatus, _ reason: String?, _ host: String) -> String {
     let pairing = " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"
+    let reason = reason.map(clean)
     guard status == .notAuthorized else { return reason.map { ": \($0)" } ?? "" }
     // The host's "not paired" names no address; this one does.
     guard let reason, !reason.contains("not paired") else { return pairing }
@@ -307,7 +310,7 @@ struct Apps: AsyncParsableCommand {
                 [
                     $0.package, $0.displayName, $0.state ?? "-", $0.services.joined(separator: ", "),
                     $0.schemes.joined(separator: ", "),
-                ]
+                ].map(clean)
             }
         let widths = (0..<4).map { column in rows.map { $0[column].count }.max()! }
         for row in rows {
@@ -316,7 +319,9 @@ struct Apps: AsyncParsableCommand {
                     .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
         // Why a package is not ready (a host tells its local clients).
-        let reasons = apps.compactMap { app in app.reason.map { "\(app.package): \(app.state ?? "not ready"): \($0)" } }
+        let reasons = apps.compactMap { app in
+            app.reason.map { clean("\(app.package): \(app.state ?? "not ready"): \($0)") }
+        }
         if !reasons.isEmpty {
             print("")
             reasons.forEach { print($0) }
@@ -603,8 +608,11 @@ struct Launch: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Data for the handler, as a JSON object.", valueName: "json"))
     var data: String?
 
-    @Option(help: ArgumentHelp("Seconds to wait for the answer.", valueName: "seconds"))
-    var timeout: Double = 10
+    @Option(
+        help: ArgumentHelp(
+            "Seconds to wait for the answer (default: 5 more than the host's response timeout).",
+            valueName: "seconds"))
+    var timeout: Double?
 
     @Flag(help: "Print the status as JSON.")
     var jsonOutput = false
@@ -638,7 +646,7 @@ struct Launch: AsyncParsableCommand {
 
     func run() async throws {
         let (host, uri) = hostAndURI!
-        let options = HostOptions.parseOrExit(["\(host)", "--timeout", "\(timeout)"])
+        let options = HostOptions.parseOrExit(["\(host)"] + (timeout.map { ["--timeout", "\($0)"] } ?? []))
         let connection = try await options.connect()
         let launcher = RemoteLauncher(connection: connection)
         let result = try await reachable {

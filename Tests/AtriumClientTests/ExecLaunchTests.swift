@@ -120,9 +120,18 @@ struct ExecLaunchTests {
         let failed = try await launcher.launchUri("atrium-fail:x")
         #expect(failed.status == .unknown && failed.error == "false exited with status 1")
         #expect(try await launcher.launchUri("atrium-ok:x").status == .success)
+        // A remote client is not told the host's paths; the log has them, and a local client.
         let missing = try await launcher.launchUri("atrium-none:x")
         #expect(missing.status == .appUnavailable)
-        #expect(missing.error == "the program /no/such/program was not found or is not executable")
+        #expect(
+            missing.error == #"package "atrium.tests.none" could not start its program (the host's log says why)"#)
+        #expect(await host.waitForLog("the program /no/such/program was not found or is not executable"))
+        let local = RemoteLauncher(
+            connection: try await AtriumConnection.connect(to: AtriumEndpoint(.unix(path: host.socketPath))))
+        let missingLocally = try await local.launchUri("atrium-none:x")
+        #expect(missingLocally.status == .appUnavailable)
+        #expect(missingLocally.error == "the program /no/such/program was not found or is not executable")
+        await local.connection.close()
         await launcher.connection.close()
         #expect(await host.stop() == 0)
         try? FileManager.default.removeItem(at: folder)

@@ -70,6 +70,15 @@ struct EntrySymbolTests {
             Self.diagnose(
                 Self.elf([("atrium_plugin_entry_v2", 1, 0, true), ("atrium_plugin_entry_v1", 0, 0, true)])) == .hidden)
         #expect(Self.diagnose(Self.elf([("main", 1, 0, true), ("strdup", 1, 0, false)])) == nil)
+        // A C++ name wins over another that merely holds the entry point's name.
+        #expect(
+            Self.diagnose(
+                Self.elf([("atrium_plugin_entry_v1_impl", 1, 0, true), ("_Z22atrium_plugin_entry_v1v", 1, 0, true)]))
+                == .mangled(symbol: "_Z22atrium_plugin_entry_v1v", language: .cPlusPlus))
+        // A symbol's name from the library is escaped before it reaches a log or a client.
+        #expect(
+            Self.diagnose(Self.elf([("_Z22atrium_plugin_entry_v1\u{1b}[31m", 1, 0, true)]))
+                == .mangled(symbol: "_Z22atrium_plugin_entry_v1\\u{1B}[31m", language: .cPlusPlus))
     }
 
     @Test func brokenFilesSayNothingAndReadNothingOutside() {
@@ -89,6 +98,12 @@ struct EntrySymbolTests {
         var wide = whole
         wide.put(0xffff, at: 0x3a, bytes: 2)
         #expect(Self.diagnose(wide) == nil)
+        // A name without its NUL, running to the end of the table, is not read as a symbol.
+        var unended = Self.elf([("atrium_plugin_entry_v1", 0, 0, true)])
+        unended.removeLast(64 * 3 + 1)  // the section headers and the last name's NUL
+        unended.append(0x41)
+        unended += Array(Self.elf([("atrium_plugin_entry_v1", 0, 0, true)]).suffix(64 * 3))
+        #expect(Self.diagnose(unended) == nil)
     }
 
     func buildLibrary(_ compiler: String, source: String, extension suffix: String, extra: [String] = [])

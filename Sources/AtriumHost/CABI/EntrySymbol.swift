@@ -30,11 +30,12 @@ package enum EntrySymbol: Equatable, Sendable {
     /// What `library` defines instead of an exported entry point, or nil when its symbol tables
     /// say nothing (or it is not a 64-bit little-endian ELF file).
     package static func diagnose(library path: String) -> EntrySymbol? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        // Not blocking on a FIFO put in the library's place; only a regular file is read.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else { return nil }
         defer { close(descriptor) }
         var status = stat()
-        guard fstat(descriptor, &status) == 0 else { return nil }
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { return nil }
         let fileSize = Int(status.st_size)
         return diagnose { offset, count in
             // Nothing is allocated for what the file does not hold.
@@ -70,35 +71,45 @@ package enum EntrySymbol: Equatable, Sendable {
             let table = read(sectionsAt, entrySize * count)
         else { return nil }
         let sections = (0..<count).map { Array(table[($0 * entrySize)..<($0 * entrySize + 64)]) }
-        var found: [EntrySymbol] = []
-        // The dynamic symbols first, then the full table (which a stripped library lacks).
+        var found = Findings()
+        // The dynamic symbols, then the full table (which a stripped library lacks): the first
+        // table of each kind only, so that a file of many headers naming one table is read once.
         for type in [11, 2] {  // SHT_DYNSYM, SHT_SYMTAB
-            for section in sections where section.integer(at: 4, bytes: 4) == type {
-                found += symbols(in: section, sections: sections, read: read)
-            }
+            guard let section = sections.first(where: { $0.integer(at: 4, bytes: 4) == type }) else { continue }
+            symbols(in: section, sections: sections, read: read, into: &found)
+            if found.hidden { return .hidden }
         }
-        // The most telling first: the very name hidden, then mangled, then another version.
-        return found.first { $0 == .hidden } ?? found.first { if case .mangled = $0 { true } else { false } }
-            ?? found.first
+        return found.best
     }
 
-    /// What the symbols of one table say.
-    private static func symbols(in section: [UInt8], sections: [[UInt8]], read: (Int, Int) -> [UInt8]?)
-        -> [EntrySymbol]
-    {
+    /// What the tables showed, at most one of each kind.
+    private struct Findings {
+        var hidden = false
+        var mangled: EntrySymbol?
+        var unknownMangled: EntrySymbol?
+        var otherVersion: EntrySymbol?
+
+        /// The most telling: the very name hidden, then a C++ or Swift name, then another
+        /// mangled one, then another version.
+        var best: EntrySymbol? { hidden ? .hidden : mangled ?? unknownMangled ?? otherVersion }
+    }
+
+    /// What the symbols of one table say, added to `found`.
+    private static func symbols(
+        in section: [UInt8], sections: [[UInt8]], read: (Int, Int) -> [UInt8]?, into found: inout Findings
+    ) {
         let offset = section.integer(at: 24, bytes: 8)
         let size = section.integer(at: 32, bytes: 8)
         let link = section.integer(at: 40, bytes: 4)
         guard size > 0, size <= maxTableBytes, offset < Int.max / 2, link < sections.count,
             let symbols = read(offset, size)
-        else { return [] }
+        else { return }
         let strings = sections[link]
         let stringsSize = strings.integer(at: 32, bytes: 8)
         let stringsOffset = strings.integer(at: 24, bytes: 8)
         guard stringsSize > 0, stringsSize <= maxTableBytes, stringsOffset < Int.max / 2,
             let names = read(stringsOffset, stringsSize)
-        else { return [] }
-        var found: [EntrySymbol] = []
+        else { return }
         let entryBytes = Array(name.utf8)
         var start = 0
         while start + 24 <= symbols.count {
@@ -107,24 +118,33 @@ package enum EntrySymbol: Equatable, Sendable {
             let info = symbols[start + 4]
             let visibility = symbols[start + 5] & 3
             let definedIn = symbols.integer(at: start + 6, bytes: 2)
-            guard definedIn != 0, nameAt < names.count else { continue }  // SHN_UNDEF: not defined here
-            let end = names[nameAt...].firstIndex(of: 0) ?? names.count
-            let symbol = Array(names[nameAt..<end])
-            guard symbol.count <= 4096, symbol.contains(entryBytes[0..<(entryBytes.count - 1)]) else { continue }
-            let text = String(decoding: symbol, as: UTF8.self)
-            if symbol == entryBytes {
+            // Not defined here (SHN_UNDEF), or a file's or a section's name, not a function's.
+            guard definedIn != 0, nameAt < names.count, info & 0xf != 3, info & 0xf != 4 else { continue }
+            // Names are read up to 4 KiB: a longer one (or one without its NUL) is not a symbol
+            // this looks for, and no scan runs on to the end of a crafted table.
+            let window = names[nameAt..<min(names.count, nameAt + 4097)]
+            guard let end = window.firstIndex(of: 0) else { continue }
+            let symbol = names[nameAt..<end]
+            guard symbol.contains(entryBytes[0..<(entryBytes.count - 1)]) else { continue }
+            let text = untrusted(String(decoding: symbol, as: UTF8.self), limit: 120)
+            if symbol.elementsEqual(entryBytes) {
                 // Exported, dlsym would have found it: only a local or hidden one is news.
-                if info >> 4 == 0 || visibility == 2 || visibility == 1 { found.append(.hidden) }
+                if info >> 4 == 0 || visibility == 2 || visibility == 1 {
+                    found.hidden = true
+                    return
+                }
             } else if symbol.contains(entryBytes) {
-                let language: Language =
-                    text.hasPrefix("_Z")
-                    ? .cPlusPlus : text.hasPrefix("$s") || text.hasPrefix("_$s") ? .swift : .unknown
-                found.append(.mangled(symbol: text, language: language))
+                if text.hasPrefix("_Z") {
+                    found.mangled = found.mangled ?? .mangled(symbol: text, language: .cPlusPlus)
+                } else if text.hasPrefix("$s") || text.hasPrefix("_$s") {
+                    found.mangled = found.mangled ?? .mangled(symbol: text, language: .swift)
+                } else {
+                    found.unknownMangled = found.unknownMangled ?? .mangled(symbol: text, language: .unknown)
+                }
             } else if text.hasPrefix(String(name.dropLast())), text.count < 40, info >> 4 != 0 {
-                found.append(.otherVersion(symbol: text))
+                found.otherVersion = found.otherVersion ?? .otherVersion(symbol: text)
             }
         }
-        return found
     }
 
     /// The reason the loader gives, about `file`.

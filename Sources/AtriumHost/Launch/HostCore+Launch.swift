@@ -196,16 +196,24 @@ extension HostCore {
         case .success(let package): chosen = package
         case .failure(let refused): return refused.outcome
         }
+        // As for open: a remote client is not told about the host's files (a plugin that did
+        // not load, a program that did not start); the log has it all.
         if let exec = chosen.manifest.launch {
             var logger = self.logger
             logger[metadataKey: "package"] = "\(chosen.manifest.package)"
-            return exec.run(uri: uri, logger: logger, maxRunning: admission.maxLaunches)
+            var outcome = exec.run(uri: uri, logger: logger, maxRunning: admission.maxLaunches)
+            if isRemote, outcome.status == .appUnavailable {
+                logger.warning("launch for a remote client: \(outcome.error ?? "the program did not start")")
+                outcome.error =
+                    "package \"\(chosen.manifest.package)\" could not start its program (the host's log says why)"
+            }
+            return outcome
         }
-        guard let backend = chosen.backend else {
-            // As for open: a remote client is not told about the host's files.
+        guard let backend = chosen.backend, backend.health.state != .failed else {
             let why =
                 isRemote
-                ? "its plugin is not running (the host's log says why)" : chosen.loadError ?? "it has no plugin"
+                ? "its plugin is not running (the host's log says why)"
+                : chosen.backend?.health.reason ?? chosen.loadError ?? "it has no plugin"
             return LaunchOutcome(
                 status: .appUnavailable, error: "package \"\(chosen.manifest.package)\" is not available: \(why)")
         }

@@ -264,8 +264,10 @@ extension HostCore {
     func apps(forLocalClient isLocal: Bool) -> [AppInfo] {
         packages.map { package in
             let health = package.backend?.health
-            let state = health?.state ?? .failed
-            let reason = state == .ready ? nil : health?.reason ?? package.loadError ?? "it has no plugin"
+            // A package of launches only (a program, no library) is ready without a backend.
+            let launchesOnly = package.backend == nil && package.loadError == nil && package.manifest.launch != nil
+            let state = health?.state ?? (launchesOnly ? .ready : .failed)
+            let reason = state == .ready ? nil : health?.reason ?? package.loadError
             return AppInfo(
                 package: package.manifest.package,
                 displayName: package.manifest.displayName,

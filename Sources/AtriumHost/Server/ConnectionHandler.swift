@@ -807,6 +807,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 error = "package \"\(backend.package)\" was reloaded while it opened the channel: open again"
                 backend.closed(channel: handle, status: .canceled, by: .host)
             }
+        } else if backend.health.state == .failed {
+            // The host's side failed (a worker that cannot start its plugin), not the service.
+            let why =
+                isLocal
+                ? backend.health.reason ?? "its plugin failed" : "its plugin is not running (the host's log says why)"
+            error = "package \"\(backend.package)\" is not available: \(why)"
         } else {
             error = "the service refused the connection (its open answered \(status))"
         }
@@ -996,7 +1002,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         core.totals.launches.wrappingAdd(1, ordering: .relaxed)
         let answer = { (outcome: LaunchOutcome) in
             self.auditLaunch(launch, outcome)
-            self.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
+            self.write(
+                .launched(
+                    LaunchedFrame(
+                        id: launch.id, status: outcome.status, error: outcome.error.map { untrusted($0, limit: 400) })))
         }
         // Refused before it reaches a handler (HostCore.launch counts the others).
         let refuse = { (outcome: LaunchOutcome) in
@@ -1052,7 +1061,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             link.run { connection in
                 connection.machine.launchEnded()
                 connection.auditLaunch(launch, outcome)
-                connection.write(.launched(LaunchedFrame(id: launch.id, status: outcome.status, error: outcome.error)))
+                connection.write(
+                    .launched(
+                        LaunchedFrame(
+                            id: launch.id, status: outcome.status,
+                            error: outcome.error.map { untrusted($0, limit: 400) })))
                 connection.closeIfDrained()
             }
         }
