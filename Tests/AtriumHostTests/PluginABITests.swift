@@ -75,6 +75,34 @@ struct PluginABITests {
         await client.close()
         #expect(await host.stop() == 0)
     }
+
+    /// ABI 1.2: a C plugin reads arrays (and maps inside them) and builds arrays and nested
+    /// maps through the host's table, and each misuse gets its code.
+    @Test func aCPluginReadsAndBuildsArraysAndNestedMaps() async throws {
+        let host = try await startHost(manifests: ["c.json": Self.cServiceManifest])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.c") == .success)
+        let request: ValueSet = [
+            "Numbers": [3, 4, 5],
+            "Items": .array(ValueArray(maps: [["Name": "milk"], ["Name": "eggs"], ["Other": 1]])),
+            "Items2": "not an array",
+        ]
+        let answer = try await client.request(channel: 1, id: 1, request)
+        #expect(answer.status == .success)
+        let expected: ValueSet = [
+            "NumbersSum": 12, "NumbersCount": 3, "NumbersKind": .int(Int64(2)),  // ATRIUM_KIND_INT
+            "LeadingZero": -5, "OutOfRange": -5,  // ATRIUM_E_NOT_FOUND
+            "Names": ["milk", "eggs"], "Keys": ["Numbers", "Items", "Items2"],
+            "Nested": ["List": .array(ValueArray(maps: [["A": 1], ["A": 2]])), "Empty": .array(ValueArray())],
+            "MixedAppend": -6, "NestedArray": -6, "NotAnArray": -6,  // ATRIUM_E_WRONG_KIND
+            "KeyOnArray": -1, "NoKeyOnMap": -1, "ArrayBytes": -1,  // ATRIUM_E_INVALID_ARGUMENT
+        ]
+        let decoded = try answer.decoded
+        for (key, value) in expected { #expect(decoded[key] == value, "\(key): \(String(describing: decoded[key]))") }
+        #expect(decoded.count == expected.count, "\(decoded)")
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
 }
 
 /// Libraries that are not usable plugins are refused with the reason, and the rest load.
@@ -130,8 +158,8 @@ struct PluginLoadingTests {
         #expect(
             try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         let log = host.log
-        #expect(log.contains("libMajor.so was built for plugin ABI 2.0; this host speaks ABI 1.1"))
-        #expect(log.contains("libMinor.so needs plugin ABI 1.99, newer than this host's 1.1: update atriumd"))
+        #expect(log.contains("libMajor.so was built for plugin ABI 2.0; this host speaks ABI 1.2"))
+        #expect(log.contains("libMinor.so needs plugin ABI 1.99, newer than this host's 1.2: update atriumd"))
         #expect(log.contains("the plugin's create() returned -1"))
         await client.close()
         #expect(await host.stop() == 0)

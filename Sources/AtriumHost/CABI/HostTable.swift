@@ -52,6 +52,10 @@ enum HostTable {
         api.builder_put_map = putMap
         api.builder_bytes = builderBytes
         api.launch_uri_for = launchURIFor
+        api.message_get_array = getArray
+        api.message_get_message = getMessage
+        api.builder_new_array = builderNewArray
+        api.builder_put_builder = putBuilder
         return api
     }
 
@@ -150,7 +154,7 @@ enum HostTable {
     }
 
     static let messageCount: @convention(c) (API, OpaquePointer?) -> Int = { _, pointer in
-        message(pointer)?.set.count ?? 0
+        message(pointer)?.count ?? 0
     }
 
     static let messageKeyAt: @convention(c) (API, OpaquePointer?, Int) -> UnsafePointer<CChar>? = { _, pointer, index in
@@ -158,7 +162,7 @@ enum HostTable {
     }
 
     static let messageKind: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?) -> Int32 = { _, pointer, key in
-        guard let key, let value = message(pointer)?.set[String(cString: key)] else { return ATRIUM_KIND_NONE }
+        guard let key, let value = message(pointer)?.value(String(cString: key)) else { return ATRIUM_KIND_NONE }
         return value.cKind
     }
 
@@ -168,7 +172,7 @@ enum HostTable {
     ) -> Int32 {
         guard let parsed = message(pointer), let key else { return ATRIUM_E_INVALID_ARGUMENT }
         let name = String(cString: key)
-        guard let value = parsed.set[name] else { return ATRIUM_E_NOT_FOUND }
+        guard let value = parsed.value(name) else { return ATRIUM_E_NOT_FOUND }
         return read(parsed, name, value)
     }
 
@@ -264,6 +268,33 @@ enum HostTable {
             }
         }
 
+    // MARK: Arrays and nested maps (ABI 1.2)
+
+    /// Hands `parsed` to the plugin as a message of its own (freed with `message_free`).
+    static func handOut(_ parsed: ParsedMessage, to out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
+        guard let out else { return ATRIUM_E_INVALID_ARGUMENT }
+        out.pointee = OpaquePointer(Unmanaged.passRetained(parsed).toOpaque())
+        return ATRIUM_OK
+    }
+
+    static let getArray:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<OpaquePointer?>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .array(let array) = value else { return ATRIUM_E_WRONG_KIND }
+                return handOut(ParsedMessage(array), to: out)
+            }
+        }
+
+    static let getMessage:
+        @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<OpaquePointer?>?) -> Int32 = {
+            _, pointer, key, out in
+            get(pointer, key) { _, _, value in
+                guard case .map(let set) = value else { return ATRIUM_E_WRONG_KIND }
+                return handOut(ParsedMessage(set), to: out)
+            }
+        }
+
     // MARK: Building messages
 
     static func builder(_ pointer: OpaquePointer?) -> MessageBuilder? {
@@ -279,13 +310,29 @@ enum HostTable {
         Unmanaged<MessageBuilder>.fromOpaque(UnsafeRawPointer(pointer)).release()
     }
 
+    static let builderNewArray: @convention(c) (API) -> OpaquePointer? = { _ in
+        OpaquePointer(Unmanaged.passRetained(MessageBuilder(array: true)).toOpaque())
+    }
+
+    /// Sets `key` (or, on an array builder with `key` NULL, appends) to `value()`, nil for an
+    /// argument that is not valid.
     static func put(_ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ value: () -> Value?) -> Int32 {
-        guard let builder = builder(pointer), let key, let name = String(validatingCString: key) else {
-            return ATRIUM_E_INVALID_ARGUMENT
+        guard let builder = builder(pointer) else { return ATRIUM_E_INVALID_ARGUMENT }
+        let name: String?
+        if let key {
+            guard let valid = String(validatingCString: key) else { return ATRIUM_E_INVALID_ARGUMENT }
+            name = valid
+        } else {
+            name = nil
         }
         guard let value = value() else { return ATRIUM_E_INVALID_ARGUMENT }
-        builder.put(name, value)
-        return ATRIUM_OK
+        return builder.put(name, value)
+    }
+
+    static let putBuilder: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, OpaquePointer?) -> Int32 = {
+        _, pointer, key, other in
+        guard let other = builder(other), builder(pointer) !== other else { return ATRIUM_E_INVALID_ARGUMENT }
+        return put(pointer, key) { other.value }
     }
 
     static let putString:
@@ -352,8 +399,9 @@ enum HostTable {
         @convention(c) (API, OpaquePointer?, UnsafeMutablePointer<UnsafePointer<UInt8>?>?, UnsafeMutablePointer<Int>?)
             -> Int32 = {
                 _, pointer, out, length in
-                guard let builder = builder(pointer) else { return ATRIUM_E_INVALID_ARGUMENT }
-                let encoded = builder.encoded()
+                guard let builder = builder(pointer), let encoded = builder.encoded() else {
+                    return ATRIUM_E_INVALID_ARGUMENT
+                }
                 out?.pointee = UnsafePointer(encoded.baseAddress?.assumingMemoryBound(to: UInt8.self))
                 length?.pointee = encoded.count
                 return ATRIUM_OK
@@ -401,21 +449,54 @@ extension Value {
     }
 }
 
-/// An `atrium_message`: a parsed ValueSet, plus the C copies of the strings and bytes handed
-/// out, which live as long as the message. Used by one plugin thread at a time.
+/// An `atrium_message`: a parsed ValueSet (or, from `message_get_array`, an array read as a
+/// message whose keys are its indices), plus the C copies of the strings and bytes handed out,
+/// which live as long as the message. Used by one plugin thread at a time.
 final class ParsedMessage {
-    let set: ValueSet
+    private enum Contents {
+        case map(ValueSet)
+        case array(ValueArray)
+    }
+
+    private let contents: Contents
     private var keys: [UnsafeMutablePointer<CChar>?]
     private var owned: [String: UnsafeMutableRawPointer] = [:]
 
     init(_ set: ValueSet) {
-        self.set = set
+        contents = .map(set)
         keys = Array(repeating: nil, count: set.count)
+    }
+
+    init(_ array: ValueArray) {
+        contents = .array(array)
+        keys = Array(repeating: nil, count: array.count)
+    }
+
+    var count: Int { keys.count }
+
+    /// The value under `name`: a map's key, or an array's index in decimal ("0", "17"; no
+    /// sign, no leading zero), found without building a map of the indices.
+    func value(_ name: String) -> Value? {
+        switch contents {
+        case .map(let set):
+            return set[name]
+        case .array(let array):
+            guard name.utf8.count <= 19, name == "0" || name.utf8.first != UInt8(ascii: "0"),
+                name.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                let index = Int(name), index < array.count
+            else { return nil }
+            return array[index]
+        }
     }
 
     func key(at index: Int) -> UnsafePointer<CChar>? {
         guard index >= 0, index < keys.count else { return nil }
-        if keys[index] == nil { keys[index] = strdup(set.keys[index]) }
+        if keys[index] == nil {
+            switch contents {
+            case .map(let set): keys[index] = strdup(set.keys[index])
+            case .array: keys[index] = strdup(String(index))
+            }
+        }
         return UnsafePointer(keys[index])
     }
 
@@ -445,17 +526,47 @@ final class ParsedMessage {
     }
 }
 
-/// An `atrium_builder`: a ValueSet under construction, and its latest encoding.
+/// An `atrium_builder`: a ValueSet under construction (or, from `builder_new_array`, an
+/// array), and its latest encoding.
 final class MessageBuilder {
     private var set = ValueSet()
+    /// An array builder's elements (all of one kind, none an array), or nil for a map.
+    private var elements: [Value]?
     private var encoding: UnsafeMutableRawBufferPointer?
 
-    func put(_ key: String, _ value: Value) {
-        set[key] = value
-        release()
+    init(array: Bool = false) {
+        elements = array ? [] : nil
     }
 
-    func encoded() -> UnsafeRawBufferPointer {
+    /// Sets `key`, or appends to an array (with `key` nil): ATRIUM_OK, or the code of the
+    /// refusal.
+    func put(_ key: String?, _ value: Value) -> Int32 {
+        switch (key, elements) {
+        case (let key?, nil):
+            set[key] = value
+        case (nil, var array?):
+            guard value.kind != .array else { return ATRIUM_E_WRONG_KIND }
+            if let first = array.first, first.kind != value.kind { return ATRIUM_E_WRONG_KIND }
+            elements = nil  // appended in place
+            array.append(value)
+            elements = array
+        default:
+            return ATRIUM_E_INVALID_ARGUMENT  // a key for an array, or none for a map
+        }
+        release()
+        return ATRIUM_OK
+    }
+
+    /// What it holds now, as a value: a map or an array.
+    var value: Value {
+        guard let elements else { return .map(set) }
+        // Checked at each append: of one kind, no arrays.
+        return .array((try? ValueArray(elements)) ?? ValueArray())
+    }
+
+    /// The message's encoding; nil for an array builder (a message is a map).
+    func encoded() -> UnsafeRawBufferPointer? {
+        guard elements == nil else { return nil }
         if let encoding { return UnsafeRawBufferPointer(encoding) }
         let bytes = set.cborBytes()
         let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 1)

@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 #define ATRIUM_PLUGIN_ABI_MAJOR 1
-#define ATRIUM_PLUGIN_ABI_MINOR 1
+#define ATRIUM_PLUGIN_ABI_MINOR 2
 
 /* The exported entry symbol, as a string, for dlsym. */
 #define ATRIUM_PLUGIN_ENTRY_SYMBOL "atrium_plugin_entry_v1"
@@ -294,7 +294,8 @@ typedef struct atrium_host_api {
     void (*builder_free)(const struct atrium_host_api *host, atrium_builder *builder);
     /* Each put sets `key` (replacing an earlier value): ATRIUM_OK, or
      * ATRIUM_E_INVALID_ARGUMENT for text that is not UTF-8, ATRIUM_E_NOT_A_VALUESET for
-     * `put_map` bytes that are not a ValueSet. */
+     * `put_map` bytes that are not a ValueSet. On an array builder (ABI 1.2,
+     * `builder_new_array`), a put with `key` NULL appends the value instead. */
     int32_t (*builder_put_string)(const struct atrium_host_api *host, atrium_builder *builder,
                                   const char *key, const char *utf8, size_t length);
     int32_t (*builder_put_int)(const struct atrium_host_api *host, atrium_builder *builder,
@@ -325,6 +326,31 @@ typedef struct atrium_host_api {
      * (ATRIUM_LAUNCH_UNKNOWN for a channel that is not open). Blocks as `launch_uri` does. */
     int32_t (*launch_uri_for)(const struct atrium_host_api *host, uint64_t channel, const char *uri,
                               const uint8_t *data, size_t data_length);
+
+    /* ---- ABI 1.2: arrays and nested maps, read and built without CBOR. Check
+     * ATRIUM_HAS_FIELD(host, atrium_host_api, field) before use. ---- */
+
+    /* The array under `key`, as a message of its own whose keys are the element indices "0",
+     * "1", ... in order: `message_count` is its length, `message_kind(…, "0")` its elements'
+     * kind (all elements of an array have one kind), and the typed reads above read each
+     * element ("Keys"[2] is `message_get_string(host, array, "2", ...)`). Free it with
+     * `message_free`. ATRIUM_OK, ATRIUM_E_NOT_FOUND or ATRIUM_E_WRONG_KIND. */
+    int32_t (*message_get_array)(const struct atrium_host_api *host, const atrium_message *message,
+                                 const char *key, atrium_message **out);
+    /* The map under `key` (or an array's element "3" that is a map), as a message of its own
+     * to read with the functions above; free it with `message_free`. */
+    int32_t (*message_get_message)(const struct atrium_host_api *host, const atrium_message *message,
+                                   const char *key, atrium_message **out);
+    /* An array under construction, freed by `builder_free`: each put with `key` NULL appends
+     * an element. Its elements must all be of one kind (ATRIUM_E_WRONG_KIND for one of another
+     * kind), and an array holds no arrays. Put it into a message (or a map) with
+     * `builder_put_builder`; `builder_bytes` refuses it (a message is a map). */
+    atrium_builder *(*builder_new_array)(const struct atrium_host_api *host);
+    /* Sets `key` of `builder` to the map or the array `value` holds now (copied: `value` may
+     * be changed or freed after). On an array builder, `key` NULL appends it (a map: arrays do
+     * not nest). ATRIUM_OK, ATRIUM_E_INVALID_ARGUMENT or ATRIUM_E_WRONG_KIND. */
+    int32_t (*builder_put_builder)(const struct atrium_host_api *host, atrium_builder *builder,
+                                   const char *key, const atrium_builder *value);
 } atrium_host_api;
 
 /*

@@ -7,6 +7,12 @@
  * Answer: IntPlusOne, DoubleTimesTwo, NotBool, DateNextDay, Text, TextLength, Bytes, Uuid,
  * Map, Count, FirstKey, KindOfText, Missing, WrongKind, BadUtf8, BadMap.
  *
+ * A request with "Numbers" (an array of ints) and "Items" (an array of maps with a "Name")
+ * exercises ABI 1.2's arrays and nested maps instead, and answers NumbersSum, NumbersCount,
+ * NumbersKind, Names (each item's Name), Keys (the request's keys), Nested
+ * ({"List": [{"A": 1}, {"A": 2}], "Empty": []}), and the codes of misuses: MixedAppend,
+ * KeyOnArray, NoKeyOnMap, ArrayBytes, LeadingZero, OutOfRange, NotAnArray, NestedArray.
+ *
  * It also misbehaves on request, as a careless C plugin might: it is serial (no flags), and
  *   - a request {"LaunchOwn": uri} launches uri from inside the request callback with
  *     launch_uri ({"LaunchFor": uri}: with launch_uri_for, for the channel's client) and
@@ -33,6 +39,7 @@
  */
 #define _DEFAULT_SOURCE
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -184,6 +191,83 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         host->respond(host, request, ATRIUM_RESPONSE_FAILURE, NULL, 0, "unknown Crash");
         host->builder_free(host, out);
         host->message_free(host, in);
+        return;
+    }
+
+    if (host->message_kind(host, in, "Numbers") == ATRIUM_KIND_ARRAY &&
+        ATRIUM_HAS_FIELD(host, atrium_host_api, builder_put_builder)) {
+        atrium_message *numbers = NULL;
+        host->message_get_array(host, in, "Numbers", &numbers);
+        int64_t sum = 0;
+        size_t count = host->message_count(host, numbers);
+        char index[24];
+        for (size_t n = 0; n < count; n++) {
+            int64_t value = 0;
+            snprintf(index, sizeof index, "%zu", n);
+            if (host->message_get_int(host, numbers, index, &value) == ATRIUM_OK) sum += value;
+        }
+        host->builder_put_int(host, out, "NumbersSum", sum);
+        host->builder_put_int(host, out, "NumbersCount", (int64_t)count);
+        host->builder_put_int(host, out, "NumbersKind", host->message_kind(host, numbers, "0"));
+        int64_t unused = 0;
+        host->builder_put_int(host, out, "LeadingZero", host->message_get_int(host, numbers, "00", &unused));
+        host->builder_put_int(host, out, "OutOfRange", host->message_get_int(host, numbers, "99", &unused));
+        host->message_free(host, numbers);
+
+        /* Each item's Name, through the nested maps, into an array of strings. */
+        atrium_builder *names = host->builder_new_array(host);
+        atrium_message *items = NULL;
+        if (host->message_get_array(host, in, "Items", &items) == ATRIUM_OK) {
+            for (size_t n = 0; n < host->message_count(host, items); n++) {
+                atrium_message *item = NULL;
+                snprintf(index, sizeof index, "%zu", n);
+                if (host->message_get_message(host, items, index, &item) != ATRIUM_OK) continue;
+                const char *name = NULL;
+                size_t name_length = 0;
+                if (host->message_get_string(host, item, "Name", &name, &name_length) == ATRIUM_OK) {
+                    host->builder_put_string(host, names, NULL, name, name_length);
+                }
+                host->message_free(host, item);
+            }
+            host->message_free(host, items);
+        }
+        host->builder_put_builder(host, out, "Names", names);
+        host->builder_free(host, names);
+
+        atrium_builder *keys = host->builder_new_array(host);
+        for (size_t n = 0; n < host->message_count(host, in); n++) {
+            const char *key = host->message_key_at(host, in, n);
+            host->builder_put_string(host, keys, NULL, key, strlen(key));
+        }
+        host->builder_put_int(host, out, "MixedAppend", host->builder_put_int(host, keys, NULL, 7));
+        host->builder_put_int(host, out, "KeyOnArray", host->builder_put_int(host, keys, "k", 7));
+        host->builder_put_builder(host, out, "Keys", keys);
+        const uint8_t *array_bytes = NULL;
+        size_t array_length = 0;
+        host->builder_put_int(host, out, "ArrayBytes", host->builder_bytes(host, keys, &array_bytes, &array_length));
+        host->builder_free(host, keys);
+
+        /* {"List": [{"A": 1}, {"A": 2}], "Empty": []}, built from nested builders. */
+        atrium_builder *nested = host->builder_new(host);
+        atrium_builder *list = host->builder_new_array(host);
+        for (int64_t n = 1; n <= 2; n++) {
+            atrium_builder *element = host->builder_new(host);
+            host->builder_put_int(host, element, "A", n);
+            host->builder_put_builder(host, list, NULL, element);
+            host->builder_free(host, element);
+        }
+        atrium_builder *empty = host->builder_new_array(host);
+        host->builder_put_int(host, out, "NestedArray", host->builder_put_builder(host, list, NULL, empty));
+        host->builder_put_builder(host, nested, "List", list);
+        host->builder_put_builder(host, nested, "Empty", empty);
+        host->builder_free(host, empty);
+        host->builder_free(host, list);
+        host->builder_put_int(host, out, "NoKeyOnMap", host->builder_put_int(host, nested, NULL, 1));
+        host->builder_put_builder(host, out, "Nested", nested);
+        host->builder_free(host, nested);
+        atrium_message *not_array = NULL;
+        host->builder_put_int(host, out, "NotAnArray", host->message_get_array(host, in, "Items2", &not_array));
+        finish(host, request, out, in);
         return;
     }
 
