@@ -182,7 +182,8 @@ struct RobustnessTests {
         let log = host.log
         #expect(
             log.contains(
-                "manifest skipped: broken.json: is not valid JSON: Invalid value around character 2 (line 1, column 3)")
+                "manifest skipped: broken.json: is not valid JSON: line 1, column 3: a key in double quotes should be here, not 'n'"
+            )
         )
         #expect(
             log.contains(

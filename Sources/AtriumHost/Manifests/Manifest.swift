@@ -154,15 +154,18 @@ extension Manifest {
         func fail(_ field: String?, _ reason: String) -> ManifestError {
             ManifestError(file: name, field: field, reason: reason)
         }
+        // Strict JSON (RFC 8259): a trailing comma, a comment or a key given twice is refused
+        // with its line, not read one way or another.
         let root: [String: JSONValue]
         do {
-            let value = try JSONDecoder().decode(JSONValue.self, from: data)
-            guard case .object(let object) = value else { throw fail(nil, "must hold a JSON object") }
+            guard case .object(let object) = try StrictJSON([UInt8](data)).value else {
+                throw fail(nil, "must hold a JSON object")
+            }
             root = object
         } catch let error as ManifestError {
             throw error
         } catch {
-            throw fail(nil, "is not valid JSON: \(Self.jsonErrorReason(data))")
+            throw fail(nil, "is not valid JSON: \(error)")
         }
 
         guard let version = root["manifestVersion"] else { throw fail("manifestVersion", "is missing") }
@@ -493,64 +496,16 @@ extension Manifest {
             }
         }
     }
-
-    /// Where and why `data` is not JSON, as Foundation's parser says, with a line and column.
-    static func jsonErrorReason(_ data: Data) -> String {
-        do {
-            _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed])
-            return "not a JSON object"
-        } catch {
-            var reason = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String ?? "\(error)"
-            if reason.hasSuffix(".") { reason.removeLast() }
-            guard let range = reason.range(of: "character "),
-                let offset = Int(reason[range.upperBound...].prefix { $0.isNumber })
-            else { return reason }
-            let before = data.prefix(offset)
-            let line = before.filter { $0 == UInt8(ascii: "\n") }.count + 1
-            let column = offset - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
-            return "\(reason) (line \(line), column \(column))"
-        }
-    }
 }
 
-/// Any JSON value, read with `JSONDecoder` so that `true` and `1` stay apart.
-enum JSONValue: Decodable, CustomStringConvertible {
+/// Any JSON value, as ``StrictJSON`` reads it (so that `true` and `1` stay apart).
+enum JSONValue: CustomStringConvertible {
     case null
     case bool(Bool)
     case number(Double)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
-
-    struct Key: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init?(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
-
-    init(from decoder: any Decoder) throws {
-        if let object = try? decoder.container(keyedBy: Key.self) {
-            var values: [String: JSONValue] = [:]
-            for key in object.allKeys { values[key.stringValue] = try object.decode(JSONValue.self, forKey: key) }
-            self = .object(values)
-        } else if var array = try? decoder.unkeyedContainer() {
-            var values: [JSONValue] = []
-            while !array.isAtEnd { values.append(try array.decode(JSONValue.self)) }
-            self = .array(values)
-        } else {
-            let single = try decoder.singleValueContainer()
-            if single.decodeNil() {
-                self = .null
-            } else if let bool = try? single.decode(Bool.self) {
-                self = .bool(bool)
-            } else if let number = try? single.decode(Double.self) {
-                self = .number(number)
-            } else {
-                self = .string(try single.decode(String.self))
-            }
-        }
-    }
 
     /// How the value reads in an error message.
     var description: String {
