@@ -181,6 +181,15 @@ struct FunctionManifestTests {
         #expect(problem(functions) == expected)
     }
 
+    @Test func aManifestOverOneMebibyteIsRefusedUnread() {
+        let padded = String(repeating: " ", count: Manifest.maxBytes) + #"{"manifestVersion": 1}"#
+        #expect {
+            try Manifest(json: Data(padded.utf8), file: URL(fileURLWithPath: "/m/big.json"))
+        } throws: { error in
+            "\(error)" == "big.json: is \(Manifest.maxBytes + 22) bytes; a manifest may be at most 1048576 (1 MiB)"
+        }
+    }
+
     @Test func functionsNeedALibrary() {
         let json = #"{"manifestVersion": 1, "package": "f", "functions": [{"command": "a", "symbol": "x"}]}"#
         #expect(

@@ -19,13 +19,22 @@ struct StrictJSONTests {
         let cases: [(String, String)] = [
             (#"{"a": 1,}"#, "line 1, column 9: a key in double quotes should be here (a trailing comma is not JSON)"),
             ("[1, 2,]", "line 1, column 7: a value should be here (a trailing comma is not JSON)"),
-            ("{\n  \"a\": 1,\n  \"a\": 2\n}", #"line 3, column 3: "a" is given twice in this object (first on line 2)"#),
+            (
+                "{\n  \"a\": 1,\n  \"a\": 2\n}",
+                #"line 3, column 3: "a" is given twice in this object (first on line 2)"#
+            ),
             ("{ // a comment\n}", "line 1, column 3: comments are not JSON"),
             (#"{"a": 01}"#, "line 1, column 7: numbers do not start with 0 in JSON"),
             (#"{"a": NaN}"#, "line 1, column 7: a value should be here, not 'N'"),
-            (#"{"a": tru}"#, "line 1, column 7: not a JSON value (true, false and null are lowercase; NaN and Infinity are not JSON)"),
+            (
+                #"{"a": tru}"#,
+                "line 1, column 7: not a JSON value (true, false and null are lowercase; NaN and Infinity are not JSON)"
+            ),
             ("{'a': 1}", "line 1, column 2: strings take double quotes in JSON"),
-            ("{\"a\": \"two\nlines\"}", "line 1, column 11: a string does not go on to the next line (end it, or write \\n)"),
+            (
+                "{\"a\": \"two\nlines\"}",
+                "line 1, column 11: a string does not go on to the next line (end it, or write \\n)"
+            ),
             (#"{"a": "\x"}"#, #"line 1, column 9: \x is not an escape JSON knows"#),
             (#"{"a": "\ud800"}"#, #"line 1, column 14: \ud800 is half of a surrogate pair"#),
             (#"{"a": 1} {}"#, "line 1, column 10: more after the end of the JSON value"),
@@ -35,7 +44,10 @@ struct StrictJSONTests {
             (#"{"a" 1}"#, "line 1, column 6: ':' after the key should be here, not '1'"),
             (#"{"a": "unended"#, "line 1, column 15: the file ends inside a string"),
             ("", "line 1, column 1: the file ends where a value should be"),
-            (String(repeating: "[", count: 65) + String(repeating: "]", count: 65), "line 1, column 65: nested deeper than 64"),
+            (
+                String(repeating: "[", count: 65) + String(repeating: "]", count: 65),
+                "line 1, column 65: nested deeper than 64"
+            ),
         ]
         for (text, expected) in cases {
             #expect(problem(text) == expected, "\(text)")
@@ -45,6 +57,25 @@ struct StrictJSONTests {
             let text = Array("{\"a\": \"".utf8) + bytes + Array("\"}".utf8)
             #expect(throws: StrictJSON.Problem.self) { try StrictJSON(text) }
         }
+    }
+
+    @Test func aByteOrderMarkIsSkippedAndKeysAreComparedAsBytes() throws {
+        let marked = [0xEF, 0xBB, 0xBF] + Array(#"{"a": 1}"#.utf8)
+        #expect(try StrictJSON(marked).keyLines == ["a": 1])
+        // "é" and "e" + U+0301: two keys to JSON, one to Swift: refused, and said so.
+        #expect(
+            problem("{\"\u{E9}\": 1, \"e\u{301}\": 2}")
+                == "line 1, column 10: \"é\" is given twice in this object, in two spellings Unicode counts as the same"
+        )
+        // A key that is not a plain name is quoted in a path, so that paths do not collide.
+        let odd = try StrictJSON(Array(#"{"a.b": {"c": 1}, "a": {"b": {"c": 2}}}"#.utf8))
+        #expect(odd.keyLines[#"["a.b"].c"#] == 1 && odd.keyLines["a.b.c"] == 1)
+        // Paths stop being recorded past their limits, and nothing grows with a crafted file.
+        let longKey = String(repeating: "k", count: 600)
+        let deep = try StrictJSON(Array("{\"\(longKey)\": [{\"a\": 0}, {\"a\": 1}]}".utf8))
+        #expect(deep.keyLines.isEmpty)
+        let many = "{" + (0...StrictJSON.maxRecordedKeys).map { "\"k\($0)\": 0" }.joined(separator: ",") + "}"
+        #expect(try StrictJSON(Array(many.utf8)).keyLines.count == StrictJSON.maxRecordedKeys)
     }
 
     @Test func jsonIsReadWithTheLinesOfItsKeys() throws {
@@ -74,6 +105,8 @@ struct StrictJSONTests {
         #expect(read.keyLines["services[1].list"] == 5)
         // Every byte sequence of a good document, cut short, is refused without a trap.
         let bytes = Array(text.utf8)
-        for length in 0..<bytes.count { #expect(throws: StrictJSON.Problem.self) { try StrictJSON(Array(bytes[0..<length])) } }
+        for length in 0..<bytes.count {
+            #expect(throws: StrictJSON.Problem.self) { try StrictJSON(Array(bytes[0..<length])) }
+        }
     }
 }

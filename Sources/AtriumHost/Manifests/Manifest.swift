@@ -146,6 +146,9 @@ extension Manifest {
     /// The manifest version this host reads.
     public static let supportedVersion = 1
 
+    /// The most a manifest file may hold: a real one is a few kilobytes.
+    public static let maxBytes = 1 << 20
+
     /// Parses and validates one manifest. `file` is used for `file` and in errors.
     ///
     /// - Throws: ``ManifestError`` naming the file, the field and the rule broken.
@@ -156,6 +159,9 @@ extension Manifest {
         }
         // Strict JSON (RFC 8259): a trailing comma, a comment or a key given twice is refused
         // with its line, not read one way or another.
+        guard data.count <= Self.maxBytes else {
+            throw fail(nil, "is \(data.count) bytes; a manifest may be at most \(Self.maxBytes) (1 MiB)")
+        }
         let root: [String: JSONValue]
         do {
             guard case .object(let object) = try StrictJSON([UInt8](data)).value else {

@@ -17,8 +17,13 @@ struct StrictJSON {
 
     /// The value read.
     let value: JSONValue
-    /// The line of each object key, by its path (`services[0].name`).
+    /// The line of each object key, by its path (`services[0].name`; a key that is not a
+    /// plain name is written `["a.b"]`). Kept for the first 10,000 keys whose paths are under
+    /// 512 bytes: far more than a manifest has, and little enough that a crafted file cannot
+    /// make it large.
     let keyLines: [String: Int]
+    static let maxRecordedKeys = 10_000
+    static let maxRecordedPath = 512
 
     /// How deep arrays and objects may nest: far more than a manifest needs, and little enough
     /// that a crafted file cannot exhaust the stack.
@@ -26,6 +31,11 @@ struct StrictJSON {
 
     init(_ bytes: [UInt8]) throws(Problem) {
         var reader = Reader(bytes: bytes)
+        // A byte order mark, as some editors write: RFC 8259 (8.1) lets a reader ignore it.
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) {
+            reader.index = 3
+            reader.lineStart = 3
+        }
         reader.skipSpace()
         let value = try reader.value(path: "", depth: 0)
         reader.skipSpace()
@@ -42,9 +52,29 @@ struct StrictJSON {
         var keyLines: [String: Int] = [:]
 
         func problem(_ reason: String) -> Problem {
+            problem(reason, at: (index, line, lineStart))
+        }
+
+        /// A problem at a position saved earlier (worked out only when there is a problem).
+        func problem(_ reason: String, at position: (index: Int, line: Int, lineStart: Int)) -> Problem {
             // Columns count characters, not bytes: a UTF-8 continuation byte is not one.
-            let column = bytes[lineStart..<min(index, bytes.count)].filter { $0 & 0xC0 != 0x80 }.count + 1
-            return Problem(line: line, column: column, reason: reason)
+            let end = min(position.index, bytes.count)
+            let column = bytes[min(position.lineStart, end)..<end].filter { $0 & 0xC0 != 0x80 }.count + 1
+            return Problem(line: position.line, column: column, reason: reason)
+        }
+
+        /// `key` as a step of a path: `.name`, or `["a.b"]` for a key that is not a plain name.
+        static func step(_ key: String, first: Bool) -> String {
+            let plain =
+                !key.isEmpty
+                && key.utf8.allSatisfy { byte in
+                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                        || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                        || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_")
+                        || byte == UInt8(ascii: "-")
+                }
+            if plain { return first ? key : "." + key }
+            return "[\"" + untrusted(key, limit: 64).replacingOccurrences(of: "\"", with: "\\\"") + "\"]"
         }
 
         var current: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -80,7 +110,7 @@ struct StrictJSON {
             }
         }
 
-        mutating func value(path: String, depth: Int) throws(Problem) -> JSONValue {
+        mutating func value(path: String?, depth: Int) throws(Problem) -> JSONValue {
             guard let byte = current else { throw unexpected("a value") }
             switch byte {
             case UInt8(ascii: "{"): return try object(path: path, depth: depth + 1)
@@ -103,10 +133,13 @@ struct StrictJSON {
             return value
         }
 
-        mutating func object(path: String, depth: Int) throws(Problem) -> JSONValue {
+        mutating func object(path: String?, depth: Int) throws(Problem) -> JSONValue {
             guard depth <= StrictJSON.maxDepth else { throw problem("nested deeper than \(StrictJSON.maxDepth)") }
             index += 1  // {
             var members: [String: JSONValue] = [:]
+            // Keys as their bytes: two spellings of one key that Unicode counts as the same are
+            // two keys to JSON, but one to a Swift dictionary.
+            var seen: [[UInt8]: Int] = [:]
             skipSpace()
             if current == UInt8(ascii: "}") {
                 index += 1
@@ -115,17 +148,24 @@ struct StrictJSON {
             while true {
                 skipSpace()
                 guard current == UInt8(ascii: "\"") else { throw unexpected("a key in double quotes") }
-                let keyLine = line
-                let keyProblem = problem("")
+                let keyAt = (index, line, lineStart)
                 let key = try string()
-                let keyPath = path.isEmpty ? key : "\(path).\(key)"
-                if members[key] != nil {
-                    var duplicate = keyProblem
-                    duplicate.reason =
-                        "\"\(key)\" is given twice in this object (first on line \(keyLines[keyPath] ?? keyLine))"
-                    throw duplicate
+                let shown = untrusted(key, limit: 80)
+                if let first = seen[Array(key.utf8)] {
+                    throw problem("\"\(shown)\" is given twice in this object (first on line \(first))", at: keyAt)
                 }
-                keyLines[keyPath] = keyLine
+                if members[key] != nil {
+                    throw problem(
+                        "\"\(shown)\" is given twice in this object, in two spellings Unicode counts as the same",
+                        at: keyAt)
+                }
+                seen[Array(key.utf8)] = keyAt.1
+                // The path, built only while it is short enough to record.
+                var keyPath: String?
+                if let path, path.utf8.count + key.utf8.count < StrictJSON.maxRecordedPath {
+                    keyPath = path + Reader.step(key, first: path.isEmpty)
+                }
+                if let keyPath, keyLines.count < StrictJSON.maxRecordedKeys { keyLines[keyPath] = keyAt.1 }
                 skipSpace()
                 guard current == UInt8(ascii: ":") else { throw unexpected("':' after the key") }
                 index += 1
@@ -144,7 +184,7 @@ struct StrictJSON {
             }
         }
 
-        mutating func array(path: String, depth: Int) throws(Problem) -> JSONValue {
+        mutating func array(path: String?, depth: Int) throws(Problem) -> JSONValue {
             guard depth <= StrictJSON.maxDepth else { throw problem("nested deeper than \(StrictJSON.maxDepth)") }
             index += 1  // [
             var elements: [JSONValue] = []
@@ -155,7 +195,10 @@ struct StrictJSON {
             }
             while true {
                 skipSpace()
-                elements.append(try value(path: "\(path)[\(elements.count)]", depth: depth))
+                let elementPath = path.flatMap { path in
+                    path.utf8.count < StrictJSON.maxRecordedPath ? "\(path)[\(elements.count)]" : nil
+                }
+                elements.append(try value(path: elementPath, depth: depth))
                 skipSpace()
                 switch current {
                 case UInt8(ascii: ","):
@@ -284,7 +327,10 @@ struct StrictJSON {
                 return scalar
             default:
                 index -= 1
-                throw problem("\\\(Character(Unicode.Scalar(byte))) is not an escape JSON knows")
+                let shown =
+                    byte >= 0x20 && byte < 0x7f
+                    ? String(Character(Unicode.Scalar(byte))) : "(byte 0x\(String(byte, radix: 16)))"
+                throw problem("\\\(shown) is not an escape JSON knows")
             }
         }
 
