@@ -331,7 +331,8 @@ enum HostTable {
 
     static let putBuilder: @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, OpaquePointer?) -> Int32 = {
         _, pointer, key, other in
-        guard let other = builder(other), builder(pointer) !== other else { return ATRIUM_E_INVALID_ARGUMENT }
+        // Copied as it is now: putting a builder into itself puts what it held.
+        guard let other = builder(other) else { return ATRIUM_E_INVALID_ARGUMENT }
         return put(pointer, key) { other.value }
     }
 
@@ -459,20 +460,21 @@ final class ParsedMessage {
     }
 
     private let contents: Contents
-    private var keys: [UnsafeMutablePointer<CChar>?]
+    /// The C copies of the keys handed out, by index: made on demand, so that reading an
+    /// array of many elements as a message costs nothing per element up front.
+    private var keys: [Int: UnsafeMutablePointer<CChar>] = [:]
     private var owned: [String: UnsafeMutableRawPointer] = [:]
+    let count: Int
 
     init(_ set: ValueSet) {
         contents = .map(set)
-        keys = Array(repeating: nil, count: set.count)
+        count = set.count
     }
 
     init(_ array: ValueArray) {
         contents = .array(array)
-        keys = Array(repeating: nil, count: array.count)
+        count = array.count
     }
-
-    var count: Int { keys.count }
 
     /// The value under `name`: a map's key, or an array's index in decimal ("0", "17"; no
     /// sign, no leading zero), found without building a map of the indices.
@@ -490,14 +492,15 @@ final class ParsedMessage {
     }
 
     func key(at index: Int) -> UnsafePointer<CChar>? {
-        guard index >= 0, index < keys.count else { return nil }
-        if keys[index] == nil {
-            switch contents {
-            case .map(let set): keys[index] = strdup(set.keys[index])
-            case .array: keys[index] = strdup(String(index))
-            }
+        guard index >= 0, index < count else { return nil }
+        if let made = keys[index] { return UnsafePointer(made) }
+        let made: UnsafeMutablePointer<CChar>?
+        switch contents {
+        case .map(let set): made = strdup(set.keys[index])
+        case .array: made = strdup(String(index))
         }
-        return UnsafePointer(keys[index])
+        keys[index] = made
+        return UnsafePointer(made)
     }
 
     /// A NUL-terminated copy of all of `text`'s UTF-8 bytes, NULs inside it included, so that
@@ -521,7 +524,7 @@ final class ParsedMessage {
     }
 
     deinit {
-        for key in keys { free(key) }
+        for (_, key) in keys { free(key) }
         for (_, pointer) in owned { free(pointer) }
     }
 }
@@ -541,17 +544,15 @@ final class MessageBuilder {
     /// Sets `key`, or appends to an array (with `key` nil): ATRIUM_OK, or the code of the
     /// refusal.
     func put(_ key: String?, _ value: Value) -> Int32 {
-        switch (key, elements) {
-        case (let key?, nil):
+        if let key {
+            guard elements == nil else { return ATRIUM_E_INVALID_ARGUMENT }  // a key for an array
             set[key] = value
-        case (nil, var array?):
-            guard value.kind != .array else { return ATRIUM_E_WRONG_KIND }
-            if let first = array.first, first.kind != value.kind { return ATRIUM_E_WRONG_KIND }
-            elements = nil  // appended in place
-            array.append(value)
-            elements = array
-        default:
-            return ATRIUM_E_INVALID_ARGUMENT  // a key for an array, or none for a map
+        } else {
+            guard let first = elements?.first ?? (elements == nil ? nil : value) else {
+                return ATRIUM_E_INVALID_ARGUMENT  // no key for a map
+            }
+            guard value.kind != .array, value.kind == first.kind else { return ATRIUM_E_WRONG_KIND }
+            elements!.append(value)  // in place: `elements` holds the only reference
         }
         release()
         return ATRIUM_OK

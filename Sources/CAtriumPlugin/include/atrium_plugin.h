@@ -293,9 +293,11 @@ typedef struct atrium_host_api {
     atrium_builder *(*builder_new)(const struct atrium_host_api *host);
     void (*builder_free)(const struct atrium_host_api *host, atrium_builder *builder);
     /* Each put sets `key` (replacing an earlier value): ATRIUM_OK, or
-     * ATRIUM_E_INVALID_ARGUMENT for text that is not UTF-8, ATRIUM_E_NOT_A_VALUESET for
-     * `put_map` bytes that are not a ValueSet. On an array builder (ABI 1.2,
-     * `builder_new_array`), a put with `key` NULL appends the value instead. */
+     * ATRIUM_E_INVALID_ARGUMENT for text that is not UTF-8 (or a NULL builder or key),
+     * ATRIUM_E_NOT_A_VALUESET for `put_map` bytes that are not a ValueSet. On an array builder
+     * (ABI 1.2, `builder_new_array`), a put with `key` NULL appends the value instead:
+     * ATRIUM_E_WRONG_KIND for a value of another kind than the array's first element, and
+     * ATRIUM_E_INVALID_ARGUMENT for a key on an array builder or NULL on a map builder. */
     int32_t (*builder_put_string)(const struct atrium_host_api *host, atrium_builder *builder,
                                   const char *key, const char *utf8, size_t length);
     int32_t (*builder_put_int)(const struct atrium_host_api *host, atrium_builder *builder,
@@ -334,11 +336,14 @@ typedef struct atrium_host_api {
      * "1", ... in order: `message_count` is its length, `message_kind(…, "0")` its elements'
      * kind (all elements of an array have one kind), and the typed reads above read each
      * element ("Keys"[2] is `message_get_string(host, array, "2", ...)`). Free it with
-     * `message_free`. ATRIUM_OK, ATRIUM_E_NOT_FOUND or ATRIUM_E_WRONG_KIND. */
+     * `message_free`. ATRIUM_OK, ATRIUM_E_NOT_FOUND, ATRIUM_E_WRONG_KIND, or
+     * ATRIUM_E_INVALID_ARGUMENT for a NULL message, key or `out`. */
     int32_t (*message_get_array)(const struct atrium_host_api *host, const atrium_message *message,
                                  const char *key, atrium_message **out);
     /* The map under `key` (or an array's element "3" that is a map), as a message of its own
-     * to read with the functions above; free it with `message_free`. */
+     * to read with the functions above; free it with `message_free`. ATRIUM_OK,
+     * ATRIUM_E_NOT_FOUND, ATRIUM_E_WRONG_KIND, or ATRIUM_E_INVALID_ARGUMENT for a NULL
+     * message, key or `out`. */
     int32_t (*message_get_message)(const struct atrium_host_api *host, const atrium_message *message,
                                    const char *key, atrium_message **out);
     /* An array under construction, freed by `builder_free`: each put with `key` NULL appends
@@ -347,8 +352,9 @@ typedef struct atrium_host_api {
      * `builder_put_builder`; `builder_bytes` refuses it (a message is a map). */
     atrium_builder *(*builder_new_array)(const struct atrium_host_api *host);
     /* Sets `key` of `builder` to the map or the array `value` holds now (copied: `value` may
-     * be changed or freed after). On an array builder, `key` NULL appends it (a map: arrays do
-     * not nest). ATRIUM_OK, ATRIUM_E_INVALID_ARGUMENT or ATRIUM_E_WRONG_KIND. */
+     * be changed or freed after, and may be `builder` itself). On an array builder, `key` NULL
+     * appends it: a map (ATRIUM_E_WRONG_KIND for an array: arrays do not nest, or for a map
+     * in an array of another kind). ATRIUM_OK, or the codes of the puts above. */
     int32_t (*builder_put_builder)(const struct atrium_host_api *host, atrium_builder *builder,
                                    const char *key, const atrium_builder *value);
 } atrium_host_api;

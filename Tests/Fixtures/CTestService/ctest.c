@@ -200,11 +200,14 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         host->message_get_array(host, in, "Numbers", &numbers);
         int64_t sum = 0;
         size_t count = host->message_count(host, numbers);
-        char index[24];
+        char position[24];
         for (size_t n = 0; n < count; n++) {
             int64_t value = 0;
-            snprintf(index, sizeof index, "%zu", n);
-            if (host->message_get_int(host, numbers, index, &value) == ATRIUM_OK) sum += value;
+            snprintf(position, sizeof position, "%zu", n);
+            /* Wrapping, not undefined, on a client's INT64_MAX + 1. */
+            if (host->message_get_int(host, numbers, position, &value) == ATRIUM_OK) {
+                sum = (int64_t)((uint64_t)sum + (uint64_t)value);
+            }
         }
         host->builder_put_int(host, out, "NumbersSum", sum);
         host->builder_put_int(host, out, "NumbersCount", (int64_t)count);
@@ -220,8 +223,8 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         if (host->message_get_array(host, in, "Items", &items) == ATRIUM_OK) {
             for (size_t n = 0; n < host->message_count(host, items); n++) {
                 atrium_message *item = NULL;
-                snprintf(index, sizeof index, "%zu", n);
-                if (host->message_get_message(host, items, index, &item) != ATRIUM_OK) continue;
+                snprintf(position, sizeof position, "%zu", n);
+                if (host->message_get_message(host, items, position, &item) != ATRIUM_OK) continue;
                 const char *name = NULL;
                 size_t name_length = 0;
                 if (host->message_get_string(host, item, "Name", &name, &name_length) == ATRIUM_OK) {
