@@ -121,14 +121,14 @@ let package = Package(
         ),
         .executableTarget(
             name: "AtriumFFIBenchmark",
-            dependencies: ["AtriumHost", "AtriumProtocol", "AtriumValues"],
+            dependencies: ["AtriumBench", "AtriumHost", "AtriumProtocol", "AtriumValues"],
             path: "Benchmarks/FFIBenchmark",
             swiftSettings: strict
         ),
         .executableTarget(
             name: "AtriumMetricsBenchmark",
             dependencies: [
-                "AtriumHost", "AtriumProtocol", "AtriumValues", nioCore,
+                "AtriumBench", "AtriumHost", "AtriumProtocol", "AtriumValues", nioCore,
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             path: "Benchmarks/MetricsBenchmark",
@@ -162,7 +162,7 @@ let package = Package(
         .target(name: "FFITypes", path: "Tests/Fixtures/FFITypes"),
         .executableTarget(
             name: "AtriumCodecBenchmark",
-            dependencies: ["AtriumValues", "AtriumProtocol", nioCore],
+            dependencies: ["AtriumBench", "AtriumValues", "AtriumProtocol", nioCore],
             path: "Benchmarks/CodecBenchmark",
             swiftSettings: strict
         ),

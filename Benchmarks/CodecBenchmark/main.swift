@@ -8,6 +8,7 @@
 // Figures are nanoseconds per operation, the best of several rounds (the least disturbed by
 // other work on the machine), and ratios against the baselines.
 
+import AtriumBench
 import AtriumProtocol
 import AtriumValues
 import Foundation
@@ -18,24 +19,6 @@ AtriumVersion.answerStandardOptions(
         atrium-codec-bench: measures the ValueSet CBOR codec against JSONSerialization and Python's
         cbor2, in nanoseconds per operation. Run it optimised, pinned: taskset -c 0 atrium-codec-bench
         """)
-
-/// Keeps results alive so that the optimiser cannot drop the work.
-nonisolated(unsafe) var sink = 0
-
-/// Best nanoseconds per call of `body` over `rounds` rounds of `iterations` calls.
-func measure(iterations: Int, rounds: Int = 9, _ body: () throws -> Int) rethrows -> Double {
-    for _ in 0..<iterations / 10 { sink &+= try body() }  // warm up
-    var best = Double.infinity
-    let clock = ContinuousClock()
-    for _ in 0..<rounds {
-        let start = clock.now
-        for _ in 0..<iterations { sink &+= try body() }
-        let elapsed = clock.now - start
-        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
-        best = min(best, nanoseconds / Double(iterations))
-    }
-    return best
-}
 
 let pingMessage: ValueSet = [
     "Type": "ping",
@@ -99,15 +82,15 @@ func benchmark(_ name: String, _ message: ValueSet, iterations: Int) throws -> R
     var output = ByteBuffer()
     output.reserveCapacity(encoded.count * 2)
 
-    let decode = try measure(iterations: iterations) {
+    let decode = try bestNanoseconds(iterations: iterations) {
         try ValueSet(cbor: buffer).count
     }
-    let encode = measure(iterations: iterations) {
+    let encode = bestNanoseconds(iterations: iterations) {
         output.clear()
         return output.writeValueSet(message)
     }
     let object = jsonObject(.map(message))
-    let json = try measure(iterations: max(iterations / 50, 100), rounds: 5) {
+    let json = try bestNanoseconds(iterations: max(iterations / 50, 100), rounds: 5) {
         let data = try JSONSerialization.data(withJSONObject: object)
         return (try JSONSerialization.jsonObject(with: data) as! [String: Any]).count
     }
@@ -181,15 +164,15 @@ for (name, message, iterations) in [
     ("ping", pingMessage, 1_000_000), ("4 KiB nested", catalogue(), 20_000), ("1 MiB, 200,000 ints", ints, 20),
 ] {
     let encoded = message.cborBytes()
-    let decode = try measure(iterations: iterations) { try ValueSet(cbor: encoded).count }
+    let decode = try bestNanoseconds(iterations: iterations) { try ValueSet(cbor: encoded).count }
     let validate = try encoded.withUnsafeBytes { raw in
-        try measure(iterations: iterations) {
+        try bestNanoseconds(iterations: iterations) {
             try ValueSet.validate(cbor: raw)
             return 1
         }
     }
     let budgeted = encoded.withUnsafeBytes { raw in
-        measure(iterations: iterations) { (try? ValueSet.validate(cbor: raw, maxValues: 65536)) == nil ? 1 : 0 }
+        bestNanoseconds(iterations: iterations) { (try? ValueSet.validate(cbor: raw, maxValues: 65536)) == nil ? 1 : 0 }
     }
     print(
         [
@@ -200,4 +183,4 @@ for (name, message, iterations) in [
             ratio(decode / validate).padding(toLength: 17, withPad: " ", startingAt: 0), format(budgeted),
         ].joined(separator: " | "))
 }
-if sink == 42 { print("") }  // uses the sink
+if benchmarkSink == 42 { print("") }  // uses the sink

@@ -4,6 +4,7 @@
 //
 //     swift build -c release && taskset -c 0 .build/release/atrium-ffi-bench
 
+import AtriumBench
 import AtriumHost
 import AtriumProtocol
 import AtriumValues
@@ -14,23 +15,6 @@ AtriumVersion.answerStandardOptions(
         atrium-ffi-bench: measures a declared-function call (mathdemo's add) against calling the C
         function directly. Run it optimised, pinned: taskset -c 0 atrium-ffi-bench
         """)
-
-nonisolated(unsafe) var sink: Int64 = 0
-
-/// Best nanoseconds per call over `rounds` rounds of `iterations` calls.
-func measure(iterations: Int, rounds: Int = 9, _ body: () -> Int64) -> Double {
-    for _ in 0..<iterations / 10 { sink &+= body() }
-    var best = Double.infinity
-    let clock = ContinuousClock()
-    for _ in 0..<rounds {
-        let start = clock.now
-        for _ in 0..<iterations { sink &+= body() }
-        let elapsed = clock.now - start
-        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
-        best = min(best, nanoseconds / Double(iterations))
-    }
-    return best
-}
 
 let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 let library = folder.appendingPathComponent("libmathdemo.so").path
@@ -51,8 +35,8 @@ let functions = try DeclaredFunctions(manifest.functions, handle: handle)
 let add = unsafeBitCast(symbol, to: (@convention(c) (Int64, Int64) -> Int64).self)
 let message: ValueSet = ["Command": "add", "a": 2, "b": 40]
 
-let direct = measure(iterations: 10_000_000) { add(sink & 1, 40) }
-let declared = measure(iterations: 1_000_000) {
+let direct = bestNanoseconds(iterations: 10_000_000) { add(benchmarkSink & 1, 40) }
+let declared = bestNanoseconds(iterations: 1_000_000) {
     (try? functions.call(message))?["Result"]?.int ?? 0
 }
 print("mathdemo_add, ns per call (best of 9 rounds)")

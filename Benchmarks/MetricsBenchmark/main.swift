@@ -15,6 +15,7 @@
 //
 //     swift build -c release && taskset -c 0 .build/release/atrium-metrics-bench [--json]
 
+import AtriumBench
 import AtriumHost
 import AtriumProtocol
 import AtriumValues
@@ -28,23 +29,6 @@ AtriumVersion.answerStandardOptions(
         host's request path, in nanoseconds. Run it optimised, pinned:
         taskset -c 0 atrium-metrics-bench
         """, accepting: ["--json"])
-
-nonisolated(unsafe) var sink = 0
-
-/// Best nanoseconds per call of `body` over `rounds` rounds of `iterations` calls.
-func measure(iterations: Int, rounds: Int = 15, _ body: () throws -> Int) rethrows -> Double {
-    for _ in 0..<iterations / 10 { sink &+= try body() }  // warm up
-    var best = Double.infinity
-    let clock = ContinuousClock()
-    for _ in 0..<rounds {
-        let start = clock.now
-        for _ in 0..<iterations { sink &+= try body() }
-        let elapsed = clock.now - start
-        let nanoseconds = Double(elapsed.components.seconds) * 1e9 + Double(elapsed.components.attoseconds) / 1e9
-        best = min(best, nanoseconds / Double(iterations))
-    }
-    return best
-}
 
 /// The end of a pipeline: takes each read and counts its bytes.
 final class Sink: ChannelInboundHandler {
@@ -75,36 +59,31 @@ func pipeline(counting: Int) throws -> (EmbeddedChannel, Sink, LoopMetrics) {
     try channel.pipeline.syncOperations.addHandler(sink)
     return (channel, sink, loop)
 }
+/// The best of `turns` rounds of each of two measurements, which take turns at going first,
+/// so that noise from the machine lands on both.
+func takingTurns(_ turns: Int, _ first: () -> Double, _ second: () -> Double) -> (Double, Double) {
+    var best = (Double.infinity, Double.infinity)
+    for turn in 0..<turns {
+        if turn % 2 == 0 {
+            best.0 = min(best.0, first())
+            best.1 = min(best.1, second())
+        } else {
+            best.1 = min(best.1, second())
+            best.0 = min(best.0, first())
+        }
+    }
+    return best
+}
+
 let (bare, bareSink, _) = try pipeline(counting: 0)
 let (counted, countedSink, countedLoop) = try pipeline(counting: hops)
-var bareRead = Double.infinity
-var countedRead = Double.infinity
-for turn in 0..<10 {
-    // The two pipelines take turns, so that noise from the machine lands on both.
-    let measureBare = {
-        bareRead = min(
-            bareRead,
-            measure(iterations: 200_000, rounds: 3) {
-                bare.pipeline.syncOperations.fireChannelRead(NIOAny(read))
-                return bareSink.bytes
-            })
-    }
-    let measureCounted = {
-        countedRead = min(
-            countedRead,
-            measure(iterations: 200_000, rounds: 3) {
-                counted.pipeline.syncOperations.fireChannelRead(NIOAny(read))
-                return countedSink.bytes
-            })
-    }
-    if turn % 2 == 0 {
-        measureBare()
-        measureCounted()
-    } else {
-        measureCounted()
-        measureBare()
+@MainActor func reading(_ channel: EmbeddedChannel, _ sink: Sink) -> Double {
+    bestNanoseconds(iterations: 200_000, rounds: 3) {
+        channel.pipeline.syncOperations.fireChannelRead(NIOAny(read))
+        return sink.bytes
     }
 }
+let (bareRead, countedRead) = takingTurns(10, { reading(bare, bareSink) }, { reading(counted, countedSink) })
 precondition(countedLoop.bytesIn > 0 && countedSink.bytes == bareSink.bytes, "the handlers did not count")
 let handler = max(0, countedRead - bareRead) / Double(hops)
 
@@ -112,7 +91,7 @@ let handler = max(0, countedRead - bareRead) / Double(hops)
 let loop = host.loopMetrics(on: EmbeddedEventLoop())
 let index = loop.index(of: host.service(package: "Bench.Echo", service: "echo"))
 let recordings = 2_000_000
-let recording = measure(iterations: recordings) {
+let recording = bestNanoseconds(iterations: recordings, rounds: 15) {
     let arrived = NIODeadline.now()
     loop.answered(index, status: .success, since: arrived)
     return index
@@ -122,26 +101,18 @@ precondition(recorded == recordings / 10 + recordings * 15, "recorded \(recorded
 
 // The counting encoder against the plain one.
 var out = ByteBuffer()
+@MainActor func encoding(_ encode: (inout ByteBuffer) -> Void) -> Double {
+    bestNanoseconds(iterations: 300_000, rounds: 3) {
+        out.clear()
+        encode(&out)
+        return out.writerIndex
+    }
+}
 var plainEncoder = FrameEncoder<HostFrame>()
 var countingEncoder = CountingFrameEncoder(loop: loop)
-var plainEncoding = Double.infinity
-var countingEncoding = Double.infinity
-for _ in 0..<10 {
-    plainEncoding = min(
-        plainEncoding,
-        measure(iterations: 300_000, rounds: 3) {
-            out.clear()
-            plainEncoder.encode(data: .response(response), out: &out)
-            return out.writerIndex
-        })
-    countingEncoding = min(
-        countingEncoding,
-        measure(iterations: 300_000, rounds: 3) {
-            out.clear()
-            countingEncoder.encode(data: .response(response), out: &out)
-            return out.writerIndex
-        })
-}
+let (plainEncoding, countingEncoding) = takingTurns(
+    10, { encoding { plainEncoder.encode(data: .response(response), out: &$0) } },
+    { encoding { countingEncoder.encode(data: .response(response), out: &$0) } })
 precondition(loop.bytesOut > 0, "the encoder did not count")
 let encoder = max(0, countingEncoding - plainEncoding)
 

@@ -150,10 +150,10 @@ public final class AtriumConnection: Sendable {
     ///   identities in the message), or `protocolError` when the host refuses the client.
     ///
     /// `timeout` bounds the connection and the handshake, and is how long each call waits for
-    /// its answer unless told otherwise. Without it: 10 s to connect, and calls wait 5 s more
-    /// than the host's response timeout (which `welcome` tells; 35 s when the host does not
-    /// say, and at most 10 minutes whatever it says), so that a service that does not answer is reported by the host, with its status
-    /// and the reason, before this client gives up.
+    /// its answer unless told otherwise. Without it: 10 s to connect, and calls wait
+    /// ``answerTimeout(hostSays:)``: 5 s more than the host's response timeout, so that a
+    /// service that does not answer is reported by the host, with its status and the reason,
+    /// before this client gives up.
     public static func connect(
         to endpoint: AtriumEndpoint,
         clientId: String? = nil,
@@ -163,7 +163,7 @@ public final class AtriumConnection: Sendable {
         timeout: Duration? = nil,
         group: (any EventLoopGroup)? = nil
     ) async throws -> AtriumConnection {
-        let answerTimeout = timeout
+        let given = timeout
         let timeout = timeout ?? .seconds(10)
         let tlsContext: NIOSSLContext?
         if let tls, case .tcp = endpoint.address {
@@ -244,7 +244,7 @@ public final class AtriumConnection: Sendable {
         let connection = AtriumConnection(
             channel: channel, endpoint: endpoint, welcome: welcome, hostIdentity: proven,
             clientIdentity: proven == nil ? nil : tls?.identity.fingerprint,
-            timeout: answerTimeout ?? min(welcome.hostResponseTimeout ?? .seconds(30), .seconds(600)) + .seconds(5))
+            timeout: given ?? Self.answerTimeout(hostSays: welcome.hostResponseTimeout))
         handler.attach(connection)
         return connection
     }
@@ -326,7 +326,15 @@ public final class AtriumConnection: Sendable {
             "\(waited): the service may still be working; the host waits \(Self.describe(hostTimeout)) before it answers for the service itself (wait longer than that to hear which)"
     }
 
-    public static func describe(_ duration: Duration) -> String {
+    /// How long calls wait by default: 5 s more than the response timeout the host's `welcome`
+    /// tells (35 s when it tells none), and at most 10 min 5 s whatever a host says, so that no
+    /// host can make a client wait for ever.
+    static func answerTimeout(hostSays hostTimeout: Duration?) -> Duration {
+        min(hostTimeout ?? .seconds(30), .seconds(600)) + .seconds(5)
+    }
+
+    /// A duration in words for a message: `10 s`, `0.5 s`.
+    package static func describe(_ duration: Duration) -> String {
         let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }

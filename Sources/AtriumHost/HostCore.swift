@@ -234,7 +234,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// The refusal of a package that is not available: why, except to a remote client, which
     /// is not told about the host's files and libraries.
-    private func unavailable(_ name: String, _ why: String) -> RouteRefusal {
+    func unavailable(_ name: String, _ why: String) -> RouteRefusal {
         RouteRefusal(
             .appUnavailable, "package \"\(name)\" is not available: \(why)",
             forRemote: "package \"\(name)\" is not available: its plugin is not running (the host's log says why)")
@@ -250,6 +250,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             self.reason = reason
             self.forRemote = forRemote
         }
+
+        /// What the client is told: all of `reason` when it is local.
+        func told(isRemote: Bool) -> String { isRemote ? forRemote ?? reason : reason }
     }
 
     /// Whether `backend` is still its package's (a reload has not retired it). A channel a

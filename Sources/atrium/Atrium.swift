@@ -159,7 +159,6 @@ extension HostOptions {
     }
 }
 
-/// What to do about an open the host refused, where there is something to do.
 /// What follows a refused open's status: the host's reason, and what to do about pairing.
 func openHint(_ status: AppServiceConnectionStatus, _ reason: String?, _ host: String) -> String {
     let pairing = " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"

@@ -270,29 +270,28 @@ enum HostTable {
 
     // MARK: Arrays and nested maps (ABI 1.2)
 
-    /// Hands `parsed` to the plugin as a message of its own (freed with `message_free`).
-    static func handOut(_ parsed: ParsedMessage, to out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-        guard let out else { return ATRIUM_E_INVALID_ARGUMENT }
-        out.pointee = OpaquePointer(Unmanaged.passRetained(parsed).toOpaque())
-        return ATRIUM_OK
+    /// Looks `key` up and hands the plugin what `nested` makes of its value as a message of
+    /// its own (freed with `message_free`); nil from `nested` is another kind.
+    static func getNested(
+        _ pointer: OpaquePointer?, _ key: UnsafePointer<CChar>?, _ out: UnsafeMutablePointer<OpaquePointer?>?,
+        _ nested: (Value) -> ParsedMessage?
+    ) -> Int32 {
+        get(pointer, key) { _, _, value in
+            guard let parsed = nested(value) else { return ATRIUM_E_WRONG_KIND }
+            guard let out else { return ATRIUM_E_INVALID_ARGUMENT }
+            out.pointee = OpaquePointer(Unmanaged.passRetained(parsed).toOpaque())
+            return ATRIUM_OK
+        }
     }
 
     static let getArray:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<OpaquePointer?>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .array(let array) = value else { return ATRIUM_E_WRONG_KIND }
-                return handOut(ParsedMessage(array), to: out)
-            }
+            _, pointer, key, out in getNested(pointer, key, out) { $0.array.map(ParsedMessage.init) }
         }
 
     static let getMessage:
         @convention(c) (API, OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutablePointer<OpaquePointer?>?) -> Int32 = {
-            _, pointer, key, out in
-            get(pointer, key) { _, _, value in
-                guard case .map(let set) = value else { return ATRIUM_E_WRONG_KIND }
-                return handOut(ParsedMessage(set), to: out)
-            }
+            _, pointer, key, out in getNested(pointer, key, out) { $0.map.map(ParsedMessage.init) }
         }
 
     // MARK: Building messages
@@ -548,10 +547,11 @@ final class MessageBuilder {
             guard elements == nil else { return ATRIUM_E_INVALID_ARGUMENT }  // a key for an array
             set[key] = value
         } else {
-            guard let first = elements?.first ?? (elements == nil ? nil : value) else {
-                return ATRIUM_E_INVALID_ARGUMENT  // no key for a map
+            guard elements != nil else { return ATRIUM_E_INVALID_ARGUMENT }  // no key for a map
+            // One kind per array (the first element's), and no arrays in it.
+            guard value.kind != .array, value.kind == elements!.first?.kind ?? value.kind else {
+                return ATRIUM_E_WRONG_KIND
             }
-            guard value.kind != .array, value.kind == first.kind else { return ATRIUM_E_WRONG_KIND }
             elements!.append(value)  // in place: `elements` holds the only reference
         }
         release()

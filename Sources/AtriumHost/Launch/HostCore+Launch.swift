@@ -210,12 +210,9 @@ extension HostCore {
             return outcome
         }
         guard let backend = chosen.backend, backend.health.state != .failed else {
-            let why =
-                isRemote
-                ? "its plugin is not running (the host's log says why)"
-                : chosen.backend?.health.reason ?? chosen.loadError ?? "it has no plugin"
-            return LaunchOutcome(
-                status: .appUnavailable, error: "package \"\(chosen.manifest.package)\" is not available: \(why)")
+            let refusal = unavailable(
+                chosen.manifest.package, chosen.backend?.health.reason ?? chosen.loadError ?? "it has no plugin")
+            return LaunchOutcome(status: .appUnavailable, error: refusal.told(isRemote: isRemote))
         }
         return wait(
             for: backend, LaunchInfo(uri: uri, data: request.data, clientId: clientId, isRemote: isRemote))

@@ -150,16 +150,18 @@ struct StrictJSON {
                 guard current == UInt8(ascii: "\"") else { throw unexpected("a key in double quotes") }
                 let keyAt = (index, line, lineStart)
                 let key = try string()
-                let shown = untrusted(key, limit: 80)
-                if let first = seen[Array(key.utf8)] {
-                    throw problem("\"\(shown)\" is given twice in this object (first on line \(first))", at: keyAt)
+                let keyBytes = Array(key.utf8)
+                if let first = seen[keyBytes] {
+                    throw problem(
+                        "\"\(untrusted(key, limit: 80))\" is given twice in this object (first on line \(first))",
+                        at: keyAt)
                 }
                 if members[key] != nil {
                     throw problem(
-                        "\"\(shown)\" is given twice in this object, in two spellings Unicode counts as the same",
+                        "\"\(untrusted(key, limit: 80))\" is given twice in this object, in two spellings Unicode counts as the same",
                         at: keyAt)
                 }
-                seen[Array(key.utf8)] = keyAt.1
+                seen[keyBytes] = keyAt.1
                 // The path, built only while it is short enough to record.
                 var keyPath: String?
                 if let path, path.utf8.count + key.utf8.count < StrictJSON.maxRecordedPath {

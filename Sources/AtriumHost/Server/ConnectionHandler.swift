@@ -701,8 +701,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         guard let link else { return }
         let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
         // The reason goes to the log and, as the `opened` frame's error, to the client (a remote
-        // one gets `forRemote` where that is given: less about the host's files).
-        let refuse = { (status: AppServiceConnectionStatus, reason: String, forRemote: String?) in
+        // one is told less about the host's files).
+        let refuse = { (refusal: HostCore.RouteRefusal) in
+            let (status, reason) = (refusal.status, refusal.reason)
             var metadata: Logger.Metadata = ["status": "\(status)"]
             if !self.isLocal {
                 metadata["device"] = "\(self.transport.peerIdentity ?? "none (plain TCP)")"
@@ -718,7 +719,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 status == .notAuthorized ? "open not authorized" : "open refused", level: .info,
                 "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
                 metadata: metadata)
-            let told = self.isLocal ? reason : forRemote ?? reason
+            let told = refusal.told(isRemote: !self.isLocal)
             self.write(.opened(OpenedFrame(channel: open.channel, status: status, error: untrusted(told, limit: 400))))
         }
         switch machine.openReceived(open.channel, isOpen: isOpen, openChannels: openChannels) {
@@ -726,20 +727,21 @@ final class ConnectionHandler: ChannelDuplexHandler {
             write(.error(ErrorFrame(code: "channelInUse", message: "channel \(open.channel) is already open")))
             return
         case .tooManyChannels:
-            refuse(.unknown, "the connection already has \(limits.maxChannels) channels, the limit", nil)
+            refuse(
+                HostCore.RouteRefusal(.unknown, "the connection already has \(limits.maxChannels) channels, the limit"))
             return
         case .proceed:
             break
         }
         if core.isShuttingDown {
-            refuse(.remoteSystemUnavailable, "the host is shutting down", nil)
+            refuse(HostCore.RouteRefusal(.remoteSystemUnavailable, "the host is shutting down"))
             return
         }
         let caller = HostCore.Caller(
             isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity, tokenServices: tokenServices)
         switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
-            refuse(refusal.status, refusal.reason, refusal.forRemote)
+            refuse(refusal)
         case .success(let backend):
             let handle = link.slot.book.withLock { $0.makeId() }
             let info = ChannelInfo(
@@ -809,10 +811,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
         } else if backend.health.state == .failed {
             // The host's side failed (a worker that cannot start its plugin), not the service.
-            let why =
-                isLocal
-                ? backend.health.reason ?? "its plugin failed" : "its plugin is not running (the host's log says why)"
-            error = "package \"\(backend.package)\" is not available: \(why)"
+            error = core.unavailable(backend.package, backend.health.reason ?? "its plugin failed")
+                .told(isRemote: !isLocal)
         } else {
             error = "the service refused the connection (its open answered \(status))"
         }
