@@ -96,6 +96,7 @@ struct PluginABITests {
             "Nested": ["List": .array(ValueArray(maps: [["A": 1], ["A": 2]])), "Empty": .array(ValueArray())],
             "MixedAppend": -6, "NestedArray": -6, "NotAnArray": -6,  // ATRIUM_E_WRONG_KIND
             "KeyOnArray": -1, "NoKeyOnMap": -1, "ArrayBytes": -1,  // ATRIUM_E_INVALID_ARGUMENT
+            "NullOut": -1, "NullBuilder": -1, "NullNested": -1,
         ]
         let decoded = try answer.decoded
         for (key, value) in expected { #expect(decoded[key] == value, "\(key): \(String(describing: decoded[key]))") }

@@ -11,7 +11,8 @@
  * exercises ABI 1.2's arrays and nested maps instead, and answers NumbersSum, NumbersCount,
  * NumbersKind, Names (each item's Name), Keys (the request's keys), Nested
  * ({"List": [{"A": 1}, {"A": 2}], "Empty": []}), and the codes of misuses: MixedAppend,
- * KeyOnArray, NoKeyOnMap, ArrayBytes, LeadingZero, OutOfRange, NotAnArray, NestedArray.
+ * KeyOnArray, NoKeyOnMap, ArrayBytes, LeadingZero, OutOfRange, NotAnArray, NestedArray, and
+ * of NULL arguments: NullOut, NullBuilder, NullNested.
  *
  * It also misbehaves on request, as a careless C plugin might: it is serial (no flags), and
  *   - a request {"LaunchOwn": uri} launches uri from inside the request callback with
@@ -270,6 +271,9 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         host->builder_free(host, nested);
         atrium_message *not_array = NULL;
         host->builder_put_int(host, out, "NotAnArray", host->message_get_array(host, in, "Items2", &not_array));
+        host->builder_put_int(host, out, "NullOut", host->message_get_array(host, in, "Numbers", NULL));
+        host->builder_put_int(host, out, "NullBuilder", host->builder_put_builder(host, out, "X", NULL));
+        host->builder_put_int(host, out, "NullNested", host->builder_put_builder(host, NULL, "X", out));
         finish(host, request, out, in);
         return;
     }
