@@ -108,9 +108,9 @@ public final class TestClient: Sendable {
 
     /// `hello`, then the `welcome`.
     @discardableResult
-    public func hello(clientId: String = "test-client") async throws -> WelcomeFrame {
+    public func hello(clientId: String = "test-client", timeout: Duration = .seconds(10)) async throws -> WelcomeFrame {
         try await send(.hello(HelloFrame(clientId: clientId)))
-        let frame = try await next()
+        let frame = try await next(timeout: timeout)
         guard case .welcome(let welcome) = frame else {
             throw Timeout(description: "expected welcome, got \(String(describing: frame))")
         }

@@ -80,7 +80,7 @@ import Testing
 
         /// Its exit status once it has ended and all it wrote has been read (waiting at most
         /// `timeout`), or nil.
-        func exitStatus(within timeout: Duration = .seconds(20)) async -> Int32? {
+        func exitStatus(within timeout: Duration = .seconds(60)) async -> Int32? {
             let deadline = ContinuousClock.now + timeout
             while process.isRunning || !lock.withLock({ outputEnded }), ContinuousClock.now < deadline {
                 try? await Task.sleep(for: .milliseconds(20))
@@ -123,12 +123,12 @@ import Testing
         }
 
         /// The first message holding `field` (a whole line) within `timeout`.
-        func waitFor(_ field: String, timeout: Duration = .seconds(20)) async -> String? {
+        func waitFor(_ field: String, timeout: Duration = .seconds(60)) async -> String? {
             await waitFor(timeout: timeout) { $0.split(separator: "\n").contains { $0 == field } }
         }
 
         /// The first message for which `matches` holds, within `timeout`, reading what has come.
-        func waitFor(timeout: Duration = .seconds(20), where matches: (String) -> Bool) async -> String? {
+        func waitFor(timeout: Duration = .seconds(60), where matches: (String) -> Bool) async -> String? {
             let deadline = ContinuousClock.now + timeout
             while ContinuousClock.now < deadline {
                 var buffer = [UInt8](repeating: 0, count: 4096)
@@ -151,10 +151,13 @@ import Testing
     func socketActivationHandsTheHostItsSocketsAndTheHostTellsSystemdHowItIs() async throws {
         let port = try Self.freePort()
         let notify = try NotifySocket()
+        let started = ContinuousClock.now
         do {
             try await activate(port: port, notify: notify)
         } catch {
-            Issue.record("\(error); the program said: \(Self.lastProgramOutput.withLock { $0 })")
+            Issue.record(
+                "\(error) (after \(ContinuousClock.now - started)); the program said: \(Self.lastProgramOutput.withLock { $0 })"
+            )
         }
     }
 
@@ -190,13 +193,16 @@ import Testing
         // systemd-socket-activate listens first and starts the host for the first client,
         // whose connection waits in the socket's queue meanwhile: nothing is lost.
         var client: TestClient?
-        let listening = ContinuousClock.now + .seconds(10)
+        let listening = ContinuousClock.now + .seconds(60)
         while client == nil, ContinuousClock.now < listening {
             client = try? await TestClient.connect(port: port)
             if client == nil { try await Task.sleep(for: .milliseconds(50)) }
         }
         let tcp = try #require(client, "nothing listens on 127.0.0.1:\(port): \(program.output)")
-        let welcome = try await tcp.hello(clientId: "first-client")
+        // The host starts only now, for this client: under AddressSanitizer on a busy machine,
+        // loading every fixture (some in worker processes) before the first welcome has taken
+        // more than the 10 s a test client usually waits.
+        let welcome = try await tcp.hello(clientId: "first-client", timeout: .seconds(90))
         #expect(welcome.limits.maxMessageBytes > 0)
 
         let ready = await notify.waitFor("READY=1")
