@@ -35,7 +35,8 @@ export ASAN_OPTIONS="detect_leaks=0:$options"
 export ATRIUM_HOST_ASAN_OPTIONS="detect_leaks=1:$options"
 export LSAN_OPTIONS="suppressions=$PWD/Scripts/lsan-suppressions.txt:print_suppressions=0"
 status=0
-swift test --skip-build "${flags[@]}" "$@" || status=$?
+log=$(mktemp /tmp/atrium-test.XXXXXX)
+swift test --skip-build "${flags[@]}" "$@" 2>&1 | tee "$log" || status=$?
 
 # A report is an ERROR (a memory error, or leaks); anything else in the folder is a note
 # (LeakSanitizer says "False leaks are possible" when a thread was exiting as it looked), shown
@@ -51,4 +52,7 @@ for report in "$reports"/report*; do
     cat "$report" >&2
 done
 rm -rf "$reports"
+# Last, so that the end of the log says it.
+grep -q '✘' "$log" && Scripts/what-failed.sh "$log"
+rm -f "$log"
 exit $status

@@ -16,4 +16,9 @@ for module in cbor2 prometheus_client; do
 done
 
 swift build
-exec swift test "$@"
+log=$(mktemp /tmp/atrium-test.XXXXXX)
+trap 'rm -f "$log"' EXIT
+status=0
+swift test "$@" 2>&1 | tee "$log" || status=$?
+[ $status -eq 0 ] || Scripts/what-failed.sh "$log"
+exit $status
