@@ -7,12 +7,17 @@ public struct ManifestCheck: Sendable {
         public var package: String?
         /// What would be served: services (with their remote flag) and schemes.
         public var summary: String
-        /// Why it would not load or not be available; nil when all is well.
-        public var problem: String?
+        /// Why it would not load or not be available (every reason found, each with its
+        /// line when it has one); empty when all is well.
+        public var problems: [String] = []
+        /// What would not stop it loading: keys this host does not know, at any level.
+        public var warnings: [String] = []
+
+        /// The problems, as one text; nil when all is well.
+        public var problem: String? { problems.isEmpty ? nil : problems.joined(separator: "; ") }
     }
 
     public var entries: [Entry]
-    public var warnings: [String]
     /// What was decided without being wrong (``ManifestDirectory/notes``).
     public var notes: [String] = []
     /// The folders read.
@@ -34,9 +39,11 @@ public struct ManifestCheck: Sendable {
         load: Bool = true
     ) throws(ManifestError) -> ManifestCheck {
         let directory = try ManifestDirectory.load(folders, skipMissing: skipMissing, strictModes: strictModes)
-        var entries: [Entry] = directory.problems.map { problem in
-            let reason = problem.field.map { "\($0): \(problem.reason)" } ?? problem.reason
-            return Entry(file: problem.file, package: nil, summary: "", problem: reason)
+        // A refused manifest is one entry, with each of its problems.
+        var entries: [Entry] = []
+        for problem in directory.problems {
+            if entries.last?.file != problem.file { entries.append(Entry(file: problem.file, summary: "")) }
+            entries[entries.count - 1].problems.append(Self.located(problem))
         }
         for manifest in directory.manifests {
             let services = manifest.services.map { $0.name + ($0.supportsRemoteSystems ? "" : " (local only)") }
@@ -46,7 +53,7 @@ public struct ManifestCheck: Sendable {
             var entry = Entry(
                 file: folders.count > 1 ? manifest.file.path : manifest.file.lastPathComponent,
                 package: manifest.package,
-                summary: parts.joined(separator: "; "), problem: nil
+                summary: parts.joined(separator: "; ")
             )
             if let library = manifest.library, !load {
                 do throws(PluginLoadError) {
@@ -59,7 +66,7 @@ public struct ManifestCheck: Sendable {
                     }
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path) (not loaded)"
                 } catch {
-                    entry.problem = error.reason
+                    entry.problems = [error.reason]
                 }
             } else if let library = manifest.library, !manifest.functions.isEmpty {
                 do {
@@ -72,7 +79,7 @@ public struct ManifestCheck: Sendable {
                     entry.summary += "; functions: " + manifest.functions.map(\.command).joined(separator: ", ")
                     entry.summary += "; library: \(path.path)"
                 } catch {
-                    entry.problem = error.reason
+                    entry.problems = [error.reason]
                 }
             } else if let library = manifest.library {
                 do {
@@ -84,13 +91,21 @@ public struct ManifestCheck: Sendable {
                     descriptor.deallocate()
                     entry.summary += (entry.summary.isEmpty ? "" : "; ") + "library: \(path.path)"
                 } catch {
-                    entry.problem = error.reason
+                    entry.problems = [error.reason]
                 }
             }
             entries.append(entry)
         }
+        for warning in directory.warnings {
+            guard let index = entries.firstIndex(where: { $0.file == warning.file }) else { continue }
+            entries[index].warnings.append(Self.located(warning))
+        }
         entries.sort { $0.file < $1.file }
-        return ManifestCheck(
-            entries: entries, warnings: directory.warnings, notes: directory.notes, folders: directory.folders)
+        return ManifestCheck(entries: entries, notes: directory.notes, folders: directory.folders)
+    }
+
+    /// A problem without its file (the entry names it): `line 7: services[0].name: is missing`.
+    static func located(_ problem: ManifestError) -> String {
+        (problem.line.map { "line \($0): " } ?? "") + problem.detail
     }
 }

@@ -551,13 +551,15 @@ struct Atriumd: AsyncParsableCommand {
             print("manifests from " + report.folders.map(\.path).joined(separator: ", "))
         }
         for entry in report.entries {
-            if let problem = entry.problem {
-                print("✗ \(entry.file)\(entry.package.map { " (\($0))" } ?? ""): \(problem)")
+            if let first = entry.problems.first {
+                print("✗ \(entry.file)\(entry.package.map { " (\($0))" } ?? ""): \(first)")
+                for problem in entry.problems.dropFirst() { print("  ✗ \(problem)") }
             } else {
                 print("✓ \(entry.file) (\(entry.package ?? "")): \(entry.summary)")
             }
+            // Beside the failures too: a key misspelled is often why a manifest fails.
+            for warning in entry.warnings { print("  ! \(warning)") }
         }
-        for warning in report.warnings { print("! \(warning)") }
         for note in report.notes { print("- \(note)") }
         print(
             noLoad

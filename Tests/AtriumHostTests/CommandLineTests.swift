@@ -57,16 +57,47 @@ struct CommandLineTests {
 
     @Test func checkNamesEveryProblemAndExitsOne() async throws {
         var manifests = Fixtures.referenceManifests
-        manifests["bad.json"] = #"{"manifestVersion": 2, "package": "x", "library": "x.so"}"#
+        // Every mistake of a manifest, each with its line, and every key this host does not
+        // know, at every level, with the key it is likely a slip for: beside the failures.
+        manifests["bad.json"] = """
+            {
+              "manifestVersion": 2,
+              "package": "notes",
+              "library": "libnotes.so",
+              "services": [
+                { "name": "notes", "supportRemoteSystem": true },
+                { "name": "bad name", "access": "everyone" }
+              ],
+              "schemes": ["notes", "1bad"],
+              "isolation": "process",
+              "limits": { "memoryMb": 128 },
+              "dispalyName": "Notes"
+            }
+            """
+        manifests["lonely.json"] = #"{"manifestVersion": 1, "package": "lonely", "library": "libx.so", "service": []}"#
         manifests["missing.json"] =
             #"{"manifestVersion": 1, "package": "m", "library": "libNope.so", "services": [{"name": "s"}]}"#
         let folder = try folder(manifests)
         defer { try? FileManager.default.removeItem(at: folder) }
         let (status, output) = try await run(["--check", "--manifests", folder.path])
         #expect(status == 1)
-        #expect(output.contains("✗ bad.json: manifestVersion: must be 1, not 2"))
+        let expected = [
+            "✗ bad.json: line 2: manifestVersion: must be 1, not 2",
+            #"  ✗ line 7: services[1].name: "bad name" holds " ": only letters, digits, '.', '_' and '-' are allowed"#,
+            #"  ✗ line 7: services[1].access: must be "local", "paired", "any" or {"devices": [identities]}"#,
+            "  ✗ line 9: schemes[1]: \"1bad\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)",
+            #"  ✗ line 11: limits.memoryMb: is not a limit; the limits are memoryMB, openFiles and cpuSeconds; did you mean "memoryMB"?"#,
+            #"  ! line 6: services[0].supportRemoteSystem: is not a key this host knows, and is ignored; did you mean "supportsRemoteSystems"?"#,
+            #"  ! line 12: dispalyName: is not a key this host knows, and is ignored; did you mean "displayName"?"#,
+        ]
+        let lonely = [
+            "✗ lonely.json: services: is missing: the package has a library but declares nothing for it to serve (services, schemes or functions)",
+            #"  ! line 1: service: is not a key this host knows, and is ignored; did you mean "services"?"#,
+        ]
+        #expect(output.contains(expected.joined(separator: "\n")), "\(output)")
+        #expect(output.contains(lonely.joined(separator: "\n")), "\(output)")
         #expect(output.contains("✗ missing.json (m): library libNope.so not found"))
-        #expect(output.contains("5 manifests, 3 would load, 2 would not"))
+        #expect(output.contains("6 manifests, 3 would load, 3 would not"))
     }
 
     @Test func badOptionsSayWhatToTypeInstead() async throws {

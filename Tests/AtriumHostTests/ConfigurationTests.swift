@@ -259,7 +259,7 @@ struct ConfigurationTests {
         // A package declared twice under different names is a clash: the first is used.
         #expect(
             directory.problems.map(\.description) == [
-                "\(second.path)/zz-other.json: package: \"a.ping\" is already declared by \(second.path)/ping.json"
+                "\(second.path)/zz-other.json:1: package: \"a.ping\" is already declared by \(second.path)/ping.json"
             ])
         // A folder named on purpose must be there.
         #expect(throws: ManifestError.self) { try ManifestDirectory.load([first, missing], skipMissing: false) }

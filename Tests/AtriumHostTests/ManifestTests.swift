@@ -13,7 +13,8 @@ struct ManifestTests {
             _ = try parse(json)
             return nil
         } catch {
-            return error.description
+            // The file and the rule; lines are tested apart (every one of these is on line 1).
+            return "\(error.file): \(error.detail)"
         }
     }
 
@@ -36,7 +37,7 @@ struct ManifestTests {
     @Test func aWorkerManifest() throws {
         let manifest = try parse(
             """
-            { "manifestVersion": 1, "package": "a.b", "library": "libA.so", "isolation": "process",
+            { "manifestVersion": 1, "package": "a.b", "library": "libA.so", "services": [{"name": "s"}], "isolation": "process",
               "limits": {"memoryMB": 256, "openFiles": 64, "cpuSeconds": 3600}, "user": "atrium-plugins" }
             """
         )
@@ -88,31 +89,31 @@ struct ManifestTests {
         ),
         ("[1]", "test.json: must hold a JSON object"),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "sandbox"}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "isolation": "sandbox"}"#,
             #"test.json: isolation: must be "inProcess" or "process", not the string "sandbox""#
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "limits": {"memoryMB": 64}}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "limits": {"memoryMB": 64}}"#,
             #"test.json: limits: apply to a worker process: they need "isolation": "process""#
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"memoryMB": 1.5}}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "isolation": "process", "limits": {"memoryMB": 1.5}}"#,
             "test.json: limits.memoryMB: must be a whole number from 1 to 1000000"
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"threads": 4}}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "isolation": "process", "limits": {"threads": 4}}"#,
             "test.json: limits.threads: is not a limit; the limits are memoryMB, openFiles and cpuSeconds"
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "limits": {"memoryMB": 8}}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "isolation": "process", "limits": {"memoryMB": 8}}"#,
             "test.json: limits.memoryMB: must be at least 64: a worker needs that much address space to start"
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "user": "nobody"}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "user": "nobody"}"#,
             #"test.json: user: is the user a worker process runs as: it needs "isolation": "process""#
         ),
         (
-            #"{"manifestVersion": 1, "package": "a", "library": "l", "isolation": "process", "user": "a b"}"#,
+            #"{"manifestVersion": 1, "package": "a", "library": "l", "services": [{"name": "s"}], "isolation": "process", "user": "a b"}"#,
             #"test.json: user: must be a user name (letters, digits, _ - and ., at most 32), not the string "a b""#
         ),
         (
@@ -122,6 +123,73 @@ struct ManifestTests {
     ])
     func refusals(_ json: String, _ expected: String) {
         #expect(problem(json) == expected)
+    }
+
+    func check(_ json: String) -> ManifestReport {
+        Manifest.check(json: Data(json.utf8), file: URL(fileURLWithPath: "/m/test.json"))
+    }
+
+    @Test func everyProblemIsReportedWithItsLineAndOneMistakeOnlyOnce() {
+        let report = check(
+            """
+            {
+              "manifestVersion": 1, "package": "p", "library": "libp.so",
+              "services": [
+                {"name": "a", "access": "sometimes"},
+                {"supportsRemoteSystems": true},
+                {"name": "a", "acess": "any"}
+              ],
+              "functions": [
+                {"command": "one"},
+                {"command": "two", "symbol": "two", "params": [{"name": "x", "type": "int32", "lenghtOf": "y"}]},
+                {"command": "three", "symbol": "three", "returns": {"type": "string", "free": "free", "owner": "me"}},
+                {"command": "one", "symbol": "again"}
+              ],
+              "isolation": "process"
+            }
+            """)
+        #expect(report.manifest == nil)
+        #expect(
+            report.errors.map(\.description) == [
+                #"test.json:4: services[0].access: must be "local", "paired", "any" or {"devices": [identities]}"#,
+                "test.json:5: services[1].name: is missing",
+                #"test.json:6: services[2].name: "a" is declared twice in this package"#,
+                "test.json:9: functions[0].symbol: must be the C function's name",
+                #"test.json:12: functions[3].command: "one" is declared twice"#,
+            ])
+        // "isolation": "process" with declared functions is a mistake too, but it follows from
+        // functions that were not read: it is not reported until they are.
+        #expect(
+            report.warnings.map(\.description) == [
+                #"test.json:6: services[2].acess: is not a key this host knows, and is ignored; did you mean "access"?"#,
+                #"test.json:10: functions[1].params[0].lenghtOf: is not a key this host knows, and is ignored; did you mean "lengthOf"?"#,
+                #"test.json:11: functions[2].returns.owner: is not a key this host knows, and is ignored"#,
+            ])
+    }
+
+    @Test func warningsDoNotStopAManifestAndAKeyFarFromAnyGetsNoGuess() throws {
+        let report = check(
+            #"{"manifestVersion": 1, "package": "p", "library": "l", "services": [{"name": "s"}], "launch_": 1, "zzzzzzzzzz": 2}"#
+        )
+        #expect(report.errors.isEmpty && report.manifest?.package == "p")
+        #expect(
+            report.warnings.map(\.detail) == [
+                #"launch_: is not a key this host knows, and is ignored; did you mean "launch"?"#,
+                "zzzzzzzzzz: is not a key this host knows, and is ignored",
+            ])
+    }
+
+    @Test func aFloodOfMistakesIsReportedBoundedly() {
+        // 5,000 wrong services and 5,000 unknown keys of 100 bytes: each list stops at
+        // maxReported and says how many more there were; keys too long to be slips get no guess.
+        let services = (0..<5_000).map { _ in #"{"name": 1}"# }.joined(separator: ",")
+        let keys = (0..<5_000).map { #""\#(String(repeating: "k", count: 96))\#($0)": 0"# }.joined(separator: ",")
+        let report = check(
+            #"{"manifestVersion": 1, "package": "p", "library": "l", "services": [\#(services)], \#(keys)}"#)
+        #expect(report.errors.count == Manifest.maxReported && report.warnings.count == Manifest.maxReported)
+        #expect(report.errors.last?.reason == "and \(5_000 - Manifest.maxReported + 1) more like the above")
+        #expect(report.warnings.last?.reason == "and \(5_000 - Manifest.maxReported + 1) more like the above")
+        #expect(report.warnings.dropLast().allSatisfy { !$0.reason.contains("did you mean") })
     }
 
     @Test func launchOnlyPackages() throws {
@@ -141,7 +209,7 @@ struct FunctionManifestTests {
             _ = try Manifest(json: Data(json.utf8), file: URL(fileURLWithPath: "/m/f.json"))
             return nil
         } catch {
-            return error.description
+            return "\(error.file): \(error.detail)"
         }
     }
 
@@ -193,7 +261,8 @@ struct FunctionManifestTests {
     @Test func functionsNeedALibrary() {
         let json = #"{"manifestVersion": 1, "package": "f", "functions": [{"command": "a", "symbol": "x"}]}"#
         #expect(
-            throws: ManifestError(file: "f.json", field: "functions", reason: "need a library to find the functions in")
+            throws: ManifestError(
+                file: "f.json", field: "functions", reason: "need a library to find the functions in", line: 1)
         ) {
             try Manifest(json: Data(json.utf8), file: URL(fileURLWithPath: "/m/f.json"))
         }

@@ -167,7 +167,15 @@ import Testing
         try Self.testServiceManifest.write(
             to: second.appendingPathComponent("zz-copy.json"), atomically: true, encoding: .utf8)
         #expect(await reloaded(host, count: 3))
-        #expect(host.logged("\(second.path)/zz-copy.json: package: \"\(Fixtures.testPackage)\" is already declared by"))
+        // Named with the line of its "package" key, as every manifest problem is.
+        let packageLine = try #require(
+            Self.testServiceManifest.split(separator: "\n", omittingEmptySubsequences: false).firstIndex {
+                $0.contains("\"package\"")
+            })
+        #expect(
+            host.logged(
+                "\(second.path)/zz-copy.json:\(packageLine + 1): package: \"\(Fixtures.testPackage)\" is already declared by"
+            ))
         #expect(try await apps(client, id: 3)[Fixtures.testPackage]?.displayName == "Edited Test Service")
         #expect(try await echoes(client, 1))
         await client.close()

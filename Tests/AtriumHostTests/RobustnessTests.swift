@@ -173,9 +173,10 @@ struct RobustnessTests {
     @Test func badManifestsAreSkippedWithAReasonAndTheRestLoad() async throws {
         var manifests = Fixtures.referenceManifests
         manifests["broken.json"] = "{ not json"
-        manifests["bad-name.json"] = #"{"manifestVersion": 1, "package": "has space", "library": "x.so"}"#
+        manifests["bad-name.json"] =
+            #"{"manifestVersion": 1, "package": "has space", "library": "x.so", "services": [{"name": "s"}]}"#
         manifests["zz-duplicate.json"] =
-            #"{"manifestVersion": 1, "package": "atrium.examples.echo", "library": "libEcho.so"}"#
+            #"{"manifestVersion": 1, "package": "atrium.examples.echo", "library": "libEcho.so", "services": [{"name": "s"}]}"#
         manifests["zz-wrong-abi.json"] =
             #"{"manifestVersion": 1, "package": "atrium.tests.notaplugin", "library": "/lib/x86_64-linux-gnu/libz.so.1", "services": [{"name": "s", "supportsRemoteSystems": true}]}"#
         let host = try await startHost(manifests: manifests)
@@ -187,11 +188,11 @@ struct RobustnessTests {
         )
         #expect(
             log.contains(
-                #"manifest skipped: bad-name.json: package: "has space" holds " ": only letters, digits, '.', '_' and '-' are allowed"#
+                #"manifest skipped: bad-name.json:1: package: "has space" holds " ": only letters, digits, '.', '_' and '-' are allowed"#
             ))
         #expect(
             log.contains(
-                #"manifest skipped: zz-duplicate.json: package: "atrium.examples.echo" is already declared by echo.json"#
+                #"manifest skipped: zz-duplicate.json:1: package: "atrium.examples.echo" is already declared by echo.json"#
             ))
         #expect(log.contains("does not export atrium_plugin_entry_v1") || log.contains("not found"))
         let client = try await connectedClient(host)

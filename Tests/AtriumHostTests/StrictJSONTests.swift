@@ -61,7 +61,7 @@ struct StrictJSONTests {
 
     @Test func aByteOrderMarkIsSkippedAndKeysAreComparedAsBytes() throws {
         let marked = [0xEF, 0xBB, 0xBF] + Array(#"{"a": 1}"#.utf8)
-        #expect(try StrictJSON(marked).keyLines == ["a": 1])
+        #expect(try StrictJSON(marked).lines == ["a": 1])
         // "é" and "e" + U+0301: two keys to JSON, one to Swift: refused, and said so.
         #expect(
             problem("{\"\u{E9}\": 1, \"e\u{301}\": 2}")
@@ -69,13 +69,13 @@ struct StrictJSONTests {
         )
         // A key that is not a plain name is quoted in a path, so that paths do not collide.
         let odd = try StrictJSON(Array(#"{"a.b": {"c": 1}, "a": {"b": {"c": 2}}}"#.utf8))
-        #expect(odd.keyLines[#"["a.b"].c"#] == 1 && odd.keyLines["a.b.c"] == 1)
+        #expect(odd.lines[#"["a.b"].c"#] == 1 && odd.lines["a.b.c"] == 1)
         // Paths stop being recorded past their limits, and nothing grows with a crafted file.
         let longKey = String(repeating: "k", count: 600)
         let deep = try StrictJSON(Array("{\"\(longKey)\": [{\"a\": 0}, {\"a\": 1}]}".utf8))
-        #expect(deep.keyLines.isEmpty)
-        let many = "{" + (0...StrictJSON.maxRecordedKeys).map { "\"k\($0)\": 0" }.joined(separator: ",") + "}"
-        #expect(try StrictJSON(Array(many.utf8)).keyLines.count == StrictJSON.maxRecordedKeys)
+        #expect(deep.lines.isEmpty)
+        let many = "{" + (0...StrictJSON.maxRecordedLines).map { "\"k\($0)\": 0" }.joined(separator: ",") + "}"
+        #expect(try StrictJSON(Array(many.utf8)).lines.count == StrictJSON.maxRecordedLines)
     }
 
     @Test func jsonIsReadWithTheLinesOfItsKeys() throws {
@@ -99,10 +99,12 @@ struct StrictJSONTests {
         if case .string(let name)? = second["name"] { #expect(name == "té😀") } else { Issue.record("name") }
         if case .number(let number)? = second["n"] { #expect(number == -150) } else { Issue.record("n") }
         if case .null? = second["x"] {} else { Issue.record("x") }
-        #expect(read.keyLines["manifestVersion"] == 2)
-        #expect(read.keyLines["services"] == 3)
-        #expect(read.keyLines["services[0].supportsRemoteSystems"] == 4)
-        #expect(read.keyLines["services[1].list"] == 5)
+        #expect(read.lines["manifestVersion"] == 2)
+        #expect(read.lines["services"] == 3)
+        #expect(read.lines["services[0].supportsRemoteSystems"] == 4)
+        #expect(read.lines["services[1].list"] == 5)
+        // Array elements have their lines too: an error in a service's entry points at it.
+        #expect(read.lines["services[0]"] == 4 && read.lines["services[1]"] == 5)
         // Every byte sequence of a good document, cut short, is refused without a trap.
         let bytes = Array(text.utf8)
         for length in 0..<bytes.count {

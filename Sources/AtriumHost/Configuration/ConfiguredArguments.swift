@@ -240,25 +240,7 @@ public struct ConfiguredArguments: Sendable {
 
     /// "; did you mean 'listen'?" for a name close to an option's, else "".
     static func suggestion(_ name: String, _ options: [OptionSpec]) -> String {
-        let scored = options.map { ($0.name, distance(name.lowercased(), $0.name)) }
-        guard let best = scored.min(by: { $0.1 < $1.1 }), best.1 <= max(2, name.count / 3) else { return "" }
-        return "; did you mean '\(best.0)'?"
-    }
-
-    /// Levenshtein distance.
-    static func distance(_ a: String, _ b: String) -> Int {
-        let a = Array(a)
-        let b = Array(b)
-        guard !a.isEmpty else { return b.count }
-        var previous = Array(0...b.count)
-        for i in 1...a.count {
-            var row = [i] + Array(repeating: 0, count: b.count)
-            for j in 1...max(1, b.count) where !b.isEmpty {
-                row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-            }
-            previous = b.isEmpty ? [i] : row
-        }
-        return previous[b.count]
+        Suggestion.closest(to: name, among: options.map(\.name)).map { "; did you mean '\($0)'?" } ?? ""
     }
 
     static func reason(_ error: any Error) -> String {

@@ -14,8 +14,9 @@ public struct ManifestDirectory: Sendable {
     public var manifests: [Manifest]
     /// Manifests that were refused, each with its reason.
     public var problems: [ManifestError]
-    /// Things worth saying that did not stop a manifest from loading (unknown keys).
-    public var warnings: [String]
+    /// Things worth saying that do not stop a manifest from loading (keys this host does not
+    /// know, at any level), for the manifests refused too: a misspelled key is often why.
+    public var warnings: [ManifestError]
     /// What was decided without being wrong: a manifest that takes the place of another.
     public var notes: [String] = []
 
@@ -81,27 +82,25 @@ public struct ManifestDirectory: Sendable {
             problems.append(ManifestError(file: label, field: nil, reason: "cannot be read"))
             return
         }
-        do {
-            let manifest = try Manifest(json: data, file: file)
-            if let first = manifests.first(where: { $0.package == manifest.package }) {
-                let firstLabel = several ? first.file.path : first.file.lastPathComponent
-                problems.append(
-                    ManifestError(
-                        file: label,
-                        field: "package",
-                        reason: "\"\(manifest.package)\" is already declared by \(firstLabel)"
-                    )
-                )
-                return
-            }
-            for key in manifest.unknownKeys {
-                warnings.append("\(label): unknown key \"\(key)\" ignored")
-            }
-            manifests.append(manifest)
-        } catch {
-            var error = error
-            error.file = label
-            problems.append(error)
+        var report = Manifest.check(json: data, file: file)
+        for index in report.errors.indices { report.errors[index].file = label }
+        for index in report.warnings.indices { report.warnings[index].file = label }
+        warnings += report.warnings
+        guard let manifest = report.manifest else {
+            problems += report.errors
+            return
         }
+        if let first = manifests.first(where: { $0.package == manifest.package }) {
+            let firstLabel = several ? first.file.path : first.file.lastPathComponent
+            problems.append(
+                ManifestError(
+                    file: label, field: "package",
+                    reason: "\"\(manifest.package)\" is already declared by \(firstLabel)",
+                    line: report.packageLine
+                )
+            )
+            return
+        }
+        manifests.append(manifest)
     }
 }

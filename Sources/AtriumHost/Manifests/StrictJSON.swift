@@ -17,12 +17,12 @@ struct StrictJSON {
 
     /// The value read.
     let value: JSONValue
-    /// The line of each object key, by its path (`services[0].name`; a key that is not a
-    /// plain name is written `["a.b"]`). Kept for the first 10,000 keys whose paths are under
-    /// 512 bytes: far more than a manifest has, and little enough that a crafted file cannot
-    /// make it large.
-    let keyLines: [String: Int]
-    static let maxRecordedKeys = 10_000
+    /// The line of each object key and array element, by its path (`services[0].name`,
+    /// `services[1]`; a key that is not a plain name is written `["a.b"]`). Kept for the first
+    /// 10,000 whose paths are under 512 bytes: far more than a manifest has, and little enough
+    /// that a crafted file cannot make it large.
+    let lines: [String: Int]
+    static let maxRecordedLines = 10_000
     static let maxRecordedPath = 512
 
     /// How deep arrays and objects may nest: far more than a manifest needs, and little enough
@@ -41,7 +41,7 @@ struct StrictJSON {
         reader.skipSpace()
         guard reader.index == bytes.count else { throw reader.problem("more after the end of the JSON value") }
         self.value = value
-        keyLines = reader.keyLines
+        lines = reader.lines
     }
 
     private struct Reader {
@@ -49,7 +49,7 @@ struct StrictJSON {
         var index = 0
         var line = 1
         var lineStart = 0
-        var keyLines: [String: Int] = [:]
+        var lines: [String: Int] = [:]
 
         func problem(_ reason: String) -> Problem {
             problem(reason, at: (index, line, lineStart))
@@ -63,18 +63,8 @@ struct StrictJSON {
             return Problem(line: position.line, column: column, reason: reason)
         }
 
-        /// `key` as a step of a path: `.name`, or `["a.b"]` for a key that is not a plain name.
-        static func step(_ key: String, first: Bool) -> String {
-            let plain =
-                !key.isEmpty
-                && key.utf8.allSatisfy { byte in
-                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                        || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                        || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_")
-                        || byte == UInt8(ascii: "-")
-                }
-            if plain { return first ? key : "." + key }
-            return "[\"" + untrusted(key, limit: 64).replacingOccurrences(of: "\"", with: "\\\"") + "\"]"
+        mutating func record(_ path: String, line: Int) {
+            if lines.count < StrictJSON.maxRecordedLines { lines[path] = line }
         }
 
         var current: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -165,9 +155,9 @@ struct StrictJSON {
                 // The path, built only while it is short enough to record.
                 var keyPath: String?
                 if let path, path.utf8.count + key.utf8.count < StrictJSON.maxRecordedPath {
-                    keyPath = path + Reader.step(key, first: path.isEmpty)
+                    keyPath = path + StrictJSON.step(key, first: path.isEmpty)
                 }
-                if let keyPath, keyLines.count < StrictJSON.maxRecordedKeys { keyLines[keyPath] = keyAt.1 }
+                if let keyPath { record(keyPath, line: keyAt.1) }
                 skipSpace()
                 guard current == UInt8(ascii: ":") else { throw unexpected("':' after the key") }
                 index += 1
@@ -200,6 +190,7 @@ struct StrictJSON {
                 let elementPath = path.flatMap { path in
                     path.utf8.count < StrictJSON.maxRecordedPath ? "\(path)[\(elements.count)]" : nil
                 }
+                if let elementPath { record(elementPath, line: line) }
                 elements.append(try value(path: elementPath, depth: depth))
                 skipSpace()
                 switch current {
@@ -348,5 +339,21 @@ struct StrictJSON {
             index += 4
             return value
         }
+    }
+}
+
+extension StrictJSON {
+    /// `key` as a step of a path: `.name`, or `["a.b"]` for a key that is not a plain name.
+    static func step(_ key: String, first: Bool) -> String {
+        let plain =
+            !key.isEmpty
+            && key.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "_")
+                    || byte == UInt8(ascii: "-")
+            }
+        if plain { return first ? key : "." + key }
+        return "[\"" + untrusted(key, limit: 64).replacingOccurrences(of: "\"", with: "\\\"") + "\"]"
     }
 }
