@@ -34,7 +34,7 @@ struct Atrium: AsyncParsableCommand {
         version: AtriumVersion.current,
         subcommands: [
             Ping.self, Apps.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self, Pairing.self,
-            Devices.self, Status.self,
+            Devices.self, Status.self, New.self,
         ]
     )
 }

@@ -1,0 +1,115 @@
+import AtriumTesting
+import Foundation
+import Testing
+
+/// The code in README.md and docs/ compiles: every Swift and C block is marked with how it is
+/// compiled (`<!-- compiled: KIND -->` on the line before it), and each kind is compiled here
+/// (C) or in TemplateTests (Swift, in the projects `atrium new` writes, which depend on Atrium
+/// the way a reader's project does).
+struct DocumentationTests {
+    struct Block {
+        var file: String
+        /// The line of the opening fence.
+        var line: Int
+        var kind: String?
+        var code: String
+    }
+
+    static let files = ["README.md"] + documentationFiles()
+
+    static func documentationFiles() -> [String] {
+        let folder = Fixtures.repositoryRoot.appendingPathComponent("docs")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        return names.filter { $0.hasSuffix(".md") }.sorted().map { "docs/\($0)" }
+    }
+
+    /// Every ```swift and ```c block of `file`, with the kind its marker gives.
+    static func blocks(in file: String) throws -> [Block] {
+        let text = try String(
+            contentsOf: Fixtures.repositoryRoot.appendingPathComponent(file), encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var blocks: [Block] = []
+        var index = 0
+        while index < lines.count {
+            guard lines[index] == "```swift" || lines[index] == "```c" else {
+                index += 1
+                continue
+            }
+            let marker = index > 0 ? lines[index - 1] : ""
+            var kind: String?
+            if marker.hasPrefix("<!-- compiled: "), marker.hasSuffix(" -->") {
+                kind = String(marker.dropFirst("<!-- compiled: ".count).dropLast(" -->".count))
+            }
+            let end = lines[(index + 1)...].firstIndex(of: "```") ?? lines.count
+            blocks.append(
+                Block(file: file, line: index + 1, kind: kind, code: lines[(index + 1)..<end].joined(separator: "\n")))
+            index = end + 1
+        }
+        return blocks
+    }
+
+    static func blocks(ofKind kind: String) throws -> [Block] {
+        try files.flatMap { try blocks(in: $0) }.filter { $0.kind == kind }
+    }
+
+    static let kinds: Set = ["swift-client", "swift-plugin", "swift-package", "c-plugin", "c-fragment"]
+
+    @Test func everyCodeBlockSaysHowItIsCompiled() throws {
+        let all = try Self.files.flatMap { try Self.blocks(in: $0) }
+        #expect(all.count >= 8, "the blocks were not found: \(Self.files)")
+        for block in all {
+            #expect(
+                block.kind.map(Self.kinds.contains) == true,
+                "\(block.file):\(block.line): a code block without <!-- compiled: KIND --> (one of \(Self.kinds.sorted())) before it"
+            )
+        }
+    }
+
+    static let header = Fixtures.repositoryRoot.appendingPathComponent("Sources/CAtriumPlugin/include").path
+
+    static func compileC(_ source: String, named name: String) async throws -> ProgramOutput {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-doc-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try source.write(to: folder.appendingPathComponent("\(name).c"), atomically: true, encoding: .utf8)
+        // As PLUGINS.md says to build a plugin, with every warning an error; a fragment's
+        // variables are there to show a call, so they may go unused.
+        return try await runProgram(
+            "cc",
+            [
+                "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-variable", "-Wno-unused-but-set-variable",
+                "-Wno-unused-parameter", "-shared", "-fPIC", "-I", header, "-o", "lib\(name).so", "\(name).c",
+            ],
+            in: folder)
+    }
+
+    @Test func theCPluginsCompile() async throws {
+        let plugins = try Self.blocks(ofKind: "c-plugin")
+        #expect(!plugins.isEmpty)
+        for block in plugins {
+            let result = try await Self.compileC(block.code, named: "plugin")
+            #expect(result.status == 0, "\(block.file):\(block.line) does not compile:\n\(result.output)")
+        }
+    }
+
+    /// The fragments of a file, in order, are one function's body: a later one goes on from an
+    /// earlier one (the message `in` and the builder `out` it made).
+    @Test func theCFragmentsCompile() async throws {
+        let fragments = try Self.blocks(ofKind: "c-fragment")
+        #expect(!fragments.isEmpty)
+        for file in Set(fragments.map(\.file)).sorted() {
+            let body = fragments.filter { $0.file == file }.map(\.code).joined(separator: "\n")
+            let source = """
+                #include <stdio.h>
+                #include "atrium_plugin.h"
+
+                void fragment(const atrium_host_api *host, uint64_t request, const uint8_t *bytes, size_t length) {
+                \(body)
+                }
+                """
+            let result = try await Self.compileC(source, named: "fragments")
+            #expect(result.status == 0, "the C fragments of \(file) do not compile:\n\(result.output)")
+        }
+    }
+}
