@@ -96,6 +96,10 @@ struct New: ParsableCommand {
             try Templates.checkName(name)
             try Templates.checkIdentifier(package, "--package")
             try Templates.checkIdentifier(service, "--service")
+            if language == .swift {
+                let type = Templates.Names(name: name, package: package, service: service).typeName
+                try Templates.checkSwiftNames([type, "\(type)Plugin"])
+            }
         }
 
         func run() throws {
@@ -112,12 +116,15 @@ struct New: ParsableCommand {
                 names.include = include.path
                 files = Templates.cPlugin(names)
             case .swift:
-                names.checkout = try options.checkout().path
-                files = Templates.swiftPlugin(names)
+                let checkout = try options.checkout()
+                names.checkout = checkout.path
+                files = Templates.swiftPlugin(names).merging(Templates.pins(of: checkout)) { first, _ in first }
             }
             try Templates.write(files, to: folder)
             print("wrote \(folder.path): \(files.keys.sorted().joined(separator: ", "))")
-            print("next: cd \(folder.path) && \(language == .c ? "make" : "swift build") && ./test.sh")
+            print(
+                "next: cd \(Templates.shellQuoted(folder.path)) && \(language == .c ? "make" : "swift build") && ./test.sh"
+            )
         }
     }
 
@@ -147,16 +154,18 @@ struct New: ParsableCommand {
             try Templates.checkName(name)
             try Templates.checkIdentifier(package, "--package")
             try Templates.checkIdentifier(service, "--service")
+            try Templates.checkSwiftNames([name, name.replacingOccurrences(of: "-", with: "_")])
         }
 
         func run() throws {
             let folder = try options.folder(for: name)
             var names = Templates.Names(name: name, package: package, service: service)
-            names.checkout = try options.checkout().path
-            let files = Templates.swiftClient(names)
+            let checkout = try options.checkout()
+            names.checkout = checkout.path
+            let files = Templates.swiftClient(names).merging(Templates.pins(of: checkout)) { first, _ in first }
             try Templates.write(files, to: folder)
             print("wrote \(folder.path): \(files.keys.sorted().joined(separator: ", "))")
-            print("next: cd \(folder.path) && swift build && swift run \(name) HOST")
+            print("next: cd \(Templates.shellQuoted(folder.path)) && swift build && swift run \(name) HOST")
         }
     }
 }

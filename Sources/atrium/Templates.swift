@@ -44,13 +44,53 @@ enum Templates {
 
     static func checkIdentifier(_ value: String?, _ option: String) throws {
         guard let value else { return }
-        guard !value.isEmpty, value.count <= 255,
-            value.unicodeScalars.allSatisfy({
-                $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0))
-            })
-        else {
-            throw ValidationError("\(option) '\(value)' may hold only letters, digits, '.', '_' and '-'")
+        func isAlphanumeric(_ scalar: Unicode.Scalar) -> Bool {
+            ("a"..."z").contains(scalar) || ("A"..."Z").contains(scalar) || ("0"..."9").contains(scalar)
         }
+        guard let first = value.unicodeScalars.first, isAlphanumeric(first), value.count <= 255,
+            value.unicodeScalars.allSatisfy({ isAlphanumeric($0) || "._-".unicodeScalars.contains($0) })
+        else {
+            throw ValidationError(
+                "\(option) '\(value)' must start with a letter or digit and hold only letters, digits, '.', '_' and '-'"
+            )
+        }
+    }
+
+    /// Names a Swift project's modules, products and types must not take: Atrium's own targets
+    /// and products (in the same package graph), the system's modules, and the SDK's types
+    /// the template uses. Compared without case.
+    static let reserved: Set<String> = [
+        "atrium", "atriumd", "atriumvalues", "atriumprotocol", "atriumpluginkit", "atriumhost", "atriumclient",
+        "catriumplugin", "catriumsystem", "catriumffi", "atriumtls", "cavahi", "atriumdiscovery", "atriumbench",
+        "atriumtesting", "romanping", "echo", "mathdemo", "ffitypes", "atriumtestservice", "atriumtestcservice",
+        "swift", "foundation", "foundationessentials", "foundationnetworking", "dispatch", "glibc", "testing",
+        "xctest", "synchronization", "observation", "appservice", "servicehost", "servicerequest",
+        "serviceresponse", "servicechannel", "launchrequest", "valueset", "value", "valuearray", "self", "any",
+        "type", "protocol",
+    ]
+
+    /// Refuses a Swift project whose names would clash in its package graph or in its code.
+    static func checkSwiftNames(_ names: [String]) throws {
+        if let clash = names.first(where: { reserved.contains($0.lowercased()) }) {
+            throw ValidationError(
+                "this name would give the Swift project a module, product or type named \(clash), which Atrium, Swift or the SDK already has: choose another"
+            )
+        }
+    }
+
+    /// `text` as one word for sh: in single quotes.
+    static func shellQuoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
+    }
+
+    /// `text` in a Swift string literal.
+    static func swiftLiteral(_ text: String) -> String {
+        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }
+
+    /// `text` as a make variable's value: `$` doubled, `#` escaped.
+    static func makeValue(_ text: String) -> String {
+        text.replacingOccurrences(of: "$", with: "$$").replacingOccurrences(of: "#", with: ##"\#"##)
     }
 
     /// The folder of this `atrium` executable (atriumd is installed beside it).
@@ -75,6 +115,15 @@ enum Templates {
             && FileManager.default.fileExists(atPath: folder.appendingPathComponent("Sources/AtriumPluginKit").path)
     }
 
+    /// The checkout's Package.resolved, when it has one: a Swift project then builds against the
+    /// versions of Atrium's dependencies that Atrium was built and tested with, not the newest
+    /// a later release brought.
+    static func pins(of checkout: URL) -> [String: String] {
+        guard let pins = try? String(contentsOf: checkout.appendingPathComponent("Package.resolved"), encoding: .utf8)
+        else { return [:] }
+        return ["Package.resolved": pins]
+    }
+
     /// Where atrium_plugin.h is: installed beside this atrium (PREFIX/include/atrium), or in
     /// the checkout it was built from.
     static var headerFolder: URL? {
@@ -86,16 +135,30 @@ enum Templates {
         }?.standardizedFileURL
     }
 
-    /// Writes `files` (paths relative to `folder`); `.sh` files are made executable.
+    /// Writes `files` (paths relative to `folder`). Folders are made 0755 and files 0644 (`.sh`
+    /// files 0755) whatever the umask: atriumd refuses a manifest, or a folder holding one, that
+    /// others could write, and a umask of 002 is common on desktops.
     static func write(_ files: [String: String], to folder: URL) throws {
+        let manager = FileManager.default
+        func makeFolder(_ url: URL) throws {
+            guard !manager.fileExists(atPath: url.path) || url.path == folder.path else { return }
+            try manager.createDirectory(at: url, withIntermediateDirectories: true)
+            try manager.setAttributes([.posixPermissions: 0o755], ofItemAtPath: url.path)
+        }
+        try makeFolder(folder)
         for (path, text) in files.sorted(by: { $0.key < $1.key }) {
             let file = folder.appendingPathComponent(path)
-            try FileManager.default.createDirectory(
-                at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try text.write(to: file, atomically: true, encoding: .utf8)
-            if path.hasSuffix(".sh") {
-                try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: file.path)
+            // Each folder between, from the top, so that each gets its mode.
+            var between: [URL] = []
+            var parent = file.deletingLastPathComponent()
+            while parent.path.count > folder.path.count {
+                between.append(parent)
+                parent = parent.deletingLastPathComponent()
             }
+            for created in between.reversed() { try makeFolder(created) }
+            try text.write(to: file, atomically: true, encoding: .utf8)
+            try manager.setAttributes(
+                [.posixPermissions: path.hasSuffix(".sh") ? 0o755 : 0o644], ofItemAtPath: file.path)
         }
     }
 
@@ -117,62 +180,78 @@ enum Templates {
     }
 
     /// test.sh: builds, starts atriumd with the project's manifest on a socket of its own,
-    /// sends the service its command and checks the answer.
-    static func testScript(_ names: Names, build: String, pluginPath: String) -> String {
-        #"""
-        #!/bin/sh
-        # Builds the plugin, checks its manifest, starts atriumd with it on a local socket of its
-        # own, sends the service its command and checks the answer. ATRIUM_BIN names the folder
-        # of atriumd and atrium (default: where they were when this project was made, then PATH).
-        set -eu
-        cd "$(dirname "$0")"
-        bin=${ATRIUM_BIN:-\#(names.bin)}
-        atriumd="$bin/atriumd"
-        atrium="$bin/atrium"
-        [ -x "$atriumd" ] || atriumd=atriumd
-        [ -x "$atrium" ] || atrium=atrium
+    /// sends the service its command and checks the answer. `library` is where the build puts
+    /// the plugin, relative to the project.
+    static func testScript(_ names: Names, build: String, library: String) -> String {
+        let pluginFolder = (library as NSString).deletingLastPathComponent
+        return #"""
+            #!/bin/sh
+            # Builds the plugin, checks its manifest, starts atriumd with it on a local socket of its
+            # own, sends the service its command and checks the answer. ATRIUM_BIN names the folder
+            # of atriumd and atrium (default: where they were when this project was made, then PATH).
+            set -eu
+            umask 022
+            cd "$(dirname "$0")"
+            default_bin=\#(shellQuoted(names.bin))
+            bin=${ATRIUM_BIN:-$default_bin}
+            atriumd="$bin/atriumd"
+            atrium="$bin/atrium"
+            [ -x "$atriumd" ] || atriumd=atriumd
+            [ -x "$atrium" ] || atrium=atrium
 
-        \#(build)
-        "$atriumd" --check --manifests . --plugin-path \#(pluginPath)
+            \#(build)
+            # atriumd trusts a manifest and a library only when no one else can write them or their
+            # folders (a build under a umask of 002 leaves them group-writable).
+            chmod go-w . \#(names.name).json \#(pluginFolder)/ \#(library)
+            "$atriumd" --config off --check --manifests . --plugin-path \#(pluginFolder)
 
-        scratch=$(mktemp -d)
-        host=
-        cleanup() {
-            [ -z "$host" ] || kill "$host" 2>/dev/null || true
-            wait 2>/dev/null || true
-            rm -rf "$scratch"
-        }
-        trap cleanup EXIT
-        "$atriumd" --manifests . --plugin-path \#(pluginPath) --listen off --socket "$scratch/atriumd.sock" \
-            --state-dir "$scratch/state" >"$scratch/log" 2>&1 &
-        host=$!
-        tries=0
-        until [ -S "$scratch/atriumd.sock" ]; do
-            tries=$((tries + 1))
-            if [ "$tries" -gt 600 ] || ! kill -0 "$host" 2>/dev/null; then
-                echo "atriumd did not start; its log:" >&2
+            scratch=$(mktemp -d)
+            host=
+            cleanup() {
+                [ -z "$host" ] || kill "$host" 2>/dev/null || true
+                wait 2>/dev/null || true
+                rm -rf "$scratch"
+            }
+            trap cleanup EXIT
+            trap 'exit 130' INT TERM HUP
+            "$atriumd" --config off --manifests . --plugin-path \#(pluginFolder) --listen off \
+                --socket "$scratch/atriumd.sock" --state-dir "$scratch/state" >"$scratch/log" 2>&1 &
+            host=$!
+            tries=0
+            until [ -S "$scratch/atriumd.sock" ]; do
+                tries=$((tries + 1))
+                if [ "$tries" -gt 600 ] || ! kill -0 "$host" 2>/dev/null; then
+                    echo "atriumd did not start; its log:" >&2
+                    cat "$scratch/log" >&2
+                    exit 1
+                fi
+                sleep 0.1
+            done
+
+            if ! answer=$("$atrium" send "unix:$scratch/atriumd.sock" --package \#(names.package) --service \#(names.service) Command=hello Name=Ada 2>&1); then
+                echo "$answer" >&2
+                echo "the service did not answer as it should; the host's log:" >&2
                 cat "$scratch/log" >&2
                 exit 1
             fi
-            sleep 0.1
-        done
+            echo "$answer"
+            case "$answer" in
+            *"Hello, Ada!"*) echo "ok: \#(names.service) answered" ;;
+            *)
+                echo "not the answer expected; the host's log:" >&2
+                cat "$scratch/log" >&2
+                exit 1
+                ;;
+            esac
 
-        answer=$("$atrium" send "unix:$scratch/atriumd.sock" --package \#(names.package) --service \#(names.service) Command=hello Name=Ada)
-        echo "$answer"
-        case "$answer" in
-        *"Hello, Ada!"*) echo "ok: \#(names.service) answered" ;;
-        *)
-            echo "not the answer expected; the host's log:" >&2
-            cat "$scratch/log" >&2
-            exit 1
-            ;;
-        esac
-
-        """#
+            """#
     }
 
     static func cPlugin(_ names: Names) -> [String: String] {
         let library = "lib\(names.name).so"
+        // Every symbol the file defines is prefixed with the name (and is static but the entry
+        // point), so that no name clashes with the header's.
+        let prefix = "\(names.cName)_service"
         let source = #"""
             /* \#(names.name): an Atrium app service in C.
              *
@@ -180,77 +259,94 @@ enum Templates {
              *   anything else                        ->  status 1 (Failure), with the reason
              *
              * Messages are read and built through the host table: no CBOR by hand. */
-            #include <stdio.h>
+            #include <stdlib.h>
             #include <string.h>
 
             #include "atrium_plugin.h"
 
-            static int32_t \#(names.cName)_create(const atrium_host_api *host, const char *config_json, void **instance) {
+            static int32_t \#(prefix)_create(const atrium_host_api *host, const char *config_json, void **instance) {
                 (void)config_json;
                 *instance = (void *)host; /* the host table lives until destroy */
                 return ATRIUM_OK;
             }
 
-            static void fail(const atrium_host_api *host, uint64_t request, const char *reason) {
+            static void \#(prefix)_fail(const atrium_host_api *host, uint64_t request, const char *reason) {
                 host->respond(host, request, ATRIUM_RESPONSE_FAILURE, NULL, 0, reason);
             }
 
-            static void \#(names.cName)_request(void *instance, uint64_t channel, uint64_t request,
+            /* Answers {"Greeting": "Hello, NAME!"}, or a failure with the reason. */
+            static void \#(prefix)_hello(const atrium_host_api *host, uint64_t request, const atrium_message *in) {
+                const char *name = "world";
+                size_t name_length = 5;
+                int32_t found = host->message_get_string(host, in, "Name", &name, &name_length);
+                if (found == ATRIUM_E_WRONG_KIND) {
+                    \#(prefix)_fail(host, request, "Name must be a string");
+                    return;
+                }
+                /* "Hello, " + the name + "!", as long as the name needs. */
+                size_t greeting_length = 7 + name_length + 1;
+                char *greeting = malloc(greeting_length);
+                if (greeting == NULL) {
+                    \#(prefix)_fail(host, request, "out of memory");
+                    return;
+                }
+                memcpy(greeting, "Hello, ", 7);
+                memcpy(greeting + 7, name, name_length);
+                greeting[7 + name_length] = '!';
+
+                atrium_builder *out = host->builder_new(host);
+                const uint8_t *answer = NULL;
+                size_t answer_length = 0;
+                if (out != NULL && host->builder_put_string(host, out, "Greeting", greeting, greeting_length) == ATRIUM_OK &&
+                    host->builder_bytes(host, out, &answer, &answer_length) == ATRIUM_OK) {
+                    host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
+                } else {
+                    \#(prefix)_fail(host, request, "the answer could not be built");
+                }
+                if (out != NULL) host->builder_free(host, out);
+                free(greeting);
+            }
+
+            static void \#(prefix)_request(void *instance, uint64_t channel, uint64_t request,
                                        const uint8_t *message, size_t length) {
                 (void)channel;
                 const atrium_host_api *host = instance;
                 atrium_message *in = host->message_parse(host, message, length);
                 if (in == NULL) {
-                    fail(host, request, "not a ValueSet");
+                    \#(prefix)_fail(host, request, "not a ValueSet");
                     return;
                 }
                 const char *command = NULL;
                 size_t command_length = 0;
-                if (host->message_get_string(host, in, "Command", &command, &command_length) != ATRIUM_OK ||
-                    strcmp(command, "hello") != 0) {
-                    fail(host, request, "unknown command: send Command=hello (and Name=...)");
-                    host->message_free(host, in);
-                    return;
+                if (host->message_get_string(host, in, "Command", &command, &command_length) == ATRIUM_OK &&
+                    command_length == 5 && memcmp(command, "hello", 5) == 0) {
+                    \#(prefix)_hello(host, request, in);
+                } else {
+                    \#(prefix)_fail(host, request, "unknown command: send Command=hello (and Name=...)");
                 }
-                const char *name = "world";
-                size_t name_length = 5;
-                host->message_get_string(host, in, "Name", &name, &name_length); /* optional */
-
-                char greeting[256];
-                int written = snprintf(greeting, sizeof greeting, "Hello, %.*s!", (int)name_length, name);
-                size_t greeting_length = written < 0 ? 0 : (size_t)written;
-                if (greeting_length >= sizeof greeting) greeting_length = sizeof greeting - 1;
-
-                atrium_builder *out = host->builder_new(host);
-                host->builder_put_string(host, out, "Greeting", greeting, greeting_length);
-                const uint8_t *answer;
-                size_t answer_length;
-                host->builder_bytes(host, out, &answer, &answer_length);
-                host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, answer, answer_length, NULL);
-                host->builder_free(host, out);
                 host->message_free(host, in);
             }
 
-            static const atrium_plugin \#(names.cName)_plugin = {
+            static const atrium_plugin \#(prefix)_descriptor = {
                 .struct_size = sizeof(atrium_plugin),
                 .abi_major = ATRIUM_PLUGIN_ABI_MAJOR,
                 .abi_minor = ATRIUM_PLUGIN_ABI_MINOR,
                 .name = "\#(names.name)",
                 .version = "0.1.0",
-                .create = \#(names.cName)_create,
-                .request = \#(names.cName)_request,
+                .create = \#(prefix)_create,
+                .request = \#(prefix)_request,
             };
 
-            ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &\#(names.cName)_plugin; }
+            ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &\#(prefix)_descriptor; }
 
             """#
         let makefile = """
             # Builds \(library), the plugin, with nothing but Atrium's C header.
-            ATRIUM_INCLUDE ?= \(names.include)
+            ATRIUM_INCLUDE ?= \(makeValue(names.include))
             CFLAGS ?= -std=gnu11 -O2 -g -Wall -Wextra
 
             \(library): \(names.name).c
-            \t$(CC) $(CFLAGS) -shared -fPIC -I$(ATRIUM_INCLUDE) -o $@ \(names.name).c
+            \t$(CC) $(CFLAGS) -shared -fPIC -I"$(ATRIUM_INCLUDE)" -o $@ \(names.name).c
 
             # Builds, then runs the plugin in atriumd and checks its answer.
             check: \(library)
@@ -287,7 +383,7 @@ enum Templates {
             "\(names.name).c": source,
             "\(names.name).json": manifest(names, library: library),
             "Makefile": makefile,
-            "test.sh": testScript(names, build: "make", pluginPath: "."),
+            "test.sh": testScript(names, build: "make", library: "./\(library)"),
             "README.md": readme,
             ".gitignore": "\(library)\n",
         ]
@@ -295,7 +391,11 @@ enum Templates {
 
     static func swiftPlugin(_ names: Names) -> [String: String] {
         let type = names.typeName
+        // The product is the library (libNotes.so); the module, NotesPlugin, holds the class
+        // Notes: none of them may clash with a module of Atrium's or Swift's (checked first).
+        let module = "\(type)Plugin"
         let library = "lib\(type).so"
+        let atrium = swiftLiteral(names.checkoutIdentity)
         let package = #"""
             // swift-tools-version:6.1
             import PackageDescription
@@ -305,25 +405,23 @@ enum Templates {
                 platforms: [.macOS(.v15)],
                 products: [
                     // The plugin: a shared library the manifest names (\#(library)).
-                    .library(name: "\#(type)", type: .dynamic, targets: ["\#(type)"])
+                    .library(name: "\#(type)", type: .dynamic, targets: ["\#(module)"])
                 ],
                 dependencies: [
-                    // Atrium by path: its package is named by the folder's name, lowercased.
-                    .package(path: "\#(names.checkout)")
+                    // Atrium by path: SwiftPM names it after its folder, lowercased.
+                    .package(path: \#(swiftLiteral(names.checkout)))
                 ],
                 targets: [
                     .target(
-                        name: "\#(type)",
+                        name: "\#(module)",
                         dependencies: [
-                            .product(name: "AtriumPluginKit", package: "\#(names.checkoutIdentity)"),
-                            .product(name: "AtriumValues", package: "\#(names.checkoutIdentity)"),
+                            .product(name: "AtriumPluginKit", package: \#(atrium)),
+                            .product(name: "AtriumValues", package: \#(atrium)),
                         ]
                     ),
                     .testTarget(
-                        name: "\#(type)Tests",
-                        dependencies: [
-                            "\#(type)", .product(name: "AtriumValues", package: "\#(names.checkoutIdentity)"),
-                        ]
+                        name: "\#(module)Tests",
+                        dependencies: ["\#(module)", .product(name: "AtriumValues", package: \#(atrium))]
                     ),
                 ]
             )
@@ -369,7 +467,7 @@ enum Templates {
             import AtriumValues
             import Testing
 
-            @testable import \#(type)
+            @testable import \#(module)
 
             @Test func helloIsAnsweredWithAGreeting() {
                 let response = \#(type).answer(to: ["Command": "hello", "Name": "Ada"])
@@ -398,7 +496,7 @@ enum Templates {
             atrium send unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock --package \(names.package) --service \(names.service) Command=hello Name=Ada
             ```
 
-            - `Sources/\(type)/\(type).swift`: the service (`AppService`, from AtriumPluginKit).
+            - `Sources/\(module)/\(type).swift`: the service (`AppService`, from AtriumPluginKit).
             - `\(names.name).json`: the manifest. `"access": "local"` serves local clients only;
               `"paired"` serves paired devices over the network too.
             - `Package.swift` depends on Atrium by path (\(names.checkout)). SwiftPM names a package
@@ -408,10 +506,10 @@ enum Templates {
             """
         return [
             "Package.swift": package,
-            "Sources/\(type)/\(type).swift": source,
-            "Tests/\(type)Tests/\(type)Tests.swift": test,
+            "Sources/\(module)/\(type).swift": source,
+            "Tests/\(module)Tests/\(type)Tests.swift": test,
             "\(names.name).json": manifest(names, library: library),
-            "test.sh": testScript(names, build: "swift build", pluginPath: ".build/debug"),
+            "test.sh": testScript(names, build: "swift build", library: ".build/debug/\(library)"),
             "README.md": readme,
             ".gitignore": ".build/\n",
         ]
@@ -426,15 +524,15 @@ enum Templates {
                 name: "\#(names.name)",
                 platforms: [.macOS(.v15)],
                 dependencies: [
-                    // Atrium by path: its package is named by the folder's name, lowercased.
-                    .package(path: "\#(names.checkout)")
+                    // Atrium by path: SwiftPM names it after its folder, lowercased.
+                    .package(path: \#(swiftLiteral(names.checkout)))
                 ],
                 targets: [
                     .executableTarget(
                         name: "\#(names.name)",
                         dependencies: [
-                            .product(name: "AtriumClient", package: "\#(names.checkoutIdentity)"),
-                            .product(name: "AtriumValues", package: "\#(names.checkoutIdentity)"),
+                            .product(name: "AtriumClient", package: \#(swiftLiteral(names.checkoutIdentity))),
+                            .product(name: "AtriumValues", package: \#(swiftLiteral(names.checkoutIdentity))),
                         ]
                     )
                 ]

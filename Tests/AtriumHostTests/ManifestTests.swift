@@ -156,9 +156,8 @@ struct ManifestTests {
                 #"test.json:6: services[2].name: "a" is declared twice in this package"#,
                 "test.json:9: functions[0].symbol: must be the C function's name",
                 #"test.json:12: functions[3].command: "one" is declared twice"#,
+                #"test.json:14: isolation: "process" is for packages with a plugin library (not declared functions)"#,
             ])
-        // "isolation": "process" with declared functions is a mistake too, but it follows from
-        // functions that were not read: it is not reported until they are.
         #expect(
             report.warnings.map(\.description) == [
                 #"test.json:6: services[2].acess: is not a key this host knows, and is ignored; did you mean "access"?"#,
@@ -177,6 +176,33 @@ struct ManifestTests {
                 #"launch_: is not a key this host knows, and is ignored; did you mean "launch"?"#,
                 "zzzzzzzzzz: is not a key this host knows, and is ignored",
             ])
+    }
+
+    @Test func aLibraryWithNothingToServeIsRefusedAndAMissingLibraryIsSaidOfWrongServicesToo() {
+        for empty in [#""services": []"#, #""services": [], "schemes": []"#, #""service": [{"name": "s"}]"#] {
+            let report = check(#"{"manifestVersion": 1, "package": "p", "library": "l", \#(empty)}"#)
+            #expect(
+                report.errors.map(\.detail) == [
+                    "services: is missing: the package has a library but declares nothing for it to serve (services, schemes or functions)"
+                ], "\(empty)")
+        }
+        // A service entry that is wrong is still a service: the missing library is said too.
+        let report = check(#"{"manifestVersion": 1, "package": "p", "services": [{"name": 5}]}"#)
+        #expect(
+            report.errors.map(\.detail) == [
+                "services[0].name: must be a string",
+                "library: is missing: a package with services needs a plugin library",
+            ])
+    }
+
+    @Test func hostileTextInAManifestIsEscapedInItsErrors() {
+        let report = check(
+            #"{"manifestVersion": 1, "package": "a\u001b[31mb\u2028c", "schemes": ["x\ny"], "displayName": "\#(String(repeating: "z", count: 500))"}"#
+        )
+        let text = report.errors.map(\.description).joined(separator: "\n")
+        #expect(
+            !text.contains("\u{1B}") && !text.contains("\u{2028}") && text.split(separator: "\n").count == 2, "\(text)")
+        #expect(text.contains(#"\u{1B}[31m"#) && text.contains(#"\u{2028}"#) && text.contains(#""x\u{A}y""#), "\(text)")
     }
 
     @Test func aFloodOfMistakesIsReportedBoundedly() {

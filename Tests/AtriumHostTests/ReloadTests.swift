@@ -178,6 +178,18 @@ import Testing
             ))
         #expect(try await apps(client, id: 3)[Fixtures.testPackage]?.displayName == "Edited Test Service")
         #expect(try await echoes(client, 1))
+
+        // A manifest broken in an edit keeps its package as it was, with several folders too
+        // (where problems name files by their paths). Without the copy, which would then
+        // declare the package unopposed.
+        try FileManager.default.removeItem(at: second.appendingPathComponent("zz-copy.json"))
+        #expect(await reloaded(host, count: 4))
+        try "{ not json".write(
+            to: host.manifestsFolder.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        #expect(await reloaded(host, count: 5))
+        #expect(
+            host.logged("kept \(Fixtures.testPackage) as it was: \(host.manifestsFolder.path)/test-service.json:1:"))
+        #expect(try await apps(client, id: 4)[Fixtures.testPackage]?.displayName == "Edited Test Service")
         await client.close()
         #expect(await host.stop() == 0)
     }

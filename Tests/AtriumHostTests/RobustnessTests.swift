@@ -183,7 +183,7 @@ struct RobustnessTests {
         let log = host.log
         #expect(
             log.contains(
-                "manifest skipped: broken.json: is not valid JSON: line 1, column 3: a key in double quotes should be here, not 'n'"
+                "manifest skipped: broken.json:1: is not valid JSON: column 3: a key in double quotes should be here, not 'n'"
             )
         )
         #expect(

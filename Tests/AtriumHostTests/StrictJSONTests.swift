@@ -75,7 +75,14 @@ struct StrictJSONTests {
         let deep = try StrictJSON(Array("{\"\(longKey)\": [{\"a\": 0}, {\"a\": 1}]}".utf8))
         #expect(deep.lines.isEmpty)
         let many = "{" + (0...StrictJSON.maxRecordedLines).map { "\"k\($0)\": 0" }.joined(separator: ",") + "}"
-        #expect(try StrictJSON(Array(many.utf8)).lines.count == StrictJSON.maxRecordedLines)
+        #expect(try StrictJSON(Array(many.utf8)).lines.count == StrictJSON.maxRecordedLines / 2)
+        // A long array spends the elements' budget, not the keys': a key after it has its line.
+        let longArray =
+            "{\"config\": {\"a\": [" + (0...StrictJSON.maxRecordedLines).map { _ in "0" }.joined(separator: ",")
+            + "]},\n\"after\": 1}"
+        let read = try StrictJSON(Array(longArray.utf8))
+        #expect(read.lines["after"] == 2 && read.lines["config.a[0]"] == 1)
+        #expect(read.lines["config.a[\(StrictJSON.maxRecordedLines / 2)]"] == nil)
     }
 
     @Test func jsonIsReadWithTheLinesOfItsKeys() throws {

@@ -24,10 +24,13 @@ import Testing
         return folder
     }
 
-    /// Runs `command` in `folder` through the shell, and expects it to succeed.
+    /// Runs `command` in `folder` through the shell (`arguments` are its $0, $1, ...), and
+    /// expects it to succeed.
     @discardableResult
-    static func run(_ command: String, in folder: URL, _ comment: String) async throws -> String {
-        let result = try await runProgram("/bin/sh", ["-c", command], in: folder)
+    static func run(_ command: String, in folder: URL, _ comment: String, arguments: [String] = []) async throws
+        -> String
+    {
+        let result = try await runProgram("/bin/sh", ["-c", command] + arguments, in: folder)
         #expect(result.status == 0, "\(comment): \(command) said:\n\(result.output)")
         return result.output
     }
@@ -39,10 +42,17 @@ import Testing
         let written = try await runProgram(Self.atrium, ["new", "plugin", "notes", "--language", "c"], in: scratch)
         #expect(written.status == 0, "\(written.output)")
         #expect(
-            written.output.contains("next: cd \(scratch.appendingPathComponent("notes").path) && make && ./test.sh"))
+            written.output.contains("next: cd '\(scratch.appendingPathComponent("notes").path)' && make && ./test.sh"))
         let project = scratch.appendingPathComponent("notes")
         let files = try FileManager.default.contentsOfDirectory(atPath: project.path).sorted()
         #expect(files == [".gitignore", "Makefile", "README.md", "notes.c", "notes.json", "test.sh"])
+        // Whatever the umask, nothing another user could write: atriumd would refuse it.
+        for file in files + ["."] {
+            let mode =
+                try FileManager.default.attributesOfItem(atPath: project.appendingPathComponent(file).path)[
+                    .posixPermissions] as? Int
+            #expect(mode.map { $0 & 0o022 == 0 } == true, "\(file): \(String(describing: mode))")
+        }
 
         // The README's steps: make, then test.sh (which checks the manifest with atriumd --check,
         // serves the plugin and sends it hello). Warnings would be a defect of the template.
@@ -52,6 +62,36 @@ import Testing
         #expect(test.contains("1 manifests, 1 would load, 0 would not"), "\(test)")
         #expect(test.contains(#"{"Greeting": "Hello, Ada!"}"#), "\(test)")
         #expect(test.contains("ok: notes answered"), "\(test)")
+
+        // What a client can send it: a long name of characters of several bytes is greeted
+        // whole, a name of another kind and a command with more after a NUL are refused.
+        let host = try await TestHost.start(manifestsFolder: project)
+        let client = try await TestClient.connect(unixSocket: host.socketPath)
+        _ = try await client.hello()
+        #expect(try await client.open(channel: 1, service: "notes", package: "local.notes") == .success)
+        let long = String(repeating: "é", count: 300) + "😀"
+        let greeted = try await client.request(channel: 1, id: 1, ["Command": "hello", "Name": .string(long)])
+        #expect(greeted.status == .success)
+        #expect(try greeted.decoded["Greeting"]?.string == "Hello, \(long)!")
+        let number = try await client.request(channel: 1, id: 2, ["Command": "hello", "Name": 5])
+        #expect(number.status == .failure && number.error == "Name must be a string")
+        let trailing = try await client.request(channel: 1, id: 3, ["Command": "hello\u{0}x"])
+        #expect(trailing.status == .failure && trailing.error?.hasPrefix("unknown command") == true)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test(.disabled(if: underSanitizer, Comment(rawValue: skipReason)))
+    func aCPluginNamedLikeTheHeadersTypesBuildsUnderAUmaskThatLetsTheGroupWrite() async throws {
+        // "atrium" would make `atrium_plugin` clash with the header's type without its prefix;
+        // a umask of 002 (usual on desktops) would leave the files group-writable, which
+        // atriumd refuses.
+        let scratch = try Self.scratch()
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let output = try await Self.run(
+            "umask 002 && \"$0\" new plugin atrium --language c --package local.atrium-notes && cd atrium && make && ./test.sh",
+            in: scratch, "umask 002", arguments: [Self.atrium])
+        #expect(output.contains("ok: atrium answered"), "\(output)")
     }
 
     @Test(.disabled(if: underSanitizer, Comment(rawValue: skipReason)))
@@ -118,8 +158,12 @@ import Testing
     func thePluginExampleOfTheDocsBuildsOutOfTree() async throws {
         let scratch = try Self.scratch()
         defer { try? FileManager.default.removeItem(at: scratch) }
-        let package = try #require(DocumentationTests.blocks(ofKind: "swift-package").first)
-        let plugin = try #require(DocumentationTests.blocks(ofKind: "swift-plugin").first)
+        // One package and one plugin: a second of either would need a pairing this test lacks.
+        let packages = try DocumentationTests.blocks(ofKind: "swift-package")
+        let plugins = try DocumentationTests.blocks(ofKind: "swift-plugin")
+        #expect(packages.count == 1 && plugins.count == 1, "pair each swift-package block with its plugin here")
+        let package = try #require(packages.first)
+        let plugin = try #require(plugins.first)
         try FileManager.default.createSymbolicLink(
             at: scratch.appendingPathComponent("atrium"), withDestinationURL: Fixtures.repositoryRoot)
         let project = scratch.appendingPathComponent("notes")
@@ -145,7 +189,9 @@ import Testing
         let badPackage = try await runProgram(
             Self.atrium, ["new", "plugin", "notes", "--language", "c", "--package", "a b"], in: scratch)
         #expect(badPackage.status == 64)
-        #expect(badPackage.output.contains("--package 'a b' may hold only"), "\(badPackage.output)")
+        #expect(
+            badPackage.output.contains("--package 'a b' must start with a letter or digit and hold only"),
+            "\(badPackage.output)")
         // Nothing is written over: a folder with something in it is refused.
         let taken = scratch.appendingPathComponent("notes")
         try FileManager.default.createDirectory(at: taken, withIntermediateDirectories: true)
@@ -154,6 +200,21 @@ import Testing
         #expect(overwrite.status == 64)
         #expect(overwrite.output.contains("exists and is not an empty folder"), "\(overwrite.output)")
         #expect(try FileManager.default.contentsOfDirectory(atPath: taken.path) == ["keep.txt"])
+        let dashed = try await runProgram(
+            Self.atrium, ["new", "plugin", "notes", "--language", "c", "--service=-x"], in: scratch)
+        #expect(dashed.status == 64)
+        #expect(dashed.output.contains("--service '-x' must start with a letter or digit"), "\(dashed.output)")
+        // Swift names that would clash with a module of Atrium's or Swift's, or an SDK type.
+        for (arguments, clash) in [
+            (["new", "plugin", "testing", "--language", "swift"], "Testing"),
+            (["new", "plugin", "echo", "--language", "swift"], "Echo"),
+            (["new", "plugin", "value-set", "--language", "swift"], "ValueSet"),
+            (["new", "client", "atriumd", "--package", "p", "--service", "s"], "atriumd"),
+        ] {
+            let refused = try await runProgram(Self.atrium, arguments, in: scratch)
+            #expect(refused.status == 64)
+            #expect(refused.output.contains("a module, product or type named \(clash),"), "\(refused.output)")
+        }
         let notACheckout = try await runProgram(
             Self.atrium, ["new", "plugin", "s", "--language", "swift", "--atrium", scratch.path], in: scratch)
         #expect(notACheckout.status == 64)

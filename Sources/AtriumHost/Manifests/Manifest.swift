@@ -97,12 +97,16 @@ public struct ManifestError: Error, Sendable, Hashable, CustomStringConvertible 
     public var reason: String
     /// The line of the manifest the field is on, when it is known.
     public var line: Int?
+    /// The manifest file, when the problem was found reading a folder (``file`` is its label:
+    /// its name, or its path when there are several folders).
+    public var url: URL?
 
-    public init(file: String, field: String?, reason: String, line: Int? = nil) {
+    public init(file: String, field: String?, reason: String, line: Int? = nil, url: URL? = nil) {
         self.file = file
         self.field = field
         self.reason = reason
         self.line = line
+        self.url = url
     }
 
     /// `file:line: field: reason`, as compilers write it (editors jump to the line).
@@ -129,7 +133,8 @@ extension Manifest {
         if name.isEmpty { return "must not be empty" }
         if name.count > 255 { return "is \(name.count) characters long; the limit is 255" }
         if let bad = name.unicodeScalars.first(where: { !isIdentifierScalar($0) }) {
-            return "\"\(name)\" holds \"\(bad)\": only letters, digits, '.', '_' and '-' are allowed"
+            return
+                "\"\(untrusted(name, limit: 80))\" holds \"\(untrusted(String(bad)))\": only letters, digits, '.', '_' and '-' are allowed"
         }
         return nil
     }
@@ -170,7 +175,7 @@ enum JSONValue: CustomStringConvertible {
         case .null: "null"
         case .bool(let value): "\(value)"
         case .number(let value): value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : "\(value)"
-        case .string(let value): "the string \"\(value)\""
+        case .string(let value): "the string \"\(untrusted(value, limit: 80))\""
         case .array: "an array"
         case .object: "an object"
         }

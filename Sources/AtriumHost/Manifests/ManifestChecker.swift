@@ -37,8 +37,10 @@ extension Manifest {
         let checker = ManifestChecker(file: file.lastPathComponent)
         let manifest = checker.read(data, file: file)
         return ManifestReport(
-            manifest: checker.errors.isEmpty ? manifest : nil, errors: checker.reported(checker.errors),
-            warnings: checker.reported(checker.warnings), packageLine: checker.lines["package"])
+            manifest: checker.errors.isEmpty ? manifest : nil,
+            errors: checker.reported(checker.errors, more: checker.moreErrors),
+            warnings: checker.reported(checker.warnings, more: checker.moreWarnings),
+            packageLine: checker.lines["package"])
     }
 }
 
@@ -50,6 +52,10 @@ final class ManifestChecker {
     private(set) var lines: [String: Int] = [:]
     private(set) var errors: [ManifestError] = []
     private(set) var warnings: [ManifestError] = []
+    /// Problems found past ``Manifest/maxReported``: counted, not kept (a crafted manifest
+    /// may hold hundreds of thousands).
+    private(set) var moreErrors = 0
+    private(set) var moreWarnings = 0
 
     init(file name: String) { self.name = name }
 
@@ -75,28 +81,37 @@ final class ManifestChecker {
         do {
             return try body()
         } catch {
-            errors.append(error)
+            record(error)
             return nil
         }
+    }
+
+    func record(_ error: ManifestError) {
+        if errors.count < Manifest.maxReported { errors.append(error) } else { moreErrors += 1 }
     }
 
     /// Warns of each key of `object` that is not in `known`, with the closest known one.
     func warnUnknownKeys(_ object: [String: JSONValue], at path: String, known: [String]) {
         for key in object.keys.sorted() where !known.contains(key) {
+            guard warnings.count < Manifest.maxReported else {
+                moreWarnings += 1
+                continue
+            }
             let field = path + StrictJSON.step(key, first: path.isEmpty)
             let closest = Suggestion.closest(to: key, among: known).map { "; did you mean \"\($0)\"?" } ?? ""
             warnings.append(fail(field, "is not a key this host knows, and is ignored\(closest)"))
         }
     }
 
-    /// `list` in the order of the file's lines (those without a line first, as found), cut to
-    /// ``Manifest/maxReported`` with a last entry saying how many were left out.
-    func reported(_ found: [ManifestError]) -> [ManifestError] {
-        let list = found.enumerated().sorted { ($0.element.line ?? 0, $0.offset) < ($1.element.line ?? 0, $1.offset) }
-            .map(\.element)
-        guard list.count > Manifest.maxReported else { return list }
-        let left = list.count - (Manifest.maxReported - 1)
-        return Array(list.prefix(Manifest.maxReported - 1)) + [fail(nil, "and \(left) more like the above")]
+    /// `found` in the order of the file's lines (those without a line last, as found), at most
+    /// ``Manifest/maxReported``, the last saying how many more there were.
+    func reported(_ found: [ManifestError], more: Int) -> [ManifestError] {
+        let list = found.enumerated().sorted {
+            ($0.element.line ?? Int.max, $0.offset) < ($1.element.line ?? Int.max, $1.offset)
+        }.map(\.element)
+        guard list.count + more > Manifest.maxReported else { return list }
+        let kept = Manifest.maxReported - 1
+        return Array(list.prefix(kept)) + [fail(nil, "and \(list.count - kept + more) more like the above")]
     }
 
     static let knownKeys = [
@@ -112,20 +127,23 @@ final class ManifestChecker {
         // Strict JSON (RFC 8259): a trailing comma, a comment or a key given twice is refused
         // with its line, not read one way or another. Nothing else can be checked without it.
         guard data.count <= Manifest.maxBytes else {
-            errors.append(fail(nil, "is \(data.count) bytes; a manifest may be at most \(Manifest.maxBytes) (1 MiB)"))
+            record(fail(nil, "is \(data.count) bytes; a manifest may be at most \(Manifest.maxBytes) (1 MiB)"))
             return nil
         }
         let root: [String: JSONValue]
         do {
             let json = try StrictJSON([UInt8](data))
             guard case .object(let object) = json.value else {
-                errors.append(fail(nil, "must hold a JSON object"))
+                record(fail(nil, "must hold a JSON object"))
                 return nil
             }
             root = object
             lines = json.lines
         } catch {
-            errors.append(fail(nil, "is not valid JSON: \(error)"))
+            record(
+                ManifestError(
+                    file: name, field: nil, reason: "is not valid JSON: column \(error.column): \(error.reason)",
+                    line: error.line))
             return nil
         }
         warnUnknownKeys(root, at: "", known: Self.knownKeys)
@@ -160,13 +178,18 @@ final class ManifestChecker {
         let schemes = readSchemes(root["schemes"])
         let functions = readFunctions(root["functions"], hasLibrary: hasLibrary)
 
-        if hasLibrary == false, services?.isEmpty == false {
-            errors.append(fail("library", "is missing: a package with services needs a plugin library"))
+        // As written, whether or not each entry was right: a wrong service is still a service.
+        func isNonEmptyArray(_ value: JSONValue?) -> Bool {
+            if case .array(let list)? = value { return !list.isEmpty }
+            return false
+        }
+        if hasLibrary == false, isNonEmptyArray(root["services"]) {
+            record(fail("library", "is missing: a package with services needs a plugin library"))
         }
         // A library with nothing to serve is a manifest that lost its services (a key
         // misspelled, say): it would load a plugin no one can reach.
-        if hasLibrary == true, root["services"] == nil, root["schemes"] == nil, root["functions"] == nil {
-            errors.append(
+        if hasLibrary == true, services?.isEmpty == true, schemes?.isEmpty == true, root["functions"] == nil {
+            record(
                 fail(
                     "services",
                     "is missing: the package has a library but declares nothing for it to serve (services, schemes or functions)"
@@ -193,7 +216,7 @@ final class ManifestChecker {
             guard case .string(let text) = value, let chosen = Manifest.Isolation(rawValue: text) else {
                 throw fail("isolation", "must be \(names), not \(value)")
             }
-            if chosen == .process, hasLibrary == false || functions?.isEmpty == false {
+            if chosen == .process, hasLibrary == false || root["functions"] != nil {
                 throw fail("isolation", "\"process\" is for packages with a plugin library (not declared functions)")
             }
             return chosen
@@ -230,7 +253,7 @@ final class ManifestChecker {
     func readServices(_ value: JSONValue?) -> [Manifest.Service]? {
         guard let value else { return [] }
         guard case .array(let list) = value else {
-            errors.append(fail("services", "must be an array"))
+            record(fail("services", "must be an array"))
             return nil
         }
         var services: [Manifest.Service] = []
@@ -239,7 +262,7 @@ final class ManifestChecker {
         for (index, item) in list.enumerated() {
             let field = "services[\(index)]"
             guard case .object(let entry) = item else {
-                errors.append(fail(field, "must be an object"))
+                record(fail(field, "must be an object"))
                 allRead = false
                 continue
             }
@@ -315,10 +338,11 @@ final class ManifestChecker {
     func readSchemes(_ value: JSONValue?) -> [String]? {
         guard let value else { return [] }
         guard case .array(let list) = value else {
-            errors.append(fail("schemes", "must be an array of strings"))
+            record(fail("schemes", "must be an array of strings"))
             return nil
         }
         var schemes: [String] = []
+        var seen: Set<String> = []
         var allRead = true
         for (index, item) in list.enumerated() {
             let scheme = section { () throws(ManifestError) -> String in
@@ -326,11 +350,13 @@ final class ManifestChecker {
                 guard Manifest.isScheme(scheme) else {
                     throw fail(
                         "schemes[\(index)]",
-                        "\"\(scheme)\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)"
+                        "\"\(untrusted(scheme, limit: 80))\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)"
                     )
                 }
                 let lowered = scheme.lowercased()
-                if schemes.contains(lowered) { throw fail("schemes[\(index)]", "\"\(scheme)\" is declared twice") }
+                guard seen.insert(lowered).inserted else {
+                    throw fail("schemes[\(index)]", "\"\(untrusted(scheme, limit: 80))\" is declared twice")
+                }
                 return lowered
             }
             if let scheme { schemes.append(scheme) } else { allRead = false }
@@ -386,11 +412,11 @@ final class ManifestChecker {
     func readLimits(_ value: JSONValue?, isolation: Manifest.Isolation?) -> Manifest.WorkerLimits? {
         guard let value else { return Manifest.WorkerLimits() }
         if isolation == .inProcess {
-            errors.append(fail("limits", "apply to a worker process: they need \"isolation\": \"process\""))
+            record(fail("limits", "apply to a worker process: they need \"isolation\": \"process\""))
             return nil
         }
         guard case .object(let entries) = value else {
-            errors.append(
+            record(
                 fail("limits", "must be an object like {\"memoryMB\": 256, \"openFiles\": 64, \"cpuSeconds\": 3600}"))
             return nil
         }
@@ -430,15 +456,15 @@ final class ManifestChecker {
         return errors.count == before ? limits : nil
     }
 
-    /// `functions` (docs/FFI.md): each function, and each of its parameters, checked on its own.
+    /// `functions` (docs/FFI.md): each function checked on its own (up to its first mistake).
     func readFunctions(_ value: JSONValue?, hasLibrary: Bool?) -> [DeclaredFunction]? {
         guard let value else { return [] }
         if hasLibrary == false {
-            errors.append(fail("functions", "need a library to find the functions in"))
+            record(fail("functions", "need a library to find the functions in"))
             return nil
         }
         guard case .array(let list) = value, !list.isEmpty else {
-            errors.append(fail("functions", "must be a non-empty array"))
+            record(fail("functions", "must be a non-empty array"))
             return nil
         }
         var functions: [DeclaredFunction] = []
@@ -464,12 +490,13 @@ final class ManifestChecker {
             throw fail("\(field).command", "must be a non-empty string: the Command value that calls the function")
         }
         guard commands.insert(command).inserted else {
-            throw fail("\(field).command", "\"\(command)\" is declared twice")
+            throw fail("\(field).command", "\"\(untrusted(command, limit: 80))\" is declared twice")
         }
         guard case .string(let symbol)? = entry["symbol"], !symbol.isEmpty else {
             throw fail("\(field).symbol", "must be the C function's name")
         }
         var parameters: [DeclaredFunction.Parameter] = []
+        var typeOf: [String: DeclaredFunction.CType] = [:]
         if let params = entry["params"] {
             guard case .array(let list) = params else { throw fail("\(field).params", "must be an array") }
             for (position, param) in list.enumerated() {
@@ -483,8 +510,8 @@ final class ManifestChecker {
                 else {
                     throw fail("\(where_).type", "must be one of: \(types.replacingOccurrences(of: " void", with: ""))")
                 }
-                if parameters.contains(where: { $0.name == name }) {
-                    throw fail("\(where_).name", "\"\(name)\" is declared twice")
+                guard typeOf.updateValue(type, forKey: name) == nil else {
+                    throw fail("\(where_).name", "\"\(untrusted(name, limit: 80))\" is declared twice")
                 }
                 var lengthOf: String?
                 if let target = spec["lengthOf"] {
@@ -501,10 +528,10 @@ final class ManifestChecker {
         }
         for parameter in parameters {
             guard let target = parameter.lengthOf else { continue }
-            guard parameters.contains(where: { $0.name == target && $0.type == .bytes }) else {
+            guard typeOf[target] == .bytes else {
                 throw fail(
                     "\(field).params",
-                    "\"\(parameter.name)\" is the lengthOf \"\(target)\", which is not a bytes parameter of this function"
+                    "\"\(untrusted(parameter.name, limit: 80))\" is the lengthOf \"\(untrusted(target, limit: 80))\", which is not a bytes parameter of this function"
                 )
             }
         }

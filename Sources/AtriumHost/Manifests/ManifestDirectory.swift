@@ -75,15 +75,18 @@ public struct ManifestDirectory: Sendable {
 
     private mutating func read(_ file: URL, label: String, several: Bool, strictModes: Bool) {
         if strictModes, let problem = FileTrust.problem(file.path, what: "manifest") {
-            problems.append(ManifestError(file: label, field: nil, reason: problem))
+            problems.append(ManifestError(file: label, field: nil, reason: problem, url: file))
             return
         }
         guard let data = FileManager.default.contents(atPath: file.path) else {
-            problems.append(ManifestError(file: label, field: nil, reason: "cannot be read"))
+            problems.append(ManifestError(file: label, field: nil, reason: "cannot be read", url: file))
             return
         }
         var report = Manifest.check(json: data, file: file)
-        for index in report.errors.indices { report.errors[index].file = label }
+        for index in report.errors.indices {
+            report.errors[index].file = label
+            report.errors[index].url = file
+        }
         for index in report.warnings.indices { report.warnings[index].file = label }
         warnings += report.warnings
         guard let manifest = report.manifest else {
@@ -96,7 +99,7 @@ public struct ManifestDirectory: Sendable {
                 ManifestError(
                     file: label, field: "package",
                     reason: "\"\(manifest.package)\" is already declared by \(firstLabel)",
-                    line: report.packageLine
+                    line: report.packageLine, url: file
                 )
             )
             return

@@ -19,8 +19,8 @@ struct StrictJSON {
     let value: JSONValue
     /// The line of each object key and array element, by its path (`services[0].name`,
     /// `services[1]`; a key that is not a plain name is written `["a.b"]`). Kept for the first
-    /// 10,000 whose paths are under 512 bytes: far more than a manifest has, and little enough
-    /// that a crafted file cannot make it large.
+    /// 5,000 keys and the first 5,000 elements whose paths are under 512 bytes: far more than a
+    /// manifest has, and little enough that a crafted file cannot make it large.
     let lines: [String: Int]
     static let maxRecordedLines = 10_000
     static let maxRecordedPath = 512
@@ -63,8 +63,19 @@ struct StrictJSON {
             return Problem(line: position.line, column: column, reason: reason)
         }
 
-        mutating func record(_ path: String, line: Int) {
-            if lines.count < StrictJSON.maxRecordedLines { lines[path] = line }
+        /// Keys and array elements have a budget each, so that a long array (in `config`, say)
+        /// does not leave the keys after it without their lines.
+        var recordedKeys = 0
+        var recordedElements = 0
+        mutating func record(_ path: String, line: Int, isKey: Bool) {
+            if isKey {
+                guard recordedKeys < StrictJSON.maxRecordedLines / 2 else { return }
+                recordedKeys += 1
+            } else {
+                guard recordedElements < StrictJSON.maxRecordedLines / 2 else { return }
+                recordedElements += 1
+            }
+            lines[path] = line
         }
 
         var current: UInt8? { index < bytes.count ? bytes[index] : nil }
@@ -157,7 +168,7 @@ struct StrictJSON {
                 if let path, path.utf8.count + key.utf8.count < StrictJSON.maxRecordedPath {
                     keyPath = path + StrictJSON.step(key, first: path.isEmpty)
                 }
-                if let keyPath { record(keyPath, line: keyAt.1) }
+                if let keyPath { record(keyPath, line: keyAt.1, isKey: true) }
                 skipSpace()
                 guard current == UInt8(ascii: ":") else { throw unexpected("':' after the key") }
                 index += 1
@@ -190,7 +201,7 @@ struct StrictJSON {
                 let elementPath = path.flatMap { path in
                     path.utf8.count < StrictJSON.maxRecordedPath ? "\(path)[\(elements.count)]" : nil
                 }
-                if let elementPath { record(elementPath, line: line) }
+                if let elementPath { record(elementPath, line: line, isKey: false) }
                 elements.append(try value(path: elementPath, depth: depth))
                 skipSpace()
                 switch current {

@@ -99,7 +99,10 @@ extension HostCore {
             // A manifest that no longer passes leaves the package that came from that file as
             // it was.
             for problem in directory.problems {
-                guard let current = old.packages.first(where: { $0.manifest.file.lastPathComponent == problem.file }),
+                guard let url = problem.url,
+                    let current = old.packages.first(where: {
+                        $0.manifest.file.standardizedFileURL == url.standardizedFileURL
+                    }),
                     !seen.contains(current.manifest.package)
                 else { continue }
                 seen.insert(current.manifest.package)
