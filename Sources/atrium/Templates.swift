@@ -389,6 +389,11 @@ enum Templates {
         ]
     }
 
+    /// What a Swift project's README says of its dependency on Atrium.
+    static func pathDependencyNote(_ names: Names) -> String {
+        "`Package.swift` depends on Atrium by path (\(names.checkout)), with its `Package.resolved`. SwiftPM names a package depended on by path after its folder, lowercased: that is the `package:` of each `.product`. Moved the checkout? Change both."
+    }
+
     static func swiftPlugin(_ names: Names) -> [String: String] {
         let type = names.typeName
         // The product is the library (libNotes.so); the module, NotesPlugin, holds the class
@@ -499,9 +504,7 @@ enum Templates {
             - `Sources/\(module)/\(type).swift`: the service (`AppService`, from AtriumPluginKit).
             - `\(names.name).json`: the manifest. `"access": "local"` serves local clients only;
               `"paired"` serves paired devices over the network too.
-            - `Package.swift` depends on Atrium by path (\(names.checkout)). SwiftPM names a package
-              depended on by path after its folder, lowercased: that is the `package:` of each
-              `.product`. Moved the checkout? Change both.
+            - \(pathDependencyNote(names))
 
             """
         return [
@@ -605,9 +608,7 @@ enum Templates {
             swift run \(names.name) 192.168.1.20:7340 Ada            # over TLS, once paired: atrium pair 192.168.1.20
             ```
 
-            `Package.swift` depends on Atrium by path (\(names.checkout)). SwiftPM names a package
-            depended on by path after its folder, lowercased: that is the `package:` of each
-            `.product`. Moved the checkout? Change both.
+            \(pathDependencyNote(names))
 
             """
         return [
