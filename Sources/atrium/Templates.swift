@@ -66,7 +66,11 @@ enum Templates {
         "swift", "foundation", "foundationessentials", "foundationnetworking", "dispatch", "glibc", "testing",
         "xctest", "synchronization", "observation", "appservice", "servicehost", "servicerequest",
         "serviceresponse", "servicechannel", "launchrequest", "valueset", "value", "valuearray", "self", "any",
-        "type", "protocol",
+        "type", "protocol", "atrium-codec-bench", "atrium-baseline", "atrium-ffi-bench", "atrium-metrics-bench",
+        // The Testing module's types, beside which the generated tests would not read as meant.
+        "test", "suite", "tag", "issue", "bug", "comment", "trait", "confirmation", "expectation",
+        // Targets of Atrium's dependencies (swift-argument-parser's examples and tools, swift-crypto's).
+        "math", "roll", "repeat", "color", "default-as-flag", "generate-manual", "crypto-shasum",
     ]
 
     /// Refuses a Swift project whose names would clash in its package graph or in its code.
@@ -141,7 +145,12 @@ enum Templates {
     static func write(_ files: [String: String], to folder: URL) throws {
         let manager = FileManager.default
         func makeFolder(_ url: URL) throws {
-            guard !manager.fileExists(atPath: url.path) || url.path == folder.path else { return }
+            if let mode = (try? manager.attributesOfItem(atPath: url.path))?[.posixPermissions] as? Int {
+                // An empty folder given with --output keeps its mode, but not others' write.
+                guard url.path == folder.path else { return }
+                try manager.setAttributes([.posixPermissions: mode & ~0o022], ofItemAtPath: url.path)
+                return
+            }
             try manager.createDirectory(at: url, withIntermediateDirectories: true)
             try manager.setAttributes([.posixPermissions: 0o755], ofItemAtPath: url.path)
         }
@@ -213,7 +222,9 @@ enum Templates {
                 rm -rf "$scratch"
             }
             trap cleanup EXIT
-            trap 'exit 130' INT TERM HUP
+            trap 'exit 130' INT
+            trap 'exit 143' TERM
+            trap 'exit 129' HUP
             "$atriumd" --config off --manifests . --plugin-path \#(pluginFolder) --listen off \
                 --socket "$scratch/atriumd.sock" --state-dir "$scratch/state" >"$scratch/log" 2>&1 &
             host=$!
@@ -342,11 +353,13 @@ enum Templates {
             """#
         let makefile = """
             # Builds \(library), the plugin, with nothing but Atrium's C header.
-            ATRIUM_INCLUDE ?= \(makeValue(names.include))
+            ATRIUM_INCLUDE ?= \(makeValue(shellQuoted(names.include)))
             CFLAGS ?= -std=gnu11 -O2 -g -Wall -Wextra
 
             \(library): \(names.name).c
-            \t$(CC) $(CFLAGS) -shared -fPIC -I"$(ATRIUM_INCLUDE)" -o $@ \(names.name).c
+            \t$(CC) $(CFLAGS) -shared -fPIC -I$(ATRIUM_INCLUDE) -o $@ \(names.name).c
+            \t@# atriumd loads only a library no one else can write, whatever the umask.
+            \tchmod go-w $@
 
             # Builds, then runs the plugin in atriumd and checks its answer.
             check: \(library)
@@ -396,10 +409,12 @@ enum Templates {
 
     static func swiftPlugin(_ names: Names) -> [String: String] {
         let type = names.typeName
-        // The product is the library (libNotes.so); the module, NotesPlugin, holds the class
-        // Notes: none of them may clash with a module of Atrium's or Swift's (checked first).
+        // The module NotesPlugin holds the class Notes, and its product (libNotesPlugin.so) is
+        // named as it is: a product's name must be unique in the whole package graph, and
+        // Atrium's dependencies have products of plain names (Logging, Crypto). Names that
+        // would still clash are refused first (reserved).
         let module = "\(type)Plugin"
-        let library = "lib\(type).so"
+        let library = "lib\(module).so"
         let atrium = swiftLiteral(names.checkoutIdentity)
         let package = #"""
             // swift-tools-version:6.1
@@ -410,7 +425,7 @@ enum Templates {
                 platforms: [.macOS(.v15)],
                 products: [
                     // The plugin: a shared library the manifest names (\#(library)).
-                    .library(name: "\#(type)", type: .dynamic, targets: ["\#(module)"])
+                    .library(name: "\#(module)", type: .dynamic, targets: ["\#(module)"])
                 ],
                 dependencies: [
                     // Atrium by path: SwiftPM names it after its folder, lowercased.

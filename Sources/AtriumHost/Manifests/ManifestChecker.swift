@@ -421,7 +421,7 @@ final class ManifestChecker {
             return nil
         }
         var limits = Manifest.WorkerLimits()
-        let before = errors.count
+        let before = errors.count + moreErrors
         for key in entries.keys.sorted() {
             section { () throws(ManifestError) in
                 let known = ["memoryMB", "openFiles", "cpuSeconds"]
@@ -453,7 +453,7 @@ final class ManifestChecker {
                 }
             }
         }
-        return errors.count == before ? limits : nil
+        return errors.count + moreErrors == before ? limits : nil
     }
 
     /// `functions` (docs/FFI.md): each function checked on its own (up to its first mistake).
