@@ -13,6 +13,11 @@ enum Suggestion {
         return best.0
     }
 
+    /// `; did you mean "memoryMB"?` for the name among `names` closest to `name`, or "".
+    static func didYouMean(_ name: String, among names: some Sequence<String>) -> String {
+        closest(to: name, among: names).map { "; did you mean \"\($0)\"?" } ?? ""
+    }
+
     /// Levenshtein distance.
     static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a)

@@ -17,6 +17,13 @@ struct New: ParsableCommand {
         subcommands: [Plugin.self, Client.self]
     )
 
+    /// Writes the project and says what it wrote and what to type next.
+    static func write(_ files: [String: String], to folder: URL, next: String) throws {
+        try Templates.write(files, to: folder)
+        print("wrote \(folder.path): \(files.keys.sorted().joined(separator: ", "))")
+        print("next: cd \(Templates.shellQuoted(folder.path)) && \(next)")
+    }
+
     /// What every template needs to know.
     struct Options: ParsableArguments {
         @Option(help: ArgumentHelp("The folder to write (default: ./NAME); it must not exist, or be empty."))
@@ -116,15 +123,10 @@ struct New: ParsableCommand {
                 names.include = include.path
                 files = Templates.cPlugin(names)
             case .swift:
-                let checkout = try options.checkout()
-                names.checkout = checkout.path
-                files = Templates.swiftPlugin(names).merging(Templates.pins(of: checkout)) { first, _ in first }
+                names.checkout = try options.checkout().path
+                files = Templates.swiftPlugin(names)
             }
-            try Templates.write(files, to: folder)
-            print("wrote \(folder.path): \(files.keys.sorted().joined(separator: ", "))")
-            print(
-                "next: cd \(Templates.shellQuoted(folder.path)) && \(language == .c ? "make" : "swift build") && ./test.sh"
-            )
+            try New.write(files, to: folder, next: "\(language == .c ? "make" : "swift build") && ./test.sh")
         }
     }
 
@@ -160,12 +162,8 @@ struct New: ParsableCommand {
         func run() throws {
             let folder = try options.folder(for: name)
             var names = Templates.Names(name: name, package: package, service: service)
-            let checkout = try options.checkout()
-            names.checkout = checkout.path
-            let files = Templates.swiftClient(names).merging(Templates.pins(of: checkout)) { first, _ in first }
-            try Templates.write(files, to: folder)
-            print("wrote \(folder.path): \(files.keys.sorted().joined(separator: ", "))")
-            print("next: cd \(Templates.shellQuoted(folder.path)) && swift build && swift run \(name) HOST")
+            names.checkout = try options.checkout().path
+            try New.write(Templates.swiftClient(names), to: folder, next: "swift build && swift run \(name) HOST")
         }
     }
 }

@@ -99,11 +99,7 @@ enum Templates {
 
     /// The folder of this `atrium` executable (atriumd is installed beside it).
     static var toolFolder: URL {
-        let executable = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        let located =
-            CommandLine.arguments[0].contains("/")
-            ? executable : URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        return located.deletingLastPathComponent()
+        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
     }
 
     /// The checkout this atrium was built from, when it is still where it was built.
@@ -122,9 +118,9 @@ enum Templates {
     /// The checkout's Package.resolved, when it has one: a Swift project then builds against the
     /// versions of Atrium's dependencies that Atrium was built and tested with, not the newest
     /// a later release brought.
-    static func pins(of checkout: URL) -> [String: String] {
-        guard let pins = try? String(contentsOf: checkout.appendingPathComponent("Package.resolved"), encoding: .utf8)
-        else { return [:] }
+    static func pins(of checkout: String) -> [String: String] {
+        let file = URL(fileURLWithPath: checkout).appendingPathComponent("Package.resolved")
+        guard let pins = try? String(contentsOf: file, encoding: .utf8) else { return [:] }
         return ["Package.resolved": pins]
     }
 
@@ -156,15 +152,13 @@ enum Templates {
         }
         try makeFolder(folder)
         for (path, text) in files.sorted(by: { $0.key < $1.key }) {
-            let file = folder.appendingPathComponent(path)
             // Each folder between, from the top, so that each gets its mode.
-            var between: [URL] = []
-            var parent = file.deletingLastPathComponent()
-            while parent.path.count > folder.path.count {
-                between.append(parent)
-                parent = parent.deletingLastPathComponent()
+            var parent = folder
+            for component in path.split(separator: "/").dropLast() {
+                parent.appendPathComponent(String(component))
+                try makeFolder(parent)
             }
-            for created in between.reversed() { try makeFolder(created) }
+            let file = folder.appendingPathComponent(path)
             try text.write(to: file, atomically: true, encoding: .utf8)
             try manager.setAttributes(
                 [.posixPermissions: path.hasSuffix(".sh") ? 0o755 : 0o644], ofItemAtPath: file.path)
@@ -530,7 +524,7 @@ enum Templates {
             "test.sh": testScript(names, build: "swift build", library: ".build/debug/\(library)"),
             "README.md": readme,
             ".gitignore": ".build/\n",
-        ]
+        ].merging(pins(of: names.checkout)) { first, _ in first }
     }
 
     static func swiftClient(_ names: Names) -> [String: String] {
@@ -631,6 +625,6 @@ enum Templates {
             "Sources/\(names.name)/main.swift": main,
             "README.md": readme,
             ".gitignore": ".build/\n",
-        ]
+        ].merging(pins(of: names.checkout)) { first, _ in first }
     }
 }

@@ -86,6 +86,21 @@ final class ManifestChecker {
         }
     }
 
+    /// Reads each element of `list` on its own section: every wrong one is reported, and the
+    /// result is nil when any was wrong.
+    func readEach<T>(_ list: [JSONValue], _ read: (Int, JSONValue) throws(ManifestError) -> T) -> [T]? {
+        var results: [T] = []
+        var allRead = true
+        for (index, item) in list.enumerated() {
+            if let result = section({ () throws(ManifestError) -> T in try read(index, item) }) {
+                results.append(result)
+            } else {
+                allRead = false
+            }
+        }
+        return allRead ? results : nil
+    }
+
     func record(_ error: ManifestError) {
         if errors.count < Manifest.maxReported { errors.append(error) } else { moreErrors += 1 }
     }
@@ -98,8 +113,8 @@ final class ManifestChecker {
                 continue
             }
             let field = path + StrictJSON.step(key, first: path.isEmpty)
-            let closest = Suggestion.closest(to: key, among: known).map { "; did you mean \"\($0)\"?" } ?? ""
-            warnings.append(fail(field, "is not a key this host knows, and is ignored\(closest)"))
+            warnings.append(
+                fail(field, "is not a key this host knows, and is ignored\(Suggestion.didYouMean(key, among: known))"))
         }
     }
 
@@ -341,27 +356,21 @@ final class ManifestChecker {
             record(fail("schemes", "must be an array of strings"))
             return nil
         }
-        var schemes: [String] = []
         var seen: Set<String> = []
-        var allRead = true
-        for (index, item) in list.enumerated() {
-            let scheme = section { () throws(ManifestError) -> String in
-                guard case .string(let scheme) = item else { throw fail("schemes[\(index)]", "must be a string") }
-                guard Manifest.isScheme(scheme) else {
-                    throw fail(
-                        "schemes[\(index)]",
-                        "\"\(untrusted(scheme, limit: 80))\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)"
-                    )
-                }
-                let lowered = scheme.lowercased()
-                guard seen.insert(lowered).inserted else {
-                    throw fail("schemes[\(index)]", "\"\(untrusted(scheme, limit: 80))\" is declared twice")
-                }
-                return lowered
+        return readEach(list) { (index, item) throws(ManifestError) -> String in
+            guard case .string(let scheme) = item else { throw fail("schemes[\(index)]", "must be a string") }
+            guard Manifest.isScheme(scheme) else {
+                throw fail(
+                    "schemes[\(index)]",
+                    "\"\(untrusted(scheme, limit: 80))\" is not a URI scheme (RFC 3986: a letter, then letters, digits, +, - or .)"
+                )
             }
-            if let scheme { schemes.append(scheme) } else { allRead = false }
+            let lowered = scheme.lowercased()
+            guard seen.insert(lowered).inserted else {
+                throw fail("schemes[\(index)]", "\"\(untrusted(scheme, limit: 80))\" is declared twice")
+            }
+            return lowered
         }
-        return allRead ? schemes : nil
     }
 
     /// `launch`: a program for a package without a library to hand its schemes' URIs to.
@@ -426,10 +435,10 @@ final class ManifestChecker {
             section { () throws(ManifestError) in
                 let known = ["memoryMB", "openFiles", "cpuSeconds"]
                 guard known.contains(key) else {
-                    let closest = Suggestion.closest(to: key, among: known).map { "; did you mean \"\($0)\"?" } ?? ""
                     throw fail(
                         "limits" + StrictJSON.step(key, first: false),
-                        "is not a limit; the limits are memoryMB, openFiles and cpuSeconds\(closest)")
+                        "is not a limit; the limits are memoryMB, openFiles and cpuSeconds\(Suggestion.didYouMean(key, among: known))"
+                    )
                 }
                 guard case .number(let number)? = entries[key], number >= 1, number <= 1_000_000,
                     number == number.rounded()
@@ -467,16 +476,10 @@ final class ManifestChecker {
             record(fail("functions", "must be a non-empty array"))
             return nil
         }
-        var functions: [DeclaredFunction] = []
         var commands: Set<String> = []
-        var allRead = true
-        for (index, item) in list.enumerated() {
-            let function = section { () throws(ManifestError) -> DeclaredFunction in
-                try readFunction(item, field: "functions[\(index)]", commands: &commands)
-            }
-            if let function { functions.append(function) } else { allRead = false }
+        return readEach(list) { (index, item) throws(ManifestError) -> DeclaredFunction in
+            try readFunction(item, field: "functions[\(index)]", commands: &commands)
         }
-        return allRead ? functions : nil
     }
 
     /// One function; `commands` are the commands given so far (by functions read or not).
