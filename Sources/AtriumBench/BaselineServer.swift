@@ -49,7 +49,7 @@ final class BaselineHandler: ChannelInboundHandler {
                 ResponseFrame(channel: request.channel, id: request.id, status: .success, message: request.message))
         case .ping(let id):
             answer = .pong(id: id)
-        case .apps(let id):
+        case .apps(let id, _):
             answer = .apps(AppsFrame(id: id, apps: []))
         default:
             return

@@ -383,6 +383,19 @@ public final class AtriumConnection: Sendable {
         return apps.apps
     }
 
+    /// One package, with what its services take (``AppInfo/interfaces``: the services that
+    /// declare commands, and those of declared functions); nil when the host has no such
+    /// package. A host older than interfaces answers with every package and none: the
+    /// package is found among them, without interfaces.
+    public func app(_ package: String, timeout: Duration? = nil) async throws -> AppInfo? {
+        let id = makeNumber()
+        let answer = try await call(.apps(id: id, package: package), awaiting: .apps(id), timeout: timeout)
+        guard case .apps(let apps) = answer else {
+            throw AtriumClientError(.protocolError, "the host answered apps with something else")
+        }
+        return apps.apps.first { $0.package == package }
+    }
+
     /// Asks the host's operator to pair this device (CONTRACT section 7), and waits for the
     /// decision. Over TLS the pairing is committed: this client commits to a nonce, the host
     /// answers with its own, and the six-digit verification code covers both identities and

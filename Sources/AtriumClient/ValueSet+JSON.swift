@@ -26,24 +26,8 @@ public enum MessageText {
     public static func valueSet(arguments: [String]) throws -> ValueSet {
         var set = ValueSet()
         for argument in arguments {
-            if let range = argument.range(of: ":="), !argument[..<range.lowerBound].isEmpty {
-                set[String(argument[..<range.lowerBound])] = .string(String(argument[range.upperBound...]))
-                continue
-            }
-            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
-                throw Problem(description: "'\(argument)' is not KEY=VALUE (for example Type=ping or Count=3)")
-            }
-            let key = String(argument[..<equals])
-            let text = String(argument[argument.index(after: equals)...])
-            if let int = Int64(text) {
-                set[key] = .int(int)
-            } else if let double = Double(text), text.contains(where: { ".eE".contains($0) }) {
-                set[key] = .double(double)
-            } else if text == "true" || text == "false" {
-                set[key] = .bool(text == "true")
-            } else {
-                set[key] = .string(text)
-            }
+            let (key, text, forcedString) = try split(argument)
+            set[key] = forcedString ? .string(text) : guessed(text)
         }
         return set
     }
@@ -95,6 +79,8 @@ public enum MessageText {
 struct JSONParser {
     let bytes: [UInt8]
     var position = 0
+    /// Every number a double (for a field declared double, or an array of doubles: `[1, 2.5]`).
+    var numbersAsDoubles = false
 
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
@@ -206,7 +192,7 @@ struct JSONParser {
             }
         }
         let text = String(decoding: bytes[start..<position], as: UTF8.self)
-        if !isDouble, let int = Int64(text) { return .int(int) }
+        if !isDouble, !numbersAsDoubles, let int = Int64(text) { return .int(int) }
         guard !text.isEmpty, let double = Double(text) else {
             position = start
             throw problem("expected a value")

@@ -190,7 +190,15 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         var tokenServices: [String]? = nil
     }
 
-    func route(package name: String, service: String, caller: Caller) -> Result<any ServiceBackend, RouteRefusal> {
+    /// Where an open goes: the backend, and what the service takes, from the same version of
+    /// the package.
+    struct Route {
+        var backend: any ServiceBackend
+        /// The service's declared commands, which its requests are checked against.
+        var interface: ServiceInterface?
+    }
+
+    func route(package name: String, service: String, caller: Caller) -> Result<Route, RouteRefusal> {
         guard let package = package(name) else {
             return .failure(RouteRefusal(.appNotInstalled, "no package \"\(name)\" is installed"))
         }
@@ -203,7 +211,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         guard let backend = package.backend else {
             return .failure(unavailable(name, package.loadError ?? "it has no plugin"))
         }
-        guard caller.isRemote else { return .success(backend) }
+        guard caller.isRemote else { return .success(Route(backend: backend, interface: declared.interface)) }
         if let scope = caller.tokenServices, !scope.contains("\(name)/\(service)") {
             return .failure(
                 RouteRefusal(.notAuthorized, "the client's token does not cover \(name)/\(service)"))
@@ -218,17 +226,17 @@ public final class HostCore: BackendHost, @unchecked Sendable {
                 )
             )
         case .any:
-            return .success(backend)
+            return .success(Route(backend: backend, interface: declared.interface))
         case .paired:
             guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
-            return .success(backend)
+            return .success(Route(backend: backend, interface: declared.interface))
         case .devices(let devices):
             guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
             guard let identity = caller.identity, devices.contains(where: { identity.hasPrefix($0) }) else {
                 return .failure(
                     RouteRefusal(.notAuthorized, "service \"\(service)\" takes only the devices its manifest names"))
             }
-            return .success(backend)
+            return .success(Route(backend: backend, interface: declared.interface))
         }
     }
 

@@ -123,9 +123,10 @@ extension ClientFrame {
             if let fallback = launch.fallbackUri { buffer.writeKey("fallbackUri", fallback) }
             if !launch.preferredPackages.isEmpty { buffer.writeKey("preferredPackages", launch.preferredPackages) }
             if let data = launch.data { buffer.writeKey("data", data) }
-        case .apps(let id):
-            buffer.writeFrameHeader("apps", keys: 2)
+        case .apps(let id, let package):
+            buffer.writeFrameHeader("apps", keys: 2 + count(package != nil))
             buffer.writeKey("id", id)
+            if let package { buffer.writeKey("package", package) }
         case .ping(let id):
             buffer.writeFrameHeader("ping", keys: 2)
             buffer.writeKey("id", id)
@@ -190,7 +191,7 @@ extension ClientFrame {
                     )
                 )
             case "apps":
-                return .apps(id: try named.uint("id"))
+                return .apps(id: try named.uint("id"), package: try named.optionalText("package"))
             case "ping":
                 return .ping(id: try named.uint("id"))
             case "pair":
@@ -275,13 +276,18 @@ extension HostFrame {
             buffer.writeText("apps" as StaticString)
             buffer.writeHead(major: 4, argument: UInt64(apps.apps.count))
             for app in apps.apps {
-                buffer.writeHead(major: 5, argument: UInt64(4 + count(app.state != nil) + count(app.reason != nil)))
+                buffer.writeHead(
+                    major: 5,
+                    argument: UInt64(4 + count(app.state != nil, app.reason != nil, !app.interfaces.isEmpty)))
                 buffer.writeKey("package", app.package)
                 buffer.writeKey("displayName", app.displayName)
                 buffer.writeKey("services", app.services)
                 buffer.writeKey("schemes", app.schemes)
                 if let state = app.state { buffer.writeKey("state", state) }
                 if let reason = app.reason { buffer.writeKey("reason", reason) }
+                if !app.interfaces.isEmpty {
+                    buffer.writeInterfaces(app.interfaces.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+                }
             }
         case .pong(let id):
             buffer.writeFrameHeader("pong", keys: 2)
@@ -373,7 +379,8 @@ extension HostFrame {
                             services: try app.textArray("services"),
                             schemes: try app.textArray("schemes"),
                             state: try app.optionalText("state"),
-                            reason: try app.optionalText("reason")
+                            reason: try app.optionalText("reason"),
+                            interfaces: try app.interfaces()
                         )
                     )
                 }

@@ -196,10 +196,13 @@ public struct AppInfo: Sendable, Hashable {
     public var state: String?
     /// Why the package is not ready, told to local clients only.
     public var reason: String?
+    /// What its services take, by service name, for the services that declare commands: sent
+    /// only in the answer to an `apps` that names the package.
+    public var interfaces: [String: ServiceInterface]
 
     public init(
         package: String, displayName: String, services: [String], schemes: [String], state: String? = nil,
-        reason: String? = nil
+        reason: String? = nil, interfaces: [String: ServiceInterface] = [:]
     ) {
         self.package = package
         self.displayName = displayName
@@ -207,6 +210,7 @@ public struct AppInfo: Sendable, Hashable {
         self.schemes = schemes
         self.state = state
         self.reason = reason
+        self.interfaces = interfaces
     }
 }
 
@@ -345,7 +349,8 @@ public enum ClientFrame: AtriumFrame {
     case response(ResponseFrame)
     case close(channel: UInt64)
     case launch(LaunchFrame)
-    case apps(id: UInt64)
+    /// With a `package`: that package alone, with its services' interfaces.
+    case apps(id: UInt64, package: String? = nil)
     case ping(id: UInt64)
     /// Asks the host's operator to pair this device (CONTRACT section 7).
     case pair(PairFrame)

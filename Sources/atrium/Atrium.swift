@@ -33,7 +33,8 @@ struct Atrium: AsyncParsableCommand {
             """,
         version: AtriumVersion.current,
         subcommands: [
-            Ping.self, Apps.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self, Pairing.self,
+            Ping.self, Apps.self, Describe.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self,
+            Pairing.self,
             Devices.self, Status.self, New.self,
         ]
     )
@@ -44,7 +45,9 @@ struct HostOptions: ParsableArguments {
     @Argument(
         help: ArgumentHelp(
             "The host: host:port, host, unix:/path, or a name atrium discover lists.", valueName: "host"))
-    var host: String = "127.0.0.1:7340"
+    var host: String = Self.defaultHost
+
+    static let defaultHost = "127.0.0.1:7340"
 
     @Option(
         help: ArgumentHelp(
@@ -339,6 +342,13 @@ struct Send: AsyncParsableCommand {
             The message is a JSON object (--json) or KEY=VALUE words: Count=3 is an int,
             Ratio=0.5 a double, Ok=true a bool, anything else a string (Name:=3 forces a string).
 
+            When the service declares its commands (atrium describe PACKAGE SERVICE prints
+            them), each field is read as the type its command declares (Name=3 is the string
+            "3" for a string field, Ratio=2 the double 2.0, When=2026-11-22T10:00:00Z a date,
+            Tags='["a","b"]' an array), and a message that does not match is not sent: what is
+            wrong is printed with the command's fields. --unchecked sends it as given (the host
+            checks it all the same).
+
             Examples:
               atrium send --package atrium.examples.echo --service atrium.echo Type=hello Count=3
               atrium send 10.0.0.5:7340 --package P --service S --json '{"Items": [1, 2]}' --json-output
@@ -362,30 +372,57 @@ struct Send: AsyncParsableCommand {
     @Flag(help: "Print the status and the answer as JSON.")
     var jsonOutput = false
 
+    @Flag(help: "Send the message as given: do not read the service's declared commands or check against them.")
+    var unchecked = false
+
     func validate() throws {
         _ = try message()
     }
 
     /// The host, and the KEY=VALUE words: a first word with '=' is a field, not a host.
     var hostAndFields: (String, [String]) {
-        options.host.contains("=") ? ("127.0.0.1:7340", [options.host] + fields) : (options.host, fields)
+        options.host.contains("=") ? (HostOptions.defaultHost, [options.host] + fields) : (options.host, fields)
     }
 
-    func message() throws -> ValueSet {
+    /// The message; with the service's `interface`, each field read as its declared type.
+    func message(for interface: ServiceInterface? = nil) throws -> ValueSet {
         let fields = hostAndFields.1
         if json != nil && !fields.isEmpty {
             throw ValidationError("give the message either as --json or as KEY=VALUE words, not both")
         }
         do {
-            return try json.map { try MessageText.valueSet(json: $0) } ?? MessageText.valueSet(arguments: fields)
+            if let json {
+                let message = try MessageText.valueSet(json: json)
+                return interface.map { MessageText.completed(message, for: $0) } ?? message
+            }
+            if let interface { return try MessageText.valueSet(arguments: fields, interface: interface) }
+            return try MessageText.valueSet(arguments: fields)
         } catch {
             throw ValidationError("\(error)")
         }
     }
 
     func run() async throws {
-        let message = try message()
         let connection = try await options.connect(to: hostAndFields.0)
+        var message = try self.message()
+        if !unchecked,
+            let interface = try await reachable({ try await connection.app(package, timeout: options.duration) })?
+                .interfaces[service]
+        {
+            do {
+                message = try self.message(for: interface)
+            } catch {
+                // A value that is not its field's type: a usage error, said plainly.
+                await connection.close()
+                printError("\(error)")
+                throw ExitCode.validationFailure
+            }
+            if let problems = Self.problems(message, interface) {
+                await connection.close()
+                print(problems)
+                throw Exit.notSuccess
+            }
+        }
         let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
         let opened = try await reachable { try await app.openRemote(timeout: options.duration) }
         guard opened == .success else {
@@ -414,6 +451,24 @@ struct Send: AsyncParsableCommand {
             print(answer.message)
         }
         if answer.status != .success { throw Exit.notSuccess }
+    }
+}
+
+extension Send {
+    /// What is wrong with `message` for `interface`, with the fields its command takes; nil
+    /// when nothing is.
+    static func problems(_ message: ValueSet, _ interface: ServiceInterface) -> String? {
+        let (problems, more) = interface.problems(in: message, limit: 20)
+        guard !problems.isEmpty else { return nil }
+        var lines = ["not sent: the message does not match what the service declares (--unchecked sends it anyway)"]
+        lines += problems.map { "  \(clean($0))" }
+        if more > 0 { lines.append("  and \(more) more") }
+        if let name = message[interface.commandKey]?.string, let command = interface.command(named: name) {
+            let fields = command.fields.map { "\(clean($0.name)) (\($0.type)\($0.optional ? ", optional" : ""))" }
+            lines.append(
+                "\(clean(name)) takes: " + (fields.isEmpty ? "no fields" : fields.joined(separator: ", ")))
+        }
+        return lines.joined(separator: "\n")
     }
 }
 

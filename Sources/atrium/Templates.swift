@@ -175,7 +175,19 @@ enum Templates {
           "displayName": "\(names.name)",
           "library": "\(library)",
           "services": [
-            { "name": "\(names.service)", "access": "local" }
+            {
+              "name": "\(names.service)",
+              "access": "local",
+              "commands": [
+                {
+                  "command": "hello",
+                  "description": "Greets someone.",
+                  "fields": [
+                    { "name": "Name", "type": "string", "optional": true, "description": "Who to greet (default: world)." }
+                  ]
+                }
+              ]
+            }
           ]
         }
 
@@ -381,7 +393,10 @@ enum Templates {
             - `\(names.name).c`: the service. Messages are read and built through the host table
               (`message_get_string`, `builder_put_string`, ...): see the header's comments.
             - `\(names.name).json`: the manifest. `"access": "local"` serves local clients only;
-              `"paired"` serves paired devices over the network too.
+              `"paired"` serves paired devices over the network too. `"commands"` declares what
+              the service takes: the host refuses a request that does not match, with the
+              reason, before the plugin sees it; `atrium describe \(names.package)
+              unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock` prints it.
             - To install it: copy `\(library)` to the host's plugin folder and `\(names.name).json`
               to its manifests folder (`/etc/atrium/manifests.d`), then reload the host (SIGHUP).
 
@@ -512,7 +527,10 @@ enum Templates {
 
             - `Sources/\(module)/\(type).swift`: the service (`AppService`, from AtriumPluginKit).
             - `\(names.name).json`: the manifest. `"access": "local"` serves local clients only;
-              `"paired"` serves paired devices over the network too.
+              `"paired"` serves paired devices over the network too. `"commands"` declares what
+              the service takes: the host refuses a request that does not match, with the
+              reason, before the plugin sees it; `atrium describe \(names.package)
+              unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock` prints it.
             - \(pathDependencyNote(names))
 
             """

@@ -169,8 +169,113 @@ struct CommandLineToolTests {
         #expect(badField.status == 64 && badField.output.contains("'novalue' is not KEY=VALUE"))
     }
 
+    /// Echo with declared commands: what `atrium send` builds comes back as it was sent.
+    static let typedEcho = """
+        { "manifestVersion": 1, "package": "atrium.tests.typedecho", "library": "libEcho.so",
+          "services": [
+            { "name": "echo", "supportsRemoteSystems": true, "commands": [
+                { "command": "put", "description": "Stores a note.", "fields": [
+                    { "name": "Key", "type": "string", "description": "The note's name." },
+                    { "name": "Count", "type": "int", "optional": true },
+                    { "name": "Ratio", "type": "double", "optional": true },
+                    { "name": "When", "type": "date", "optional": true },
+                    { "name": "Tags", "type": "array", "of": "string", "optional": true },
+                    { "name": "Id", "type": "uuid", "optional": true },
+                    { "name": "Blob", "type": "bytes", "optional": true } ] },
+                { "command": "list" } ] },
+            { "name": "local", "commands": [{ "command": "ping" }] } ] }
+        """
+
+    @Test func describeAndSendReadTheDeclaredCommands() async throws {
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests.merging(["typed.json": Self.typedEcho]) { $1 })
+        let address = "127.0.0.1:\(host.port)"
+        let package = "atrium.tests.typedecho"
+
+        let described = try await atrium(["describe", package, "echo", address])
+        #expect(described.status == 0, "\(described.output)")
+        #expect(
+            described.output.hasPrefix(
+                """
+                echo (atrium.tests.typedecho): 2 commands, chosen by the key Command
+
+                  put: Stores a note.
+                      Key    string  The note's name.
+                      Count  int, optional
+                """), "\(described.output)")
+        #expect(described.output.contains("      Tags   array of string, optional\n"))
+        #expect(described.output.contains("  list\n      (no fields)\n"))
+        #expect(
+            described.output.contains(
+                "send one: atrium send \(address) --package \(package) --service echo Command=put Key=..."))
+        // Over TCP the local-only service is not described; over the local socket it is.
+        let remote = try await atrium(["describe", package, "local", address])
+        #expect(
+            remote.status == 1 && remote.output.contains("described over the host's local socket"), "\(remote.output)")
+        let local = try await atrium(["describe", package, "unix:\(host.socketPath)"])
+        #expect(local.status == 0 && local.output.contains("local (\(package)): 1 command"), "\(local.output)")
+        let json = try await atrium(["describe", package, "echo", address, "--json-output"])
+        let parsed = try MessageText.valueSet(json: json.output)
+        let commands = parsed["services"]?.array?.first?.map?["commands"]?.array
+        #expect(commands?.count == 2 && commands?.first?.map?["command"] == "put", "\(json.output)")
+        let none = try await atrium(["describe", "atrium.examples.echo", address])
+        #expect(none.status == 0 && none.output.contains("no service says what it takes"))
+        let missing = try await atrium(["describe", "no.such.package", address])
+        #expect(missing.status == 1 && missing.output.contains("no package no.such.package"))
+
+        // Each field is read as its declared type, and comes back so from Echo.
+        let sent = try await atrium([
+            "send", address, "--package", package, "--service", "echo", "--json-output", "Command=put", "Key=3",
+            "Ratio=2", "When=2026-11-22T10:00:00Z", #"Tags=["a","b"]"#, "Id=E621E1F8-C36C-495A-93FC-0C247A3E6E5F",
+            "Blob=AQI=", "Count=7",
+        ])
+        #expect(sent.status == 0, "\(sent.output)")
+        let echoed = try MessageText.valueSet(json: sent.output)["message"]?.map
+        #expect(echoed?["Key"] == "3" && echoed?["Ratio"] == .double(2) && echoed?["Count"] == 7)
+        #expect(echoed?["Tags"] == .array(ValueArray(strings: ["a", "b"])))
+        // (JSON output writes dates, UUIDs and bytes as text.)
+        #expect(echoed?["When"] == "2026-11-22T10:00:00.000Z" && echoed?["Blob"] == "AQI=", "\(sent.output)")
+        let viaJSON = try await atrium([
+            "send", address, "--package", package, "--service", "echo", "--json",
+            #"{"Command": "put", "Key": "k", "Ratio": 2, "When": "2026-11-22T10:00:00Z"}"#,
+        ])
+        #expect(
+            viaJSON.status == 0 && viaJSON.output.contains(#""Ratio": 2.0, "When": 1(1795341600)"#), "\(viaJSON.output)"
+        )
+
+        // A message that does not match is not sent, and says why.
+        let wrong = try await atrium([
+            "send", address, "--package", package, "--service", "echo", "Command=put", "Kye=a",
+        ])
+        #expect(wrong.status == 1)
+        #expect(
+            wrong.output.contains(
+                """
+                not sent: the message does not match what the service declares (--unchecked sends it anyway)
+                  missing field "Key" (string)
+                  "Kye" is not a field of put
+                """), "\(wrong.output)")
+        #expect(wrong.output.contains("put takes: Key (string), Count (int, optional)"))
+        let badValue = try await atrium([
+            "send", address, "--package", package, "--service", "echo", "Command=put", "Key=a", "Count=x",
+        ])
+        #expect(
+            badValue.status == 64 && badValue.output.contains("Count takes an int; 'x' is not one"),
+            "\(badValue.output)")
+        // --unchecked sends it, and the host refuses it with the same reasons.
+        let unchecked = try await atrium([
+            "send", address, "--package", package, "--service", "echo", "Command=put", "Kye=a", "--unchecked",
+        ])
+        #expect(unchecked.status == 1)
+        #expect(
+            unchecked.output.contains(
+                #"status: Failure (1)\#nerror: missing field "Key" (string); "Kye" is not a field of put"#),
+            "\(unchecked.output)")
+        #expect(await host.stop() == 0)
+    }
+
     @Test func helpHasAnExampleForEveryCommand() async throws {
-        for command in ["ping", "apps", "send"] {
+        for command in ["ping", "apps", "send", "describe"] {
             let help = try await atrium([command, "--help"])
             #expect(help.status == 0)
             #expect(help.output.contains("Example"), "atrium \(command) --help shows an example")
@@ -181,6 +286,62 @@ struct CommandLineToolTests {
 }
 
 struct MessageTextTests {
+    static let typed = ServiceInterface(commands: [
+        .init(
+            name: "put",
+            fields: [
+                .init(name: "Name", type: .kind(.string)), .init(name: "Ratio", type: .kind(.double)),
+                .init(name: "Ok", type: .kind(.bool)), .init(name: "When", type: .kind(.date)),
+                .init(name: "Weights", type: .array(of: .double)), .init(name: "Meta", type: .kind(.map)),
+                .init(name: "Any", type: .any),
+            ])
+    ])
+
+    @Test func keyValueWordsReadAsTheirDeclaredTypes() throws {
+        let message = try MessageText.valueSet(
+            arguments: [
+                "Command=put", "Name=3", "Ratio=2", "Ok=true", "When=1700000000.5", "Weights=[1, 2.5]",
+                #"Meta={"A": 1}"#, "Any=4", "Other=5", "Forced:=6",
+            ],
+            interface: Self.typed)
+        #expect(
+            message == [
+                "Command": "put", "Name": "3", "Ratio": 2.0, "Ok": true,
+                "When": .date(Timestamp(secondsSince1970: 1_700_000_000.5)),
+                "Weights": .array(ValueArray(doubles: [1, 2.5])), "Meta": ["A": 1], "Any": 4, "Other": 5,
+                "Forced": "6",
+            ])
+        // Another command, or none: words are read as without a declaration.
+        #expect(try MessageText.valueSet(arguments: ["Command=get", "Name=3"], interface: Self.typed)["Name"] == 3)
+        for (word, expected) in [
+            ("Ratio=x", "Ratio takes a double; 'x' is not one"),
+            ("Ok=yes", "Ok takes a bool (true or false); 'yes' is not one"),
+            ("When=tuesday", "When takes a date (ISO 8601"),
+            ("Weights=1,2", #"Weights takes an array of double as JSON, like Weights='["a", "b"]'"#),
+            ("Meta=x", #"Meta takes a map as JSON, like Meta='{"Key": 1}'"#),
+        ] {
+            #expect(throws: MessageText.Problem.self, "\(word)") {
+                try MessageText.valueSet(arguments: ["Command=put", word], interface: Self.typed)
+            }
+            do {
+                _ = try MessageText.valueSet(arguments: ["Command=put", word], interface: Self.typed)
+            } catch {
+                #expect("\(error)".hasPrefix(expected), "\(error)")
+            }
+        }
+    }
+
+    @Test func jsonMessagesAreCompletedToTheDeclaredKinds() throws {
+        let message = try MessageText.valueSet(
+            json: #"{"Command": "put", "Ratio": 2, "When": "2023-11-14T22:13:20Z", "Weights": [1, 2], "Name": 5}"#)
+        let completed = MessageText.completed(message, for: Self.typed)
+        #expect(completed["Ratio"] == .double(2))
+        #expect(completed["When"] == .date(Timestamp(secondsSince1970: 1_700_000_000)))
+        #expect(completed["Weights"] == .array(ValueArray(doubles: [1, 2])))
+        #expect(completed["Name"] == 5, "what is not the same thing written another way is left for the check")
+        #expect(Self.typed.problems(in: completed).problems.contains(#"field "Name" must be a string, not int 5"#))
+    }
+
     @Test func keyValueWords() throws {
         #expect(
             try MessageText.valueSet(arguments: ["A=1", "B=1.5", "C=true", "D=text", "E:=2", "F=", "G=-1e3"])

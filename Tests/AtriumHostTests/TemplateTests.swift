@@ -73,12 +73,37 @@ import Testing
         let greeted = try await client.request(channel: 1, id: 1, ["Command": "hello", "Name": .string(long)])
         #expect(greeted.status == .success)
         #expect(try greeted.decoded["Greeting"]?.string == "Hello, \(long)!")
+        // The manifest declares the command: the host refuses what does not match.
         let number = try await client.request(channel: 1, id: 2, ["Command": "hello", "Name": 5])
-        #expect(number.status == .failure && number.error == "Name must be a string")
+        #expect(number.status == .failure && number.error == #"field "Name" must be a string, not int 5"#)
         let trailing = try await client.request(channel: 1, id: 3, ["Command": "hello\u{0}x"])
-        #expect(trailing.status == .failure && trailing.error?.hasPrefix("unknown command") == true)
+        #expect(
+            trailing.status == .failure
+                && trailing.error == #"unknown Command "hello\u{0}x"; this service has: hello"#,
+            "\(String(describing: trailing.error))")
         await client.close()
         #expect(await host.stop() == 0)
+
+        // The plugin's own checks, for a manifest that declares no commands (a plugin does not
+        // rely on its manifest to guard it).
+        let manifestFile = project.appendingPathComponent("notes.json")
+        var manifest = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: manifestFile)) as? [String: Any])
+        var services = try #require(manifest["services"] as? [[String: Any]])
+        #expect(services[0].removeValue(forKey: "commands") != nil)
+        manifest["services"] = services
+        let plain = String(decoding: try JSONSerialization.data(withJSONObject: manifest), as: UTF8.self)
+        let untyped = try await TestHost.start(
+            manifests: ["notes.json": plain], arguments: ["--plugin-path", project.path])
+        let direct = try await TestClient.connect(unixSocket: untyped.socketPath)
+        _ = try await direct.hello()
+        #expect(try await direct.open(channel: 1, service: "notes", package: "local.notes") == .success)
+        let mistyped = try await direct.request(channel: 1, id: 2, ["Command": "hello", "Name": 5])
+        #expect(mistyped.status == .failure && mistyped.error == "Name must be a string")
+        let afterNUL = try await direct.request(channel: 1, id: 3, ["Command": "hello\u{0}x"])
+        #expect(afterNUL.status == .failure && afterNUL.error?.hasPrefix("unknown command") == true)
+        await direct.close()
+        #expect(await untyped.stop() == 0)
     }
 
     @Test(.disabled(if: underSanitizer, Comment(rawValue: skipReason)))

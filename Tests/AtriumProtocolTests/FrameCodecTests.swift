@@ -59,6 +59,7 @@ struct FrameCodecTests {
                 id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org",
                 preferredPackages: ["a", "b"], data: message)),
         .apps(id: 6),
+        .apps(id: 12, package: "atrium.tests.typed"),
         .ping(id: 0),
         .pair(PairFrame(id: 8, deviceName: "Ana's phone")),
         .pair(PairFrame(id: 11, deviceName: "Ana's phone", commitment: String(repeating: "0f", count: 32))),
@@ -98,6 +99,27 @@ struct FrameCodecTests {
                 ])),
         .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 30_000)),
         .apps(AppsFrame(id: 6, apps: [])),
+        .apps(
+            AppsFrame(
+                id: 8,
+                apps: [
+                    AppInfo(
+                        package: "p", displayName: "P", services: ["s"], schemes: [], state: "ready",
+                        interfaces: [
+                            "s": ServiceInterface(
+                                commands: [
+                                    .init(
+                                        name: "put", description: "Stores a note.",
+                                        fields: [
+                                            .init(name: "Key", type: .kind(.string), description: "its name"),
+                                            .init(name: "Tags", type: .array(of: .string), optional: true),
+                                            .init(name: "Extra", type: .any, optional: true),
+                                        ]),
+                                    .init(name: "list", additionalFields: true),
+                                ]),
+                            "t": ServiceInterface(commandKey: "Type", commands: [.init(name: "ping")]),
+                        ])
+                ])),
         .pong(id: 7),
         .error(ErrorFrame(code: .unknownType, message: "unknown frame type \"x\"")),
         .opened(OpenedFrame(channel: 2, status: AppServiceConnectionStatus(rawValue: 99))),

@@ -1,3 +1,4 @@
+import AtriumProtocol
 import CAtriumPlugin
 
 #if canImport(Glibc)

@@ -1,3 +1,4 @@
+import AtriumProtocol
 import AtriumValues
 import CAtriumPlugin
 import Foundation

@@ -1,3 +1,4 @@
+import AtriumProtocol
 import Foundation
 
 /// One option of a command, as its `--help` knows it.

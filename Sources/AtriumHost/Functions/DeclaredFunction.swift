@@ -1,3 +1,6 @@
+import AtriumProtocol
+import AtriumValues
+
 /// A C function that a manifest declares (`functions`), to be called by the host through
 /// libffi when a request's `Command` names it. See docs/FFI.md.
 public struct DeclaredFunction: Sendable, Hashable {
@@ -50,4 +53,27 @@ public struct DeclaredFunction: Sendable, Hashable {
     public var returns: CType
     /// For a `string` result: who frees it.
     public var ownership: StringOwnership?
+}
+
+extension DeclaredFunction {
+    /// The function as a command a client can read: its arguments, each required, by the kind
+    /// of value it takes (the host checks them itself, with the ranges of the C types, and
+    /// lets other keys through). A `lengthOf` parameter is not one: the host counts it.
+    var describedCommand: ServiceInterface.Command {
+        let fields = parameters.filter { $0.lengthOf == nil }.map { parameter in
+            let kind: Value.Kind =
+                switch parameter.type {
+                case .float, .double: .double
+                case .bool: .bool
+                case .string: .string
+                case .bytes: .bytes
+                default: .int
+                }
+            return ServiceInterface.Field(
+                name: parameter.name, type: .kind(kind), description: "C \(parameter.type.rawValue)")
+        }
+        let result = returns == .void ? "nothing" : "Result (\(returns.rawValue))"
+        return ServiceInterface.Command(
+            name: command, description: "calls \(symbol); answers \(result)", fields: fields, additionalFields: true)
+    }
 }

@@ -1,3 +1,4 @@
+import AtriumProtocol
 package import AtriumValues
 import Dispatch
 import Foundation

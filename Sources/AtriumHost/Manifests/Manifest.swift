@@ -1,3 +1,4 @@
+public import AtriumProtocol
 public import Foundation
 
 /// One package, as its JSON manifest declares it (docs/MANIFEST.md).
@@ -9,6 +10,9 @@ public struct Manifest: Sendable, Hashable {
         public var supportsRemoteSystems: Bool { access != .local }
         /// Which TCP clients may open it (`"access"`; CONTRACT section 7).
         public var access: Access
+        /// The commands it takes (`"commands"`): when declared, the host checks every request
+        /// against them before the service sees it.
+        public var interface: ServiceInterface? = nil
     }
 
     /// Which callers a service accepts. Local clients (the Unix socket) always may open it.
@@ -87,6 +91,15 @@ public struct Manifest: Sendable, Hashable {
     /// The service named `name`, if the package declares it.
     public func service(named name: String) -> Service? {
         services.first { $0.name == name }
+    }
+
+    /// What a service takes, for a client to read (`atrium describe`): the commands it
+    /// declares, or, in a package of declared functions, the functions' commands and
+    /// arguments. Nil when it says nothing of its messages.
+    public func describedInterface(of service: Service) -> ServiceInterface? {
+        if let declared = service.interface { return declared }
+        guard !functions.isEmpty else { return nil }
+        return ServiceInterface(commands: functions.map(\.describedCommand))
     }
 }
 

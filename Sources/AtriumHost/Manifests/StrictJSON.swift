@@ -1,3 +1,5 @@
+import AtriumProtocol
+
 /// A JSON reader for manifests that takes RFC 8259 and nothing else, and says where it stopped:
 /// the line and column of a trailing comma, a comment, a duplicate key, a leading zero, a
 /// control character in a string, a lone surrogate escape, or bytes that are not UTF-8.

@@ -263,21 +263,30 @@ extension HostCore {
 
     /// The `apps` listing: every package, its remote-capable services, its schemes and its
     /// state; why it is not ready only to a local client (a remote one is not told about the
-    /// host's files).
-    func apps(forLocalClient isLocal: Bool) -> [AppInfo] {
-        packages.map { package in
+    /// host's files). With `package`, that package alone, with what its services take (those
+    /// a remote client may open, for a remote client).
+    func apps(forLocalClient isLocal: Bool, package name: String? = nil) -> [AppInfo] {
+        packages.compactMap { package in
+            if let name, package.manifest.package != name { return nil }
             let health = package.backend?.health
             // A package of launches only (a program, no library) is ready without a backend.
             let launchesOnly = package.backend == nil && package.loadError == nil && package.manifest.launch != nil
             let state = health?.state ?? (launchesOnly ? .ready : .failed)
             let reason = state == .ready ? nil : health?.reason ?? package.loadError
+            var interfaces: [String: ServiceInterface] = [:]
+            if name != nil {
+                for service in package.manifest.services where isLocal || service.supportsRemoteSystems {
+                    interfaces[service.name] = package.manifest.describedInterface(of: service)
+                }
+            }
             return AppInfo(
                 package: package.manifest.package,
                 displayName: package.manifest.displayName,
                 services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
                 schemes: package.manifest.schemes,
                 state: state.rawValue,
-                reason: isLocal ? reason : nil
+                reason: isLocal ? reason : nil,
+                interfaces: interfaces
             )
         }
     }

@@ -415,8 +415,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             handleClose(channel)
         case .launch(let launch):
             handleLaunch(launch)
-        case .apps(let id):
-            write(.apps(AppsFrame(id: id, apps: core.apps(forLocalClient: isLocal))))
+        case .apps(let id, let package):
+            write(.apps(AppsFrame(id: id, apps: core.apps(forLocalClient: isLocal, package: package))))
         case .ping(let id):
             write(.pong(id: id))
         case .pair(let pair):
@@ -742,7 +742,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
             refuse(refusal)
-        case .success(let backend):
+        case .success(let route):
+            let backend = route.backend
             let handle = link.slot.book.withLock { $0.makeId() }
             let info = ChannelInfo(
                 id: handle, service: open.service, clientId: clientId, clientName: clientName, isRemote: !isLocal)
@@ -768,7 +769,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             machine.openStarted(open.channel, handle: handle, timeout: timer)
             backend.open(info) { status in
                 link.run { connection in
-                    connection.opened(open, handle: handle, backend: backend, status: status)
+                    connection.opened(
+                        open, handle: handle, backend: backend, interface: route.interface, status: status)
                 }
             }
         }
@@ -776,7 +778,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// The backend answered an `open`.
     private func opened(
-        _ open: OpenFrame, handle: UInt64, backend: any ServiceBackend, status: AppServiceConnectionStatus
+        _ open: OpenFrame, handle: UInt64, backend: any ServiceBackend, interface: ServiceInterface?,
+        status: AppServiceConnectionStatus
     ) {
         guard machine.openEnded(open.channel, handle: handle) else {
             // Answered after the host gave up on it (the client was told Unknown), or after
@@ -799,7 +802,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
                         handle,
                         ConnectionSlot.Channel(
                             number: open.channel, backend: backend,
-                            metricsIndex: metricsIndex(package: backend.package, service: open.service)))
+                            metricsIndex: metricsIndex(package: backend.package, service: open.service),
+                            interface: interface))
                 }
                 logger.debug("opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")
             } else {
@@ -866,25 +870,49 @@ final class ConnectionHandler: ChannelDuplexHandler {
             case delivered(UInt64, UInt64, any ServiceBackend)
             case notOpen
             case closing
+            /// The service declares its commands: the request is checked against them first.
+            case check(ServiceInterface)
         }
         var arrived = NIODeadline.uptimeNanoseconds(0)
         if loopMetrics != nil {
             arrived = burstArrived ?? .now()
             burstArrived = arrived
         }
-        let routed = link.slot.book.withLock { book -> Routed in
-            guard let handle = book.numbers[request.channel], let channel = book.channels[handle] else {
-                return .notOpen
+        func route(checked: Bool) -> Routed {
+            link.slot.book.withLock { book -> Routed in
+                guard let handle = book.numbers[request.channel], let channel = book.channels[handle] else {
+                    return .notOpen
+                }
+                guard !channel.closing else { return .closing }
+                // Checked outside the lock (it decodes the message), then routed again.
+                if !checked, let interface = channel.interface { return .check(interface) }
+                let id = book.makeId()
+                book.pending[id] = ConnectionSlot.PendingRequest(
+                    number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
+                    messageBytes: bytes, metricsIndex: channel.metricsIndex,
+                    received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived)
+                return .delivered(id, handle, channel.backend)
             }
-            guard !channel.closing else { return .closing }
-            let id = book.makeId()
-            book.pending[id] = ConnectionSlot.PendingRequest(
-                number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
-                messageBytes: bytes, metricsIndex: channel.metricsIndex,
-                received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived)
-            return .delivered(id, handle, channel.backend)
+        }
+        var routed = route(checked: false)
+        if case .check(let interface) = routed {
+            // The message was found a valid ValueSet above.
+            let message = (try? request.message.decode()) ?? ValueSet()
+            if let refusal = interface.refusal(of: message) {
+                machine.requestEnded(bytes: bytes)
+                core.breaches.record(
+                    "request refused by its service's commands", level: .info,
+                    "a request on channel \(request.channel) refused: \(refusal)")
+                reply(.failure, refusal)
+                return
+            }
+            routed = route(checked: true)
         }
         switch routed {
+        case .check:
+            // Not returned for a checked request; answered rather than trapped on all the same.
+            machine.requestEnded(bytes: bytes)
+            reply(.unknown, "the request could not be routed")
         case .notOpen:
             machine.requestEnded(bytes: bytes)
             reply(.failure, "channel \(request.channel) is not open")

@@ -1,3 +1,4 @@
+import AtriumProtocol
 import AtriumValues
 import NIOCore
 import Synchronization
@@ -105,6 +106,8 @@ final class ConnectionSlot: Sendable {
         var backend: any ServiceBackend
         /// Where its service's requests are counted on the connection's loop (with `--metrics`).
         var metricsIndex: Int?
+        /// What its service declares it takes: each request is checked against it first.
+        var interface: ServiceInterface?
         /// The backend's messages on it that the client has not answered yet.
         var unanswered = 0
         /// The backend asked to close it: it takes nothing more, and closes on the

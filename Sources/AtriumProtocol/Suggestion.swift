@@ -1,11 +1,11 @@
 /// "Did you mean" for a name that is not one of the names a place takes: an option, a
 /// manifest key.
-enum Suggestion {
+package enum Suggestion {
     /// The name among `names` closest to `name` (by edit distance, ignoring case), when it is
     /// close enough to be a slip: at most 2 edits, or a third of the name's length. Names
     /// longer than 64 characters get none (no one mistypes one, and the distance costs their
     /// length times each candidate's).
-    static func closest(to name: String, among names: some Sequence<String>) -> String? {
+    package static func closest(to name: String, among names: some Sequence<String>) -> String? {
         guard name.count <= 64 else { return nil }
         let lowered = name.lowercased()
         let scored = names.map { ($0, distance(lowered, $0.lowercased())) }
@@ -14,12 +14,12 @@ enum Suggestion {
     }
 
     /// `; did you mean "memoryMB"?` for the name among `names` closest to `name`, or "".
-    static func didYouMean(_ name: String, among names: some Sequence<String>) -> String {
+    package static func didYouMean(_ name: String, among names: some Sequence<String>) -> String {
         closest(to: name, among: names).map { "; did you mean \"\($0)\"?" } ?? ""
     }
 
     /// Levenshtein distance.
-    static func distance(_ a: String, _ b: String) -> Int {
+    package static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a)
         let b = Array(b)
         guard !a.isEmpty else { return b.count }

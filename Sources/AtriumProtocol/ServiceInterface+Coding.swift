@@ -1,0 +1,88 @@
+import AtriumValues
+import NIOCore
+
+// A service's interface in an `apps` answer (docs/PROTOCOL.md): under an app's optional
+// `interfaces` key, an array of maps `{service, commandKey, commands: [{command, description?,
+// additionalFields?, fields: [{name, type, of?, optional?, description?}]}]}`.
+
+extension ByteBuffer {
+    mutating func writeKey(_ key: StaticString, _ flag: Bool) {
+        writeText(key)
+        writeHead(major: 7, argument: flag ? 21 : 20)
+    }
+
+    /// The `interfaces` of an app, by service name, in the order of `services`.
+    mutating func writeInterfaces(_ interfaces: [(service: String, interface: ServiceInterface)]) {
+        writeText("interfaces" as StaticString)
+        writeHead(major: 4, argument: UInt64(interfaces.count))
+        for (service, interface) in interfaces {
+            writeHead(major: 5, argument: 3)
+            writeKey("service", service)
+            writeKey("commandKey", interface.commandKey)
+            writeText("commands" as StaticString)
+            writeHead(major: 4, argument: UInt64(interface.commands.count))
+            for command in interface.commands {
+                writeHead(
+                    major: 5,
+                    argument: UInt64(2 + count(command.description != nil, command.additionalFields)))
+                writeKey("command", command.name)
+                if let description = command.description { writeKey("description", description) }
+                if command.additionalFields { writeKey("additionalFields", true) }
+                writeText("fields" as StaticString)
+                writeHead(major: 4, argument: UInt64(command.fields.count))
+                for field in command.fields {
+                    let of = field.type.elementName
+                    writeHead(
+                        major: 5,
+                        argument: UInt64(2 + count(of != nil, field.optional, field.description != nil)))
+                    writeKey("name", field.name)
+                    writeKey("type", field.type.typeName)
+                    if let of { writeKey("of", of) }
+                    if field.optional { writeKey("optional", true) }
+                    if let description = field.description { writeKey("description", description) }
+                }
+            }
+        }
+    }
+}
+
+extension FrameFields {
+    func optionalBool(_ key: String) throws(FrameError) -> Bool? {
+        guard let (head, _) = head(key) else { return nil }
+        guard head.major == 7, head.argument == 20 || head.argument == 21 else {
+            throw mistyped(key, "true or false", head)
+        }
+        return head.argument == 21
+    }
+
+    /// The `interfaces` of an app in `apps`, by service; empty when the host sent none.
+    func interfaces() throws(FrameError) -> [String: ServiceInterface] {
+        guard range("interfaces") != nil else { return [:] }
+        var interfaces: [String: ServiceInterface] = [:]
+        for entry in try arrayOfMaps("interfaces") {
+            var commands: [ServiceInterface.Command] = []
+            for command in try entry.arrayOfMaps("commands") {
+                var fields: [ServiceInterface.Field] = []
+                for field in try command.arrayOfMaps("fields") {
+                    // A type this client does not know (from a later host) is taken as any: the
+                    // host checks it anyway.
+                    let type =
+                        ServiceInterface.FieldType(type: try field.text("type"), of: try field.optionalText("of"))
+                        ?? .any
+                    fields.append(
+                        ServiceInterface.Field(
+                            name: try field.text("name"), type: type,
+                            optional: try field.optionalBool("optional") ?? false,
+                            description: try field.optionalText("description")))
+                }
+                commands.append(
+                    ServiceInterface.Command(
+                        name: try command.text("command"), description: try command.optionalText("description"),
+                        fields: fields, additionalFields: try command.optionalBool("additionalFields") ?? false))
+            }
+            interfaces[try entry.text("service")] = ServiceInterface(
+                commandKey: try entry.text("commandKey"), commands: commands)
+        }
+        return interfaces
+    }
+}

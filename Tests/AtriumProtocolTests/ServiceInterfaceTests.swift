@@ -1,0 +1,100 @@
+import AtriumProtocol
+import AtriumValues
+import Testing
+
+/// A service's declared commands, checked against messages: every mismatch named, and a
+/// hostile message bounded.
+struct ServiceInterfaceTests {
+    static let notes = ServiceInterface(commands: [
+        .init(
+            name: "put",
+            fields: [
+                .init(name: "Key", type: .kind(.string)),
+                .init(name: "Count", type: .kind(.int), optional: true),
+                .init(name: "Tags", type: .array(of: .string), optional: true),
+                .init(name: "Items", type: .kind(.array), optional: true),
+                .init(name: "Extra", type: .any, optional: true),
+            ]),
+        .init(name: "list"),
+        .init(name: "open", fields: [.init(name: "Key", type: .kind(.string))], additionalFields: true),
+    ])
+
+    static func problems(_ message: ValueSet) -> [String] { notes.problems(in: message, limit: 50).problems }
+
+    @Test func aMatchingMessageHasNoProblems() {
+        #expect(Self.problems(["Command": "put", "Key": "a"]).isEmpty)
+        #expect(
+            Self.problems([
+                "Command": "put", "Key": "a", "Count": 3, "Tags": .array(ValueArray(strings: ["x"])),
+                "Items": .array(ValueArray(ints: [1])), "Extra": .bytes([1]),
+            ]).isEmpty)
+        #expect(Self.problems(["Command": "put", "Key": "a", "Tags": .array(ValueArray())]).isEmpty, "empty array")
+        #expect(Self.problems(["Command": "list"]).isEmpty)
+        #expect(Self.problems(["Command": "open", "Key": "a", "Anything": 1]).isEmpty, "additionalFields")
+        #expect(Self.notes.refusal(of: ["Command": "list"]) == nil)
+    }
+
+    @Test func theCommandIsNamedOrTheMessageIsRefused() {
+        #expect(Self.problems(["Key": "a"]) == ["the message has no Command: it names the command (put, list, open)"])
+        #expect(
+            Self.problems(["Command": 3])
+                == ["Command must be a string naming the command (put, list, open), not int 3"])
+        #expect(
+            Self.problems(["Command": "lsit", "Key": 1])
+                == ["unknown Command \"lsit\"; this service has: put, list, open; did you mean \"list\"?"])
+        let typed = ServiceInterface(commandKey: "Type", commands: [.init(name: "ping")])
+        #expect(typed.problems(in: ["Type": "ping"]).problems.isEmpty)
+        #expect(
+            typed.problems(in: ["Command": "ping"]).problems == ["the message has no Type: it names the command (ping)"]
+        )
+    }
+
+    @Test func everyFieldProblemIsNamed() {
+        let found = Self.problems([
+            "Command": "put", "Count": "3", "Tags": .array(ValueArray(ints: [1])), "Items": "x", "Kye": "a",
+        ])
+        #expect(
+            found == [
+                "missing field \"Key\" (string)",
+                "field \"Count\" must be an int, not string \"3\"",
+                "field \"Tags\" must be an array of string, not an array of int",
+                "field \"Items\" must be an array, not string \"x\"",
+                "\"Kye\" is not a field of put (its fields: Key, Count, Tags, Items, Extra); did you mean \"Key\"?",
+            ])
+        #expect(
+            Self.problems(["Command": "list", "Key": "a"]) == ["\"Key\" is not a field of list (it takes none)"])
+    }
+
+    @Test func peerTextIsEscapedAndCut() {
+        let found = Self.problems(["Command": "put", "Key": "a", "bad\u{1b}[31mkey\n": 1])
+        #expect(found.count == 1)
+        #expect(found[0].hasPrefix("\"bad\\u{1B}[31mkey\\u{A}\" is not a field"), "\(found)")
+        let long = Self.problems(["Command": "put", "Key": .int(1)])
+        #expect(long == ["field \"Key\" must be a string, not int 1"])
+        let huge = Self.problems([
+            "Command": "put", "Key": .string(String(repeating: "x", count: 100_000)),
+            "Count": .string(String(repeating: "y", count: 100_000)),
+        ])
+        #expect(huge.count == 1 && huge[0].count < 120, "\(huge)")
+    }
+
+    @Test func aFloodOfKeysIsCountedNotWrittenOut() {
+        var message: ValueSet = ["Command": "put", "Key": "a"]
+        for index in 0..<20_000 { message["k\(index)"] = .int(Int64(index)) }
+        let (problems, more) = Self.notes.problems(in: message, limit: 5)
+        #expect(problems.count == 5)
+        #expect(more == 19_995)
+        let refusal = Self.notes.refusal(of: message)
+        #expect(refusal?.hasSuffix("; and 19995 more") == true)
+    }
+
+    @Test func typesReadAsTheManifestWritesThem() {
+        #expect(ServiceInterface.FieldType(type: "string", of: nil) == .kind(.string))
+        #expect(ServiceInterface.FieldType(type: "any", of: nil) == .any)
+        #expect(ServiceInterface.FieldType(type: "array", of: "map") == .array(of: .map))
+        #expect(ServiceInterface.FieldType(type: "array", of: "array") == nil, "no arrays of arrays")
+        #expect(ServiceInterface.FieldType(type: "int", of: "int") == nil)
+        #expect(ServiceInterface.FieldType(type: "number", of: nil) == nil)
+        #expect(ServiceInterface.FieldType.array(of: .int).description == "array of int")
+    }
+}
