@@ -70,7 +70,7 @@ extension MessageText {
     static func typed(_ text: String, as type: ServiceInterface.FieldType, field: String) throws -> Value {
         func wrong(_ how: String) -> Problem {
             Problem(
-                description: "\(field) takes \(type == .kind(.int) ? "an" : "a") \(type)\(how); '\(text)' is not one")
+                description: "\(field) takes \(ServiceInterface.article(type))\(how); '\(text)' is not one")
         }
         switch type {
         case .any:
@@ -108,7 +108,7 @@ extension MessageText {
                 let example = type == .kind(.map) ? "{\"Key\": 1}" : "[\"a\", \"b\"]"
                 throw Problem(
                     description:
-                        "\(field) takes \(type == .kind(.map) ? "a map" : "an \(type)") as JSON, like \(field)='\(example)': \(error)"
+                        "\(field) takes \(ServiceInterface.article(type)) as JSON, like \(field)='\(example)': \(error)"
                 )
             }
             return converted(json, to: type) ?? json

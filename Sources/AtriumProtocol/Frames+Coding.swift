@@ -380,7 +380,9 @@ extension HostFrame {
                             schemes: try app.textArray("schemes"),
                             state: try app.optionalText("state"),
                             reason: try app.optionalText("reason"),
-                            interfaces: try app.interfaces()
+                            // A host's interfaces this client cannot read leave the app
+                            // undescribed, not the answer unread.
+                            interfaces: (try? app.interfaces()) ?? [:]
                         )
                     )
                 }

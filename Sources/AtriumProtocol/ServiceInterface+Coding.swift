@@ -11,7 +11,7 @@ extension ByteBuffer {
         writeHead(major: 7, argument: flag ? 21 : 20)
     }
 
-    /// The `interfaces` of an app, by service name, in the order of `services`.
+    /// The `interfaces` of an app, as given (the host sorts them by service name).
     mutating func writeInterfaces(_ interfaces: [(service: String, interface: ServiceInterface)]) {
         writeText("interfaces" as StaticString)
         writeHead(major: 4, argument: UInt64(interfaces.count))
@@ -56,14 +56,22 @@ extension FrameFields {
     }
 
     /// The `interfaces` of an app in `apps`, by service; empty when the host sent none.
+    /// Arrays past ``ProtocolLimits/maxFrameArrayItems`` are refused (a host declares at most
+    /// 256 commands of 256 fields).
     func interfaces() throws(FrameError) -> [String: ServiceInterface] {
         guard range("interfaces") != nil else { return [:] }
+        func bounded(_ list: [FrameFields], _ key: String) throws(FrameError) -> [FrameFields] {
+            guard list.count <= ProtocolLimits.maxFrameArrayItems else {
+                throw FrameError(.malformedFrame, "\(name): \(key) has \(list.count) items")
+            }
+            return list
+        }
         var interfaces: [String: ServiceInterface] = [:]
-        for entry in try arrayOfMaps("interfaces") {
+        for entry in try bounded(arrayOfMaps("interfaces"), "interfaces") {
             var commands: [ServiceInterface.Command] = []
-            for command in try entry.arrayOfMaps("commands") {
+            for command in try bounded(entry.arrayOfMaps("commands"), "commands") {
                 var fields: [ServiceInterface.Field] = []
-                for field in try command.arrayOfMaps("fields") {
+                for field in try bounded(command.arrayOfMaps("fields"), "fields") {
                     // A type this client does not know (from a later host) is taken as any: the
                     // host checks it anyway.
                     let type =

@@ -115,10 +115,35 @@ public struct ServiceInterface: Sendable, Hashable {
     }
 
     /// The command named `name`.
-    public func command(named name: String) -> Command? { commands.first { $0.name == name } }
+    /// The bytes this interface takes in an `apps` answer, estimated from above (its texts,
+    /// and room for the keys and heads around them).
+    public var encodedSizeBound: Int {
+        commands.reduce(commandKey.utf8.count + 32) { total, command in
+            command.fields.reduce(total + command.name.utf8.count + (command.description?.utf8.count ?? 0) + 48) {
+                $0 + $1.name.utf8.count + ($1.description?.utf8.count ?? 0) + 64
+            }
+        }
+    }
 
-    /// The names of the commands, for messages: `add, greet`.
-    public var commandList: String { commands.map(\.name).joined(separator: ", ") }
+    /// The command named `name`, scalar for scalar (as a C plugin's `strcmp` compares: a
+    /// name that is only canonically equivalent is another command).
+    public func command(named name: String) -> Command? {
+        commands.first { $0.name.unicodeScalars.elementsEqual(name.unicodeScalars) }
+    }
+
+    /// The names of the commands, for messages: `add, greet` (cut past 400 characters).
+    public var commandList: String { Self.listed(commands.map(\.name)) }
+
+    /// `names` joined with commas, at most about 400 characters of them, then how many more:
+    /// an answer to a refused request stays small, however many a service declares.
+    static func listed(_ names: [String]) -> String {
+        var text = ""
+        for (index, name) in names.enumerated() {
+            if text.count + name.count > 400 { return text + ", and \(names.count - index) more" }
+            text += (index > 0 ? ", " : "") + name
+        }
+        return text
+    }
 
     /// What about `message` does not match this interface, each in a sentence: no command or
     /// an unknown one (then nothing else is checked), a missing field, a field of the wrong
@@ -154,14 +179,21 @@ public struct ServiceInterface: Sendable, Hashable {
             }
         }
         if !command.additionalFields {
-            let declared = Set(command.fields.map(\.name))
-            let fields =
-                command.fields.isEmpty
-                ? "it takes none" : "its fields: \(command.fields.map(\.name).joined(separator: ", "))"
+            // The command's fields and a "did you mean" are said once, with the first key it
+            // does not declare: a refusal costs one suggestion, however many keys it holds.
+            let names = command.fields.map(\.name)
+            let declared = Set(names)
+            var first = true
             for other in message.keys where other != commandKey && !declared.contains(other) {
-                found(
-                    "\"\(untrusted(other, limit: 64))\" is not a field of \(command.name) (\(fields))"
-                        + Suggestion.didYouMean(other, among: declared))
+                if first {
+                    let fields = names.isEmpty ? "it takes none" : "its fields: \(Self.listed(names))"
+                    found(
+                        "\"\(untrusted(other, limit: 64))\" is not a field of \(command.name) (\(fields))"
+                            + Suggestion.didYouMean(other, among: names))
+                    first = false
+                } else {
+                    found("\"\(untrusted(other, limit: 64))\" is not a field of \(command.name)")
+                }
             }
         }
         return (problems, more)
@@ -176,10 +208,11 @@ public struct ServiceInterface: Sendable, Hashable {
         return more > 0 ? "\(shown); and \(more) more" : shown
     }
 
-    /// `a string`, `an int`, `an array of string`, `any value`.
-    static func article(_ type: FieldType) -> String {
+    /// `a string`, `an int`, `bytes`, `an array of string`, `any value`.
+    public static func article(_ type: FieldType) -> String {
         switch type {
         case .any: "any value"
+        case .kind(.bytes): "bytes"
         case .kind(let kind): "\(kind == .int || kind == .array ? "an" : "a") \(kind)"
         case .array(let kind): "an array of \(kind)"
         }

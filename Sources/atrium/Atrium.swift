@@ -419,7 +419,7 @@ struct Send: AsyncParsableCommand {
             }
             if let problems = Self.problems(message, interface) {
                 await connection.close()
-                print(problems)
+                FileHandle.standardError.write(Data((problems + "\n").utf8))
                 throw Exit.notSuccess
             }
         }

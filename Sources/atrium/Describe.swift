@@ -81,8 +81,14 @@ struct Describe: AsyncParsableCommand {
     /// Why `service` has no interface in `app`'s answer.
     static func notDescribed(_ service: String, of app: AppInfo, host: String) -> String {
         let name = clean(service)
-        if app.services.contains(service) || (app.services.isEmpty && !app.interfaces.isEmpty) {
-            return "\(name) declares no commands: it takes any message, as it is"
+        // Over the local socket every service the package has is described.
+        if host.hasPrefix("unix:") {
+            return
+                "\(clean(app.package)) has no service \(name) that declares its commands (atrium describe \(clean(app.package)) \(host) lists those that do)"
+        }
+        if app.services.contains(service) {
+            return
+                "\(name) says nothing of what it takes to this client: it declares no commands, or this client may not open it"
         }
         return
             "\(clean(app.package)) has no service \(name) that the host describes to this client: a local-only service is described over the host's local socket (atrium describe \(clean(app.package)) \(name) unix:PATH); atrium apps \(host) lists the remote ones"

@@ -16,9 +16,10 @@ struct AccessTests {
         var manifests = ClientTests.manifests
         manifests["access.json"] = """
             { "manifestVersion": 1, "package": "atrium.tests.access", "library": "libAtriumTestService.so",
-              "services": [{ "name": "local", "access": "local" }, { "name": "paired", "access": "paired" },
-                           { "name": "mine", "access": { "devices": ["\(mine.prefix(12))"] } },
-                           { "name": "open", "access": "any" }] }
+              "services": [{ "name": "local", "access": "local", "commands": [{ "command": "a" }] },
+                           { "name": "paired", "access": "paired", "commands": [{ "command": "a" }] },
+                           { "name": "mine", "access": { "devices": ["\(mine.prefix(12))"] }, "commands": [{ "command": "a" }] },
+                           { "name": "open", "access": "any", "commands": [{ "command": "a" }] }] }
             """
         let host = try await TestHost.start(manifests: manifests, arguments: PairingTests.arguments)
         let admin = try await PairingTests.operatorConnection(host)
@@ -48,6 +49,13 @@ struct AccessTests {
         try await pairs(other)
         #expect(try await opens(other, "paired") == .success)
         #expect(try await opens(other, "mine") == .notAuthorized, "paired, but not named")
+        // What each service takes is told only to the callers that may open it.
+        let described = { (connection: AtriumConnection) in
+            try await connection.app("atrium.tests.access")?.interfaces.keys.sorted()
+        }
+        #expect(try await described(device) == ["mine", "open", "paired"])
+        #expect(try await described(other) == ["open", "paired"])
+        #expect(try await described(admin) == ["local", "mine", "open", "paired"])
         // The first refusal of its kind is logged whole (later ones within 10 s are counted):
         // the device's identity, its address, the package and the service.
         #expect(await host.waitForLog("open not authorized"))

@@ -79,7 +79,7 @@ import Testing
         let trailing = try await client.request(channel: 1, id: 3, ["Command": "hello\u{0}x"])
         #expect(
             trailing.status == .failure
-                && trailing.error == #"unknown Command "hello\u{0}x"; this service has: hello"#,
+                && trailing.error == #"unknown Command "hello\u{0}x"; this service has: hello; did you mean "hello"?"#,
             "\(String(describing: trailing.error))")
         await client.close()
         #expect(await host.stop() == 0)

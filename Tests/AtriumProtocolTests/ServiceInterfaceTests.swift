@@ -88,6 +88,31 @@ struct ServiceInterfaceTests {
         #expect(refusal?.hasSuffix("; and 19995 more") == true)
     }
 
+    @Test func aRefusalStaysShortHoweverMuchTheServiceDeclares() {
+        // As large as a manifest may make it: 256 commands, one of 256 fields of 128 characters.
+        let long = { (index: Int) in String(repeating: "f", count: 120) + String(index) }
+        let interface = ServiceInterface(
+            commands: [.init(name: "big", fields: (0..<256).map { .init(name: long($0), type: .kind(.int)) })]
+                + (0..<255).map { .init(name: long($0)) })
+        var message: ValueSet = ["Command": "big"]
+        for index in 0..<256 { message[long(index)] = 1 }
+        for index in 0..<10 { message["extra\(index)"] = 1 }
+        let refusal = interface.refusal(of: message) ?? ""
+        #expect(refusal.hasPrefix("\"extra0\" is not a field of big (its fields: fff"), "\(refusal.prefix(200))")
+        #expect(refusal.contains(", and 253 more)"), "the field list is cut")
+        #expect(refusal.hasSuffix("\"extra4\" is not a field of big; and 5 more"), "\(refusal.suffix(200))")
+        #expect(refusal.utf8.count < 1_000, "\(refusal.utf8.count) bytes")
+        let unknown = interface.refusal(of: ["Command": "nope"]) ?? ""
+        #expect(unknown.contains(", and 252 more") && unknown.utf8.count < 600, "\(unknown.utf8.count) bytes")
+    }
+
+    @Test func commandsAreComparedScalarForScalarAsACPluginDoes() {
+        let interface = ServiceInterface(commands: [.init(name: "Kill")])
+        #expect(interface.problems(in: ["Command": "Kill"]).problems.isEmpty)
+        // U+212A KELVIN SIGN is canonically equivalent to "K", but strcmp sees another command.
+        #expect(interface.problems(in: ["Command": "\u{212A}ill"]).problems.first?.hasPrefix("unknown Command") == true)
+    }
+
     @Test func typesReadAsTheManifestWritesThem() {
         #expect(ServiceInterface.FieldType(type: "string", of: nil) == .kind(.string))
         #expect(ServiceInterface.FieldType(type: "any", of: nil) == .any)

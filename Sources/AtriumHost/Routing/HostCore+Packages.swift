@@ -263,10 +263,12 @@ extension HostCore {
 
     /// The `apps` listing: every package, its remote-capable services, its schemes and its
     /// state; why it is not ready only to a local client (a remote one is not told about the
-    /// host's files). With `package`, that package alone, with what its services take (those
-    /// a remote client may open, for a remote client).
-    func apps(forLocalClient isLocal: Bool, package name: String? = nil) -> [AppInfo] {
-        packages.compactMap { package in
+    /// host's files). With `package`, that package alone, with what its services take: those
+    /// `caller` may open (a service's access, a token's scope), at most
+    /// ``maxDescribedBytes`` of them.
+    func apps(for caller: Caller, package name: String? = nil) -> [AppInfo] {
+        let isLocal = !caller.isRemote
+        return packages.compactMap { package in
             if let name, package.manifest.package != name { return nil }
             let health = package.backend?.health
             // A package of launches only (a program, no library) is ready without a backend.
@@ -274,9 +276,16 @@ extension HostCore {
             let state = health?.state ?? (launchesOnly ? .ready : .failed)
             let reason = state == .ready ? nil : health?.reason ?? package.loadError
             var interfaces: [String: ServiceInterface] = [:]
-            if name != nil {
-                for service in package.manifest.services where isLocal || service.supportsRemoteSystems {
-                    interfaces[service.name] = package.manifest.describedInterface(of: service)
+            if let name {
+                var budget = Self.maxDescribedBytes
+                for service in package.manifest.services {
+                    guard case .success = route(package: name, service: service.name, caller: caller),
+                        let interface = package.manifest.describedInterface(of: service)
+                    else { continue }
+                    // A package of many services and functions would repeat them in each.
+                    budget -= interface.encodedSizeBound + service.name.utf8.count
+                    guard budget >= 0 else { break }
+                    interfaces[service.name] = interface
                 }
             }
             return AppInfo(
@@ -290,4 +299,8 @@ extension HostCore {
             )
         }
     }
+
+    /// The most of services' interfaces one `apps` answer carries (the services past it are
+    /// left undescribed): far below a frame's limit.
+    static let maxDescribedBytes = 1 << 20
 }

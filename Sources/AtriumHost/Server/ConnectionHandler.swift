@@ -416,7 +416,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .launch(let launch):
             handleLaunch(launch)
         case .apps(let id, let package):
-            write(.apps(AppsFrame(id: id, apps: core.apps(forLocalClient: isLocal, package: package))))
+            write(.apps(AppsFrame(id: id, apps: core.apps(for: caller, package: package))))
         case .ping(let id):
             write(.pong(id: id))
         case .pair(let pair):
@@ -697,6 +697,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Who this client is, as a service's access sees it.
+    private var caller: HostCore.Caller {
+        HostCore.Caller(
+            isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity, tokenServices: tokenServices)
+    }
+
     private func handleOpen(_ open: OpenFrame) {
         guard let link else { return }
         let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
@@ -737,8 +743,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             refuse(HostCore.RouteRefusal(.remoteSystemUnavailable, "the host is shutting down"))
             return
         }
-        let caller = HostCore.Caller(
-            isRemote: !isLocal, authorized: authorized, identity: transport.peerIdentity, tokenServices: tokenServices)
         switch core.route(package: open.package, service: open.service, caller: caller) {
         case .failure(let refusal):
             refuse(refusal)
