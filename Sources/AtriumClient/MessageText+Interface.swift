@@ -32,7 +32,8 @@ extension MessageText {
 
     /// `message` with each declared field's value made the kind its command declares where
     /// it says the same thing another way: an int for a double, ints for doubles, ISO 8601
-    /// text for a date, text for a UUID, base64 text for bytes (what JSON cannot write).
+    /// text or seconds since 1970 for a date, text for a UUID, base64 text for bytes (what JSON
+    /// cannot write).
     /// Values that cannot be made so are left for ``ServiceInterface/problems(in:limit:)``.
     public static func completed(_ message: ValueSet, for interface: ServiceInterface) -> ValueSet {
         guard let name = message[interface.commandKey]?.string, let command = interface.command(named: name) else {
@@ -120,6 +121,9 @@ extension MessageText {
         switch (value, type) {
         case (.int(let int), .kind(.double)):
             return Double(exactly: int).map(Value.double)
+        case (.int, .kind(.date)), (.double, .kind(.date)):
+            // Seconds since 1970, as a date is on the wire.
+            return value.number.map { .date(Timestamp(secondsSince1970: $0)) }
         case (.string(let text), .kind(.date)):
             let formatter = ISO8601DateFormatter()
             formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -152,6 +152,10 @@ struct JSONParser {
                     continue
                 }
                 try expect("]")
+                // JSON has numbers, not ints and doubles: [1, 2.5] is an array of doubles.
+                if values.contains(where: { $0.kind == .double }), values.allSatisfy({ $0.number != nil }) {
+                    values = values.map { .double($0.number!) }
+                }
                 do {
                     return .array(try ValueArray(values))
                 } catch {

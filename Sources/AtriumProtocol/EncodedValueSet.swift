@@ -38,6 +38,15 @@ public struct EncodedValueSet: Sendable, Hashable, CustomStringConvertible {
         try ValueSet(cbor: buffer, limits: limits)
     }
 
+    /// The message's keys with values of their kinds (``ValueSet/init(outline:)``): for a
+    /// message already validated, what checking its keys and kinds needs.
+    public func outline() throws(ValueSetError) -> ValueSet {
+        let result = buffer.withUnsafeReadableBytes { raw in
+            Result { () throws(ValueSetError) in try ValueSet(outline: raw) }
+        }
+        return try result.get()
+    }
+
     /// Checks that the bytes are a valid ValueSet (CONTRACT section 3) holding at most
     /// `maxValues` values, without decoding them: what the host does with every message it
     /// passes on.

@@ -68,7 +68,7 @@ struct Describe: AsyncParsableCommand {
         }
         guard !described.isEmpty else {
             print(
-                "\(clean(app.package)): no service says what it takes (none declares commands); its services take any message"
+                "\(clean(app.package)): no service says what it takes to this client (none declares commands, or the host is older than descriptions); its services take any message"
             )
             return
         }

@@ -339,6 +339,8 @@ struct MessageTextTests {
         #expect(completed["When"] == .date(Timestamp(secondsSince1970: 1_700_000_000)))
         #expect(completed["Weights"] == .array(ValueArray(doubles: [1, 2])))
         #expect(completed["Name"] == 5, "what is not the same thing written another way is left for the check")
+        let seconds = MessageText.completed(["Command": "put", "When": 1_700_000_000], for: Self.typed)
+        #expect(seconds["When"] == .date(Timestamp(secondsSince1970: 1_700_000_000)))
         #expect(Self.typed.problems(in: completed).problems.contains(#"field "Name" must be a string, not int 5"#))
     }
 
@@ -361,6 +363,9 @@ struct MessageTextTests {
         #expect(set["d"]?.kind == .double, "1.0 stays a double")
         let mixed = #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: #"{"a": [1, "x"]}"#) }
         #expect(mixed?.description == "message.a[1]: array mixes int and string")
+        #expect(
+            try MessageText.valueSet(json: #"{"a": [1, 2.5]}"#) == ["a": .array(ValueArray(doubles: [1, 2.5]))],
+            "JSON has numbers: ints among doubles are doubles")
         #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: #"{"n": null}"#) }
         #expect(throws: MessageText.Problem.self) { try MessageText.valueSet(json: "[1]") }
         let out = MessageText.json(

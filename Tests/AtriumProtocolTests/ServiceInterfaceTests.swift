@@ -1,5 +1,6 @@
 import AtriumProtocol
 import AtriumValues
+import Foundation
 import Testing
 
 /// A service's declared commands, checked against messages: every mismatch named, and a
@@ -111,6 +112,31 @@ struct ServiceInterfaceTests {
         #expect(interface.problems(in: ["Command": "Kill"]).problems.isEmpty)
         // U+212A KELVIN SIGN is canonically equivalent to "K", but strcmp sees another command.
         #expect(interface.problems(in: ["Command": "\u{212A}ill"]).problems.first?.hasPrefix("unknown Command") == true)
+    }
+
+    @Test func theOutlineTheHostChecksHasTheMessagesKeysAndKinds() throws {
+        let messages: [ValueSet] = [
+            ["Command": "put", "Key": "a", "Tags": .array(ValueArray(strings: ["x", "y"]))],
+            ["Command": "put", "Key": 1, "Tags": .array(ValueArray(ints: [1, 2, 3])), "Items": .array(ValueArray())],
+            [
+                "Command": "put", "Key": "k", "Items": .array(ValueArray(maps: [["A": ["B": 1]], ["A": 2]])),
+                "Extra": ["Deep": ["Deeper": .array(ValueArray(doubles: [1.5]))]], "Kye": .bytes([1, 2]),
+            ],
+            ["Command": .uuid(UUID()), "When": .date(Timestamp(secondsSince1970: 1))],
+        ]
+        for message in messages {
+            let encoded = EncodedValueSet(message)
+            let outline = try encoded.outline()
+            #expect(outline.keys == message.keys)
+            #expect(outline.map(\.value.kind) == message.map(\.value.kind))
+            #expect(
+                outline.map { $0.value.array?.elementKind } == message.map { $0.value.array?.elementKind })
+            #expect(Self.notes.problems(in: outline, limit: 50) == Self.notes.problems(in: message, limit: 50))
+        }
+        // An indefinite-length array's first element gives its kind as well.
+        let indefinite: [UInt8] = [0xa1, 0x64, 0x54, 0x61, 0x67, 0x73, 0x9f, 0x61, 0x61, 0xff]
+        let outline = try indefinite.withUnsafeBytes { raw in try ValueSet(outline: raw) }
+        #expect(outline["Tags"]?.array?.elementKind == .string)
     }
 
     @Test func typesReadAsTheManifestWritesThem() {

@@ -900,8 +900,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         var routed = route(checked: false)
         if case .check(let interface) = routed {
-            // The message was found a valid ValueSet above.
-            let message = (try? request.message.decode()) ?? ValueSet()
+            // The message was found a valid ValueSet above; its outline is what the check
+            // reads (keys, kinds, the command), without decoding what it nests.
+            let message = (try? request.message.outline()) ?? ValueSet()
             if let refusal = interface.refusal(of: message) {
                 machine.requestEnded(bytes: bytes)
                 core.breaches.record(

@@ -69,6 +69,9 @@ extension ValueWalker {
 struct ValueReader: ValueWalker {
     var reader: CBORReader
     let maxDepth: Int
+    /// Containers are read as little as their kind needs: an array as its first element, a
+    /// map as empty (``ValueSet/init(outline:)``).
+    var outline = false
 
     init(_ bytes: UnsafeRawBufferPointer, limits: DecodingLimits) {
         reader = CBORReader(bytes, budget: limits.maxBytes)
@@ -97,7 +100,18 @@ struct ValueReader: ValueWalker {
 
     /// Decodes the item at the cursor; containers in it start at level `depth + 1`.
     mutating func readValue(depth: Int) throws(ValueSetError) -> Value {
+        let start = reader.offset
         let head = try reader.readHead()
+        if outline, head.major == 4 || head.major == 5 {
+            var first: Value?
+            if head.major == 4, head.isIndefinite ? reader.peekByte() != 0xff : head.argument > 0 {
+                first = try readValue(depth: depth + 1)
+            }
+            reader.offset = start
+            try reader.skipItem(maxDepth: maxDepth + 1)
+            if head.major == 5 { return .map(ValueSet()) }
+            return .array(ValueArray(homogeneous: first.map { [$0] } ?? []))
+        }
         switch head.major {
         case 0:
             return .int(try int64(head.argument, negative: false))
@@ -314,6 +328,22 @@ extension ValueSet {
             Result { () throws(ValueSetError) -> ValueSet in try ValueSet(cbor: raw, limits: limits, root: root) }
         }
         self = try result.get()
+    }
+}
+
+extension ValueSet {
+    /// The outline of a message whose CBOR in `bytes` is a valid ValueSet: its keys, each with
+    /// a value of the same kind, scalars whole, an array as its first element alone, a map
+    /// as empty. What checking a message's keys and kinds needs, at the cost of its top level,
+    /// not of all it nests.
+    ///
+    /// - Throws: ``ValueSetError`` when `bytes` is not a ValueSet (not every rule inside
+    ///   containers is checked: validate first).
+    public init(outline bytes: UnsafeRawBufferPointer) throws(ValueSetError) {
+        var reader = ValueReader(bytes, limits: .default)
+        reader.outline = true
+        self = try reader.readValueSet()
+        try reader.checkAtEnd()
     }
 }
 
