@@ -181,7 +181,7 @@ let package = Package(
         .testTarget(
             name: "AtriumProtocolTests",
             dependencies: [
-                "AtriumProtocol", "AtriumValues", nioCore,
+                "AtriumProtocol", "AtriumValues", "AtriumTesting", nioCore,
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOTestUtils", package: "swift-nio"),
             ],
@@ -212,7 +212,7 @@ if Context.environment["ATRIUM_FUZZ"] != nil {
         ("FrameFuzz", ["AtriumProtocol", "AtriumValues", nioCore]),
         ("ValueSetFuzz", ["AtriumValues"]),
         ("ManifestFuzz", ["AtriumHost"]),
-        ("URIFuzz", ["AtriumHost"]),
+        ("URIFuzz", ["AtriumHost", "AtriumProtocol"]),
         ("ELFFuzz", ["AtriumHost"]),
     ] as [(String, [Target.Dependency])] {
         package.targets.append(

@@ -1,6 +1,7 @@
 // libFuzzer target: the checks every launched URI goes through (length, scheme, characters)
 // and the escaping of untrusted text for the log. Built and run by Scripts/fuzz.sh.
 import AtriumHost
+import AtriumProtocol
 import FuzzDriver
 
 @_cdecl("LLVMFuzzerTestOneInput")

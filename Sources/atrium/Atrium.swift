@@ -347,7 +347,8 @@ struct Send: AsyncParsableCommand {
             "3" for a string field, Ratio=2 the double 2.0, When=2026-11-22T10:00:00Z a date,
             Tags='["a","b"]' an array), and a message that does not match is not sent: what is
             wrong is printed with the command's fields. --unchecked sends it as given (the host
-            checks it all the same).
+            checks it all the same). With the shell completions installed (Scripts/install.sh
+            installs them), Tab completes Command=... and then the chosen command's fields.
 
             Examples:
               atrium send --package atrium.examples.echo --service atrium.echo Type=hello Count=3
@@ -366,7 +367,9 @@ struct Send: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The message as a JSON object.", valueName: "json"))
     var json: String?
 
-    @Argument(help: ArgumentHelp("The message as KEY=VALUE words (instead of --json).", valueName: "key=value"))
+    @Argument(
+        help: ArgumentHelp("The message as KEY=VALUE words (instead of --json).", valueName: "key=value"),
+        completion: .custom { words, index, prefix in await Send.completions(words, at: index, prefix: prefix) })
     var fields: [String] = []
 
     @Flag(help: "Print the status and the answer as JSON.")
@@ -455,6 +458,66 @@ struct Send: AsyncParsableCommand {
 }
 
 extension Send {
+    /// The shell's completions of a KEY=VALUE word, from what the service declares: the
+    /// command key with each command, then the chosen command's fields not given yet. Asks the
+    /// host the command line names (2 s at most); none when it cannot, or when the service
+    /// declares nothing.
+    static func completions(_ words: [String], at current: Int, prefix: String) async -> [String] {
+        var package: String?
+        var service: String?
+        var host: String?
+        var insecure = false
+        var given: [String] = []
+        var index = (words.firstIndex(of: "send") ?? -1) + 1
+        func value() -> String? {
+            defer { index += 1 }
+            return index < words.count && index != current ? words[index] : nil
+        }
+        while index < words.count {
+            let word = words[index]
+            let position = index
+            index += 1
+            if position == current { continue }
+            switch word {
+            case "--package": package = value()
+            case "--service": service = value()
+            case "--json", "--timeout": index += 1
+            case "--insecure": insecure = true
+            default:
+                if word.hasPrefix("--package=") {
+                    package = String(word.dropFirst("--package=".count))
+                } else if word.hasPrefix("--service=") {
+                    service = String(word.dropFirst("--service=".count))
+                } else if word.hasPrefix("-") {
+                    continue
+                } else if word.contains("=") {
+                    given.append(word)
+                } else if host == nil {
+                    host = word
+                }
+            }
+        }
+        guard let package, let service,
+            let options = try? HostOptions.parse(
+                [host ?? HostOptions.defaultHost, "--timeout", "2"] + (insecure ? ["--insecure"] : [])),
+            let connection = try? await options.connect()
+        else { return [] }
+        let app = try? await connection.app(package, timeout: .seconds(2))
+        await connection.close()
+        guard let interface = app?.interfaces[service] else { return [] }
+        let key = interface.commandKey
+        let keysGiven = Set(given.map { String($0.prefix { $0 != "=" && $0 != ":" }) })
+        let chosen = given.last { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+        var candidates: [String]
+        if let chosen, let command = interface.command(named: chosen), !prefix.hasPrefix(key + "=") {
+            candidates = command.fields.filter { !keysGiven.contains($0.name) }.map { "\($0.name)=" }
+        } else {
+            candidates = interface.commands.map { "\(key)=\($0.name)" }
+        }
+        candidates = candidates.filter { $0.hasPrefix(prefix) }
+        return candidates
+    }
+
     /// What is wrong with `message` for `interface`, with the fields its command takes; nil
     /// when nothing is.
     static func problems(_ message: ValueSet, _ interface: ServiceInterface) -> String? {

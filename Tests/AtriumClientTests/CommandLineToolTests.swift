@@ -243,6 +243,29 @@ struct CommandLineToolTests {
             viaJSON.status == 0 && viaJSON.output.contains(#""Ratio": 2.0, "When": 1(1795341600)"#), "\(viaJSON.output)"
         )
 
+        // The shell completes KEY=VALUE words from the declaration (what the scripts of
+        // `atrium --generate-completion-script SHELL` ask for): the commands, then the chosen
+        // command's fields not given yet.
+        func completions(_ words: [String]) async throws -> [String] {
+            let arguments = [
+                "---completion", "send", "--", "positional@1", "\(words.count - 1)", "\(words.last!.count)",
+            ]
+            let result = try await atrium(arguments + words)
+            #expect(result.status == 0, "\(result.output)")
+            return result.output.split(separator: "\n").map(String.init)
+        }
+        let line = ["send", address, "--package", package, "--service", "echo"]
+        #expect(try await completions(line + ["Com"]) == ["Command=put", "Command=list"])
+        #expect(try await completions(line + ["Command=p"]) == ["Command=put"])
+        #expect(
+            try await completions(line + ["Command=put", "Ratio=2", ""])
+                == ["Key=", "Count=", "When=", "Tags=", "Id=", "Blob="])
+        #expect(try await completions(line + ["Command=put", "T"]) == ["Tags="])
+        #expect(
+            try await completions([
+                "send", address, "--package", "atrium.examples.echo", "--service", "atrium.echo", "",
+            ]).isEmpty)
+
         // A message that does not match is not sent, and says why.
         let wrong = try await atrium([
             "send", address, "--package", package, "--service", "echo", "Command=put", "Kye=a",

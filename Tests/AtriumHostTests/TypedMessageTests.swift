@@ -31,20 +31,7 @@ import Testing
             """#)
         #expect(report.errors.isEmpty && report.warnings.isEmpty, "\(report.errors) \(report.warnings)")
         let manifest = try #require(report.manifest)
-        #expect(
-            manifest.services[0].interface
-                == ServiceInterface(
-                    commandKey: "Type",
-                    commands: [
-                        .init(
-                            name: "put", description: "Stores a note.",
-                            fields: [
-                                .init(name: "Key", type: .kind(.string), description: "its name"),
-                                .init(name: "Tags", type: .array(of: .string), optional: true),
-                                .init(name: "Extra", type: .any, optional: true),
-                            ]),
-                        .init(name: "list", additionalFields: true),
-                    ]))
+        #expect(manifest.services[0].interface == ServiceInterface.example(commandKey: "Type"))
         #expect(manifest.services[1].interface == nil)
     }
 

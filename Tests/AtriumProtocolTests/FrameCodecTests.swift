@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTesting
 import AtriumValues
 import NIOCore
 import NIOEmbedded
@@ -106,17 +107,7 @@ struct FrameCodecTests {
                     AppInfo(
                         package: "p", displayName: "P", services: ["s"], schemes: [], state: "ready",
                         interfaces: [
-                            "s": ServiceInterface(
-                                commands: [
-                                    .init(
-                                        name: "put", description: "Stores a note.",
-                                        fields: [
-                                            .init(name: "Key", type: .kind(.string), description: "its name"),
-                                            .init(name: "Tags", type: .array(of: .string), optional: true),
-                                            .init(name: "Extra", type: .any, optional: true),
-                                        ]),
-                                    .init(name: "list", additionalFields: true),
-                                ]),
+                            "s": ServiceInterface.example(),
                             "t": ServiceInterface(commandKey: "Type", commands: [.init(name: "ping")]),
                         ])
                 ])),
