@@ -183,4 +183,53 @@ for (name, message, iterations) in [
             ratio(decode / validate).padding(toLength: 17, withPad: " ", startingAt: 0), format(budgeted),
         ].joined(separator: " | "))
 }
+
+// What a request to a service that declares its commands costs on top (MANIFEST.md, "What a
+// service takes"): the host reads the message's outline (keys and kinds, not what they nest)
+// and checks it, after the validation every request gets. Baseline: that validation, in the
+// same run. A refused request also costs its error text and one "did you mean".
+print("\nChecking a request against its service's declared commands, ns per message")
+print("message                 | validate    | outline     | outline + check | (outline + check) / validate")
+let interface = ServiceInterface(commands: [
+    .init(
+        name: "ping",
+        fields: [.init(name: "CreationDate", type: .kind(.date)), .init(name: "TargetId", type: .kind(.string))]),
+    .init(
+        name: "catalogue",
+        fields: [.init(name: "Meta", type: .kind(.map)), .init(name: "Items", type: .array(of: .map))]),
+])
+var typedPing = pingMessage
+typedPing["Command"] = "ping"
+typedPing.removeValue(forKey: "Type")
+var typedCatalogue = catalogue()
+typedCatalogue["Command"] = "catalogue"
+typedCatalogue.removeValue(forKey: "Type")
+var refused = typedPing
+refused["TargteId"] = "a misspelled key"
+for (name, message, iterations) in [
+    ("ping", typedPing, 1_000_000), ("4 KiB nested", typedCatalogue, 20_000), ("ping, refused", refused, 200_000),
+] {
+    let encoded = message.cborBytes()
+    let validate = try encoded.withUnsafeBytes { raw in
+        try bestNanoseconds(iterations: iterations) {
+            try ValueSet.validate(cbor: raw)
+            return 1
+        }
+    }
+    let outline = try encoded.withUnsafeBytes { raw in
+        try bestNanoseconds(iterations: iterations) { try ValueSet(outline: raw).count }
+    }
+    let checked = try encoded.withUnsafeBytes { raw in
+        try bestNanoseconds(iterations: iterations) {
+            (interface.refusal(of: try ValueSet(outline: raw))?.count ?? 0) + 1
+        }
+    }
+    print(
+        [
+            name.padding(toLength: 23, withPad: " ", startingAt: 0),
+            format(validate).padding(toLength: 11, withPad: " ", startingAt: 0),
+            format(outline).padding(toLength: 11, withPad: " ", startingAt: 0),
+            format(checked).padding(toLength: 15, withPad: " ", startingAt: 0), ratio(checked / validate),
+        ].joined(separator: " | "))
+}
 if benchmarkSink == 42 { print("") }  // uses the sink

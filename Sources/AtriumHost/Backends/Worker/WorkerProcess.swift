@@ -495,6 +495,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private func restart() {
+        // The host may have shut down while the restart waited: then its core may be gone
+        // (`core` is unowned), and there is nothing to restart.
+        guard !state.withLock({ $0.shuttingDown }) else { return }
         core.metrics?.restarted(package: package)
         if let error = launchWorker() {
             logger.error("the worker could not be restarted: \(error)")
