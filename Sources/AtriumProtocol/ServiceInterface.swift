@@ -151,7 +151,8 @@ public struct ServiceInterface: Sendable, Hashable {
     /// counts the rest (a hostile message may hold a hundred thousand keys, and each written
     /// problem costs a "did you mean"). Empty when the message matches.
     public func problems(in message: ValueSet, limit: Int = 5) -> (problems: [String], more: Int) {
-        let key = untrusted(commandKey, limit: 64)
+        // Only what a refusal says is written out: a request that matches costs its lookups.
+        var key: String { untrusted(commandKey, limit: 64) }
         guard let named = message[commandKey] else {
             return (["the message has no \(key): it names the command (\(commandList))"], 0)
         }
@@ -181,11 +182,15 @@ public struct ServiceInterface: Sendable, Hashable {
         if !command.additionalFields {
             // The command's fields and a "did you mean" are said once, with the first key it
             // does not declare: a refusal costs one suggestion, however many keys it holds.
-            let names = command.fields.map(\.name)
-            let declared = Set(names)
+            // A set only for a command of many fields; a few are compared in turn.
+            let declared: Set<String>? = command.fields.count > 8 ? Set(command.fields.map(\.name)) : nil
             var first = true
-            for other in message.keys where other != commandKey && !declared.contains(other) {
+            for (other, _) in message
+            where other != commandKey
+                && !(declared?.contains(other) ?? command.fields.contains { $0.name == other })
+            {
                 if first {
+                    let names = command.fields.map(\.name)
                     let fields = names.isEmpty ? "it takes none" : "its fields: \(Self.listed(names))"
                     found(
                         "\"\(untrusted(other, limit: 64))\" is not a field of \(command.name) (\(fields))"
