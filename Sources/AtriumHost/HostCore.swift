@@ -211,7 +211,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         guard let backend = package.backend else {
             return .failure(unavailable(name, package.loadError ?? "it has no plugin"))
         }
-        guard caller.isRemote else { return .success(Route(backend: backend, interface: declared.interface)) }
+        let routed = Route(backend: backend, interface: declared.interface)
+        guard caller.isRemote else { return .success(routed) }
         if let scope = caller.tokenServices, !scope.contains("\(name)/\(service)") {
             return .failure(
                 RouteRefusal(.notAuthorized, "the client's token does not cover \(name)/\(service)"))
@@ -226,17 +227,17 @@ public final class HostCore: BackendHost, @unchecked Sendable {
                 )
             )
         case .any:
-            return .success(Route(backend: backend, interface: declared.interface))
+            return .success(routed)
         case .paired:
             guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
-            return .success(Route(backend: backend, interface: declared.interface))
+            return .success(routed)
         case .devices(let devices):
             guard caller.authorized else { return .failure(RouteRefusal(.notAuthorized, notPaired)) }
             guard let identity = caller.identity, devices.contains(where: { identity.hasPrefix($0) }) else {
                 return .failure(
                     RouteRefusal(.notAuthorized, "service \"\(service)\" takes only the devices its manifest names"))
             }
-            return .success(Route(backend: backend, interface: declared.interface))
+            return .success(routed)
         }
     }
 

@@ -67,11 +67,38 @@ import Testing
         (#"[{"command": "a\u0007"}]"#, "holds a control or invisible character"),
         (#"[{"command": "a", "description": "\#(String(repeating: "d", count: 501))"}]"#, "at most 500 characters"),
         (#"[{"command": "a", "fields": {"K": "int"}}]"#, "fields: must be an array of at most 256 fields"),
+        // The limits, one past each.
+        (
+            "[" + (0...256).map { #"{"command": "c\#($0)"}"# }.joined(separator: ",") + "]",
+            "services[0].commands: must be an array of 1 to 256 commands"
+        ),
+        (
+            #"[{"command": "a", "fields": ["#
+                + (0...256).map { #"{"name": "f\#($0)", "type": "int"}"# }
+                .joined(separator: ",") + "]}]",
+            "fields: must be an array of at most 256 fields"
+        ),
+        (#"[{"command": "\#(String(repeating: "c", count: 129))"}]"#, "must be a string of 1 to 128 characters"),
+        (
+            #"[{"command": "a", "fields": [{"name": "\#(String(repeating: "n", count: 129))", "type": "int"}]}]"#,
+            "fields[0].name: must be a string of 1 to 128 characters"
+        ),
     ])
     func mistakesInCommandsAreNamed(commands: String, expected: String) {
         let report = check(withCommands(commands))
         #expect(report.manifest == nil)
         #expect(report.errors.count == 1 && report.errors[0].detail.contains(expected), "\(report.errors)")
+    }
+
+    @Test func theLimitsThemselvesAreTaken() throws {
+        let commands =
+            "[" + (0..<255).map { #"{"command": "c\#($0)"}"# }.joined(separator: ",")
+            + #", {"command": "\#(String(repeating: "c", count: 128))", "description": "\#(String(repeating: "d", count: 500))", "fields": ["#
+            + (0..<256).map { #"{"name": "f\#($0)", "type": "int"}"# }.joined(separator: ",") + "]}]"
+        let report = check(withCommands(commands))
+        #expect(report.errors.isEmpty, "\(report.errors)")
+        #expect(report.manifest?.services[0].interface?.commands.count == 256)
+        #expect(report.manifest?.services[0].interface?.commands.last?.fields.count == 256)
     }
 
     @Test func eachCommandIsCheckedOnItsOwnAndUnknownKeysAreWarnedOf() {

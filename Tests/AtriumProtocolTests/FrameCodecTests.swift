@@ -211,9 +211,66 @@ struct FrameCodecTests {
         #expect(
             clientFrameError(["type": "launch", "id": 1, "uri": "x:", "preferredPackages": [1]])?.message
                 == #"launch: key "preferredPackages"[0] must be text, not an integer"#)
+        #expect(
+            clientFrameError(["type": "apps", "id": 1, "package": 5])?.message
+                == #"apps: key "package" must be text, not an integer"#)
         #expect(clientFrameError(["id": 1])?.message == #"frame has no "type" key"#)
         #expect(clientFrameError(["type": 1])?.message == #"frame: key "type" must be text, not an integer"#)
         #expect(clientFrameError(["type": "hello", "clientId": "c"])?.code == .malformedFrame)
+    }
+
+    /// Interfaces a client cannot read (a hostile or broken host) leave the app undescribed;
+    /// the answer is read all the same.
+    @Test func unreadableInterfacesLeaveTheAppUndescribed() throws {
+        let app: ValueSet = [
+            "package": "p", "displayName": "P", "services": .array(ValueArray(strings: ["s"])),
+            "schemes": .array(ValueArray()),
+        ]
+        for interfaces: Value in [
+            .array(ValueArray(maps: [["service": "s"]])),  // no commandKey, no commands
+            .array(ValueArray(maps: [["service": "s", "commandKey": "Command", "commands": "x"]])),
+            .array(
+                ValueArray(maps: [
+                    [
+                        "service": "s", "commandKey": "Command",
+                        "commands": .array(
+                            ValueArray(
+                                maps: Array(repeating: ["command": "c", "fields": .array(ValueArray())], count: 1025))),
+                    ]
+                ])),
+            "not an array",
+        ] {
+            var entry = app
+            entry["interfaces"] = interfaces
+            let body: ValueSet = ["type": "apps", "id": 3, "apps": .array(ValueArray(maps: [entry]))]
+            let frame = try HostFrame(body: ByteBuffer(bytes: body.cborBytes()))
+            #expect(
+                frame
+                    == .apps(
+                        AppsFrame(id: 3, apps: [AppInfo(package: "p", displayName: "P", services: ["s"], schemes: [])]))
+            )
+        }
+        // A type this client does not know is taken as any.
+        var entry = app
+        entry["interfaces"] = .array(
+            ValueArray(maps: [
+                [
+                    "service": "s", "commandKey": "Command",
+                    "commands": .array(
+                        ValueArray(maps: [
+                            [
+                                "command": "c",
+                                "fields": .array(ValueArray(maps: [["name": "N", "type": "decimal128"]])),
+                            ]
+                        ])),
+                ]
+            ]))
+        let body: ValueSet = ["type": "apps", "id": 4, "apps": .array(ValueArray(maps: [entry]))]
+        guard case .apps(let apps) = try HostFrame(body: ByteBuffer(bytes: body.cborBytes())) else {
+            Issue.record("not an apps frame")
+            return
+        }
+        #expect(apps.apps.first?.interfaces["s"]?.commands.first?.fields.first?.type == .any)
     }
 
     @Test func malformedBodiesAreRefused() {

@@ -193,22 +193,10 @@ final class ManifestChecker {
         }
         // What follows from the library is checked only when the library was read or absent.
         let hasLibrary: Bool? = library.map { $0 != nil }
-        let services = readServices(root["services"])
+        let services = readServices(root["services"], hasFunctions: root["functions"] != nil)
         let schemes = readSchemes(root["schemes"])
         let functions = readFunctions(root["functions"], hasLibrary: hasLibrary)
 
-        // Declared functions answer by their own commands: a service of theirs declares none.
-        if root["functions"] != nil, case .array(let list)? = root["services"] {
-            for (index, item) in list.enumerated() {
-                if case .object(let entry) = item, entry["commands"] != nil {
-                    record(
-                        fail(
-                            "services[\(index)].commands",
-                            "a package of declared functions takes the commands its functions declare: leave commands out"
-                        ))
-                }
-            }
-        }
         // As written, whether or not each entry was right: a wrong service is still a service.
         func isNonEmptyArray(_ value: JSONValue?) -> Bool {
             if case .array(let list)? = value { return !list.isEmpty }
@@ -281,7 +269,7 @@ final class ManifestChecker {
     }
 
     /// `services`: each entry checked on its own, so that every wrong one is reported.
-    func readServices(_ value: JSONValue?) -> [Manifest.Service]? {
+    func readServices(_ value: JSONValue?, hasFunctions: Bool) -> [Manifest.Service]? {
         guard let value else { return [] }
         guard case .array(let list) = value else {
             record(fail("services", "must be an array"))
@@ -330,7 +318,7 @@ final class ManifestChecker {
                 }
                 return access
             }
-            let interface = readInterface(entry, field: field)
+            let interface = readInterface(entry, field: field, hasFunctions: hasFunctions)
             if let name, let access, let interface {
                 services.append(Manifest.Service(name: name, access: access, interface: interface))
             } else {
@@ -377,8 +365,9 @@ final class ManifestChecker {
     static let maxDescriptionLength = 500
 
     /// A service's `commands` (and `commandKey`): each command checked on its own, up to its
-    /// first mistake. `.some(nil)` when it declares none; nil when something is wrong.
-    func readInterface(_ entry: [String: JSONValue], field: String) -> ServiceInterface?? {
+    /// first mistake. `.some(nil)` when it declares none; nil when something is wrong. In a
+    /// package of declared functions, the functions declare the commands: a service does not.
+    func readInterface(_ entry: [String: JSONValue], field: String, hasFunctions: Bool) -> ServiceInterface?? {
         let commandKey = section { () throws(ManifestError) -> String in
             guard let value = entry["commandKey"] else { return ServiceInterface.defaultCommandKey }
             if entry["commands"] == nil {
@@ -387,6 +376,13 @@ final class ManifestChecker {
             return try name(value, field: "\(field).commandKey", what: "the key a request names its command by")
         }
         guard let value = entry["commands"] else { return commandKey == nil ? nil : .some(nil) }
+        if hasFunctions {
+            record(
+                fail(
+                    "\(field).commands",
+                    "a package of declared functions takes the commands its functions declare: leave commands out"))
+            return nil
+        }
         guard case .array(let list) = value, !list.isEmpty, list.count <= Self.maxCommands else {
             record(
                 fail(
