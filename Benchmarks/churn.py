@@ -6,7 +6,7 @@ own count, `atrium status`), resident memory (RSS) and open descriptors grew per
 warm-up. A host that keeps something per cycle shows it here as bytes per cycle that do not
 go away; a few bytes either way are the allocator's noise.
 
-    Benchmarks/churn.py [--cycles 20000] [--reloads 1000] [--pinned]
+    Benchmarks/churn.py [--cycles 20000] [--warmup N] [--reloads 1000] [--pinned]
 
 One client at a time, nothing else running; the client is Python (cbor2), written from
 docs/PROTOCOL.md, and over TLS for the TLS cycle (Python's ssl). The figures go to
@@ -137,6 +137,9 @@ def main():
     parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
     parser.add_argument("--reloads", type=int, default=1000,
                         help="manifest reloads measured per kind (default 1000; 0 leaves them out)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="cycles of each kind before the measured ones (default as many as --cycles, and at "
+                             "least 12 s): the allocator's pages settle at the busiest the cycles make them")
     parser.add_argument("--pinned", action="store_true", help="run the host and the client on core 0")
     arguments = parser.parse_args()
     if arguments.pinned:
@@ -160,7 +163,7 @@ def main():
     TLSClient.context.load_cert_chain(os.path.join(state_folder, "host-cert.pem"),
                                       os.path.join(state_folder, "host-key.pem"))
     try:
-        warmup = max(arguments.cycles // 10, 500)
+        warmup = arguments.warmup if arguments.warmup is not None else arguments.cycles
         print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
               f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
         print("| cycle | allocated, growth per cycle | heap in use (glibc), growth per cycle | RSS growth per cycle "

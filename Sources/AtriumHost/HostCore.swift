@@ -76,9 +76,11 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         /// `connections`).
         var tcpConnections = 0
         var localConnections = 0
-        /// The most connections open at once since memory was last given back, and whether
-        /// the last look found enough of them gone to give memory back at the next.
+        /// The most connections open at once since memory was last given back, whether a
+        /// backend was let go since (a reload, a worker's restart), and whether the last look
+        /// found reason to give memory back at the next.
         var peakSinceTrim = 0
+        var backendLetGoSinceTrim = false
         var trimDue = false
         var shuttingDown = false
     }
@@ -692,33 +694,44 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     var isShuttingDown: Bool { stoppingFlag.load(ordering: .relaxed) }
 
-    /// Gives the memory of connections that have gone back to the system once most of them
-    /// are gone (at least 64 fewer than the peak, and fewer than half of it). glibc's
-    /// allocator keeps freed memory for reuse: without this, a burst of 10,000 connections
-    /// would leave the host's RSS at its peak for good (95 MiB against 31 MiB after the trim,
-    /// BENCHMARKS.md). Called every few seconds; a lock and two comparisons when nothing changed.
+    /// A backend was let go (a reload retired a package, a worker process ended): the next
+    /// look or the one after gives what it held back to the system.
+    func backendLetGo() {
+        state.withLock { $0.backendLetGoSinceTrim = true }
+    }
+
+    /// Gives freed memory back to the system once most connections of a burst are gone (at
+    /// least 64 fewer than the peak, and fewer than half of it), or after a backend was let
+    /// go. glibc's allocator keeps freed memory for reuse: without this, a burst of 10,000
+    /// connections would leave the host's RSS at its peak for good (95 MiB against 31 MiB
+    /// after the trim), and each reload or worker restart would leave a few pages of RSS that
+    /// nothing uses (BENCHMARKS.md, "Churn"). Called every few seconds; a lock and two
+    /// comparisons when nothing changed.
     func trimMemoryAfterBursts() {
-        let peak = state.withLock { state -> Int? in
+        let why = state.withLock { state -> String? in
             let open = state.connections.count
-            guard state.peakSinceTrim - open >= 64, open * 2 < state.peakSinceTrim else {
+            let burst = state.peakSinceTrim - open >= 64 && open * 2 < state.peakSinceTrim
+            guard burst || state.backendLetGoSinceTrim else {
                 state.trimDue = false
                 return nil
             }
             // Not at the first look: closed connections' memory is freed a moment after they
-            // are counted out (their pipelines are torn down on later turns of the loop).
+            // are counted out (their pipelines are torn down on later turns of the loop), a
+            // retired backend's once its last channel and callback let go of it.
             guard state.trimDue else {
                 state.trimDue = true
                 return nil
             }
             defer {
                 state.peakSinceTrim = open
+                state.backendLetGoSinceTrim = false
                 state.trimDue = false
             }
-            return state.peakSinceTrim
+            return burst ? "connections down from \(state.peakSinceTrim)" : "a backend was let go"
         }
-        guard let peak else { return }
+        guard let why else { return }
         let released = atrium_release_free_memory()
-        logger.debug("connections down from \(peak): freed memory \(released == 1 ? "given back" : "kept")")
+        logger.debug("\(why): freed memory \(released == 1 ? "given back" : "kept")")
     }
 
     // MARK: - Shutdown

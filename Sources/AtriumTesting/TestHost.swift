@@ -99,8 +99,11 @@ public final class TestHost: @unchecked Sendable {
         // Under Scripts/test-asan.sh the host and its workers check for leaks at exit, with
         // options of their own; the test runner itself does not.
         if let options = inherited["ATRIUM_HOST_ASAN_OPTIONS"] { inherited["ASAN_OPTIONS"] = options }
-        // No configuration file of the machine's or the user's: a test says what it runs with.
+        // No configuration file of the machine's or the user's, and glibc's malloc as atriumd
+        // sets it: a test says what it runs with.
         inherited["ATRIUM_CONFIG"] = "off"
+        inherited["MALLOC_ARENA_MAX"] = nil
+        inherited["GLIBC_TUNABLES"] = nil
         process.environment = inherited.merging(environment) { $1 }
         let collector = OutputCollector()
         let pipe = Pipe()

@@ -19,6 +19,17 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <limits.h>
+
+/* Under AddressSanitizer malloc is the sanitizer's: glibc's arenas are not what allocates. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATRIUM_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(ATRIUM_SANITIZED_ALLOCATOR)
+#define ATRIUM_SANITIZED_ALLOCATOR 1
+#endif
 
 long long atrium_heap_in_use(void) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -29,11 +40,67 @@ long long atrium_heap_in_use(void) {
 #endif
 }
 
+int atrium_malloc_arena_count(void) {
+#if defined(__GLIBC__) && !defined(ATRIUM_SANITIZED_ALLOCATOR)
+    char *text = NULL;
+    size_t length = 0;
+    FILE *stream = open_memstream(&text, &length);
+    if (stream == NULL) return -1;
+    int written = malloc_info(0, stream);
+    fclose(stream);
+    int count = -1;
+    if (written == 0 && text != NULL) {
+        count = 0;
+        for (const char *at = text; (at = strstr(at, "<heap nr=")) != NULL; at += 9) count += 1;
+    }
+    free(text);
+    return count;
+#else
+    return -1;
+#endif
+}
+
 int atrium_release_free_memory(void) {
 #if defined(__GLIBC__)
     return malloc_trim(0);
 #else
     return 0;
+#endif
+}
+
+/* A whole number from 1 to INT_MAX, the first `length` bytes of `text` (all of it when
+ * `length` is -1); 0 for anything else. */
+static int positive_number(const char *text, long length) {
+    if (text == NULL) return 0;
+    char digits[16];
+    size_t count = length < 0 ? strlen(text) : (size_t)length;
+    if (count == 0 || count >= sizeof digits) return 0;
+    memcpy(digits, text, count);
+    digits[count] = '\0';
+    for (size_t index = 0; index < count; index += 1) {
+        if (digits[index] < '0' || digits[index] > '9') return 0;
+    }
+    long value = strtol(digits, NULL, 10);
+    return value > 0 && value <= INT_MAX ? (int)value : 0;
+}
+
+int atrium_limit_malloc_arenas(int count) {
+#if defined(ATRIUM_SANITIZED_ALLOCATOR) || !defined(__GLIBC__)
+    (void)count;
+    (void)positive_number;
+    return 0;
+#else
+    /* A cap the environment sets, as glibc reads it (a value it refuses sets none). */
+    int set = positive_number(getenv("MALLOC_ARENA_MAX"), -1);
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    const char *tunable = tunables != NULL ? strstr(tunables, "glibc.malloc.arena_max=") : NULL;
+    if (tunable != NULL) {
+        tunable += strlen("glibc.malloc.arena_max=");
+        int from_tunable = positive_number(tunable, (long)strcspn(tunable, ":"));
+        if (from_tunable > 0) set = from_tunable;
+    }
+    if (set > 0) return set;
+    return count > 0 && mallopt(M_ARENA_MAX, count) == 1 ? count : 0;
 #endif
 }
 

@@ -26,6 +26,9 @@ extension Atriumd {
     /// and runs, as ArgumentParser's own `main` does. An error about an option whose value
     /// came from the file or the environment says where it came from.
     static func main() async {
+        // Before any other thread allocates (see MallocArenas): a worker process gets its cap
+        // from its environment.
+        MallocArenas.limit()
         let commandLine = Array(CommandLine.arguments.dropFirst())
         // A worker process is started by the host with everything it needs; help and the
         // version are given whatever the configuration holds.

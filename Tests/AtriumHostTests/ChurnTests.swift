@@ -217,6 +217,12 @@ import Testing
         let states = workers.map { $0?["state"]?.string }
         let pids = workers.map { $0?["pid"]?.int }
         #expect(states == ["ready", "ready"] && pids[0] != nil && pids[0] == pids[1], "\(workers)")
+        // Every thread the churn used (the event loops, the launch threads) allocated from the
+        // one malloc arena atriumd sets first thing (MallocArenas): a second arena would mean
+        // the cap came too late, and the host's memory would creep with its threads. Under
+        // AddressSanitizer malloc is the sanitizer's, and the host says it cannot tell.
+        let arenas = after["mallocArenas"]?.int
+        #expect(arenas == (TestEnvironment.addressSanitizer ? -1 : 1), "\(String(describing: arenas))")
 
         await local.close()
         #expect(await host.stop() == 0)

@@ -116,12 +116,15 @@ import Testing
 
     @Test func aChangedWorkerPackageGetsANewWorker() async throws {
         let manifest = WorkerIsolationTests.manifest()
-        let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
+        let host = try await startHost(
+            arguments: ["--log-level", "debug"],
+            manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
         let client = try await connectedClient(host)
         #expect(
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         #expect(try await client.open(channel: 2, service: "c", package: WorkerIsolationTests.package) == .success)
         #expect(host.count("worker process started") == 1)
+        #expect(!host.logged("a backend was let go"))
         try write(
             host, "w.json",
             manifest.replacingOccurrences(of: "\"isolation\"", with: "\"config\": {\"v\": 2}, \"isolation\""))
@@ -131,6 +134,9 @@ import Testing
         #expect(try await client.open(channel: 3, service: "c", package: WorkerIsolationTests.package) == .success)
         #expect(try await client.request(channel: 3, id: 1, ["Int": 1]).status == .success)
         #expect(try await echoes(client, 1))
+        // What the old worker's backend held is given back to the system a few seconds later
+        // (looked at every 2 s, given back at the second look).
+        #expect(await host.waitForLog("a backend was let go: freed memory", timeout: .seconds(10)))
         await client.close()
         #expect(await host.stop() == 0)
         // The old worker was shut down, not lost.

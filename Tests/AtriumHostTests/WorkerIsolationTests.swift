@@ -23,8 +23,10 @@ import Testing
         """
     }
 
-    static func startWorkerHost(limits: String? = nil) async throws -> TestHost {
-        try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest(limits: limits)]) { $1 })
+    static func startWorkerHost(limits: String? = nil, arguments: [String] = []) async throws -> TestHost {
+        try await startHost(
+            arguments: arguments,
+            manifests: Fixtures.referenceManifests.merging(["w.json": manifest(limits: limits)]) { $1 })
     }
 
     /// A client with an echo channel open (an in-process package), to show it is not disturbed.
@@ -88,7 +90,7 @@ import Testing
         ("exit", "exited with status 3"),
     ])
     func aCrashingWorkerTakesOnlyItsOwnPackage(_ how: String, _ logged: String) async throws {
-        let host = try await Self.startWorkerHost()
+        let host = try await Self.startWorkerHost(arguments: ["--log-level", "debug"])
         let bystander = try await Self.bystander(host)
         let client = try await connectedClient(host)
         let first = try await client.open(channel: 1, service: "c", package: Self.package)
@@ -122,6 +124,8 @@ import Testing
         let again = try await client.request(channel: 3, id: 8, ["Int": 1])
         #expect(try again.decoded["IntPlusOne"] == .int(2))
         #expect(try await Self.echoes(bystander, 2))
+        // What the crashed worker's backend held is given back to the system soon after.
+        #expect(await host.waitForLog("a backend was let go: freed memory", timeout: .seconds(10)))
         #expect(host.isRunning)
         await client.close()
         await bystander.close()

@@ -66,6 +66,8 @@ extension HostCore {
             let old = registry.withLock { $0 }
             var next: [LoadedPackage] = []
             var retired: [(LoadedPackage, String)] = []
+            // A new version that did not load is let go too.
+            var discarded = false
             var seen: Set<String> = []
             // The new and changed packages start together.
             let starting = directory.manifests.filter { manifest in
@@ -90,6 +92,7 @@ extension HostCore {
                 if let error = replacement.loadError, current.loadError == nil {
                     next.append(current)
                     report.keptRunning.append((manifest.package, "its new version does not load: \(error)"))
+                    discarded = true
                     continue
                 }
                 next.append(replacement)
@@ -124,6 +127,7 @@ extension HostCore {
                     )
                 }
             }
+            if !retired.isEmpty || discarded { backendLetGo() }
             return report
         }
     }

@@ -18,6 +18,7 @@ import Foundation
 /// | `connections`, `tcpConnections`, `localConnections` | connections admitted and not yet gone |
 /// | `connectionsInMemory` | connection handlers not yet freed (a leak shows here first) |
 /// | `heapInUseBytes` | what the host's heap holds now (allocated, not merely kept by the allocator as RSS is; -1 where it cannot be told) |
+/// | `mallocArenas` | the malloc arenas the host has made (1 unless `MALLOC_ARENA_MAX` says otherwise; see ``MallocArenas``; -1 where it cannot be told) |
 /// | `workersInMemory`, `pluginsInMemory` | worker process backends and loaded plugin libraries (in this process) not yet freed: the current ones, and those a reload retired that are still being let go |
 /// | `peers` | addresses with connections counted against the per-address limit |
 /// | `freeSlots`, `slots` | connection slots free, and in all |
@@ -64,6 +65,7 @@ extension HostCore {
             "workersInMemory": .int(Int64(WorkerProcess.live.load(ordering: .relaxed))),
             "pluginsInMemory": .int(Int64(InProcessPlugin.live.load(ordering: .relaxed))),
             "heapInUseBytes": .int(Int64(atrium_heap_in_use())),
+            "mallocArenas": .int(Int64(atrium_malloc_arena_count())),
             "peers": .int(Int64(counted.peers)),
             "freeSlots": .int(Int64(counted.free)),
             "slots": .int(Int64(slots.count)),

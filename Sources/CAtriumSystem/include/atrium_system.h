@@ -9,6 +9,13 @@
  * was released, 0 otherwise (and always 0 where there is no malloc_trim). */
 int atrium_release_free_memory(void);
 
+/* Caps glibc's malloc arenas (M_ARENA_MAX) at `count`, unless the environment sets a cap of
+ * its own (MALLOC_ARENA_MAX, or glibc.malloc.arena_max in GLIBC_TUNABLES; a value glibc
+ * refuses, such as 0, sets none). Arenas made before the call stay: call it first thing in
+ * main, before a second thread allocates. Returns the cap in force, or 0 when it is glibc's own
+ * (8 per core), there is no glibc, or malloc is AddressSanitizer's. */
+int atrium_limit_malloc_arenas(int count);
+
 /* Passes `count` open descriptors (0 to 16) over the Unix socket `socket` (SCM_RIGHTS), with
  * one byte of data. Returns 0, or -1 with errno set. */
 int atrium_send_descriptors(int socket, const int *descriptors, int count);
@@ -26,6 +33,10 @@ int atrium_spawn(const char *path, char *const argv[], char *const envp[], int i
 /* The bytes the heap holds for the program now, in every arena, mmapped blocks included
  * (glibc's mallinfo2: uordblks + hblkhd); -1 where there is no mallinfo2. */
 long long atrium_heap_in_use(void);
+
+/* How many malloc arenas the process has made (glibc's malloc_info: its <heap> elements);
+ * -1 where it cannot be told (no glibc, or malloc is AddressSanitizer's). */
+int atrium_malloc_arena_count(void);
 
 /* Names the calling thread (at most 15 bytes are kept), as ps and /proc show it. */
 void atrium_name_this_thread(const char *name);

@@ -486,6 +486,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         switch verdict {
         case .failed(let why):
             logger.error("package \(package) is given up: \(why)")
+            core.backendLetGo()
         default:
             let crashes = state.withLock { $0.crashes.count }
             let delay = Duration.milliseconds(min(250 << (crashes - 1), 30_000))
@@ -499,6 +500,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         // (`core` is unowned), and there is nothing to restart.
         guard !state.withLock({ $0.shuttingDown }) else { return }
         core.metrics?.restarted(package: package)
+        // What the ended worker's links and tables held is given back a moment later.
+        core.backendLetGo()
         if let error = launchWorker() {
             logger.error("the worker could not be restarted: \(error)")
             state.withLock { state in

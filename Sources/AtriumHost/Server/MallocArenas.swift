@@ -1,0 +1,27 @@
+import CAtriumSystem
+
+/// How many malloc arenas the host's threads share.
+///
+/// glibc gives a thread that allocates while others hold the arenas an arena of its own, up to
+/// eight a core. The host's threads come and go (a worker's reaper, Dispatch's threads, the
+/// launch threads), and what each leaves in its arena keeps that arena's pages: with glibc's
+/// default, RSS grew by 340 B to 800 B with every worker restart while nothing stayed
+/// allocated. One arena for every thread holds it much closer to flat (BENCHMARKS.md, "One
+/// malloc arena"). Small
+/// allocations still come from each thread's cache (tcache) without a lock; larger ones, such
+/// as buffers, take the arena's lock, which measured no slower on a 2-core machine. On a host
+/// of many cores, or with in-process plugins that allocate from many threads of their own,
+/// `MALLOC_ARENA_MAX` (or `GLIBC_TUNABLES=glibc.malloc.arena_max=N`) in atriumd's environment
+/// sets another cap, and takes precedence.
+public enum MallocArenas {
+    /// The cap the host sets when its environment sets none.
+    public static let hostDefault = 1
+
+    /// Caps the arenas at `count` unless the environment sets a cap; returns the cap in force
+    /// (0: glibc's own). Arenas made before the call stay: call it first thing in `main`,
+    /// before a second thread allocates.
+    @discardableResult
+    public static func limit(to count: Int = hostDefault) -> Int {
+        Int(atrium_limit_malloc_arenas(Int32(count)))
+    }
+}
