@@ -6,7 +6,7 @@ before and after, per reload, with the package in a worker process and then in p
 many worker processes are left running, and what the host itself still holds (`atrium
 status`: backends retired by a reload and not yet freed).
 
-    Benchmarks/reloads.py [--reloads 1000]
+    Benchmarks/reloads.py [--reloads 1000] [--warmup N] [--only worker|process]
 
 Benchmarks/churn.py runs the same after its other cycles. The figures go to BENCHMARKS.md.
 """
@@ -31,7 +31,7 @@ def host_status(socket_path):
     return json.loads(answer.stdout) if answer.returncode == 0 else {}
 
 
-def measure_reloads(reloads, pin=(), warmup=None):
+def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False)):
     """Yields (kind, reloads, RSS bytes per reload, bytes allocated and not freed per reload,
     heap bytes in use per reload (glibc's count), descriptors before, after, worker processes
     left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
@@ -74,7 +74,7 @@ def measure_reloads(reloads, pin=(), warmup=None):
                 time.sleep(0.005)
     try:
         time.sleep(1)
-        for isolated in (True, False):
+        for isolated in kinds:
             base = 1_000_000 if isolated else 2_000_000
             cycle(warmup if warmup is not None else max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
@@ -101,10 +101,13 @@ def main():
     parser.add_argument("--reloads", type=int, default=1000, help="reloads measured for each kind (default 1000)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="reloads before the measured ones (default a tenth of --reloads, at least 20)")
+    parser.add_argument("--only", choices=["worker", "process"], default=None,
+                        help="measure the package only in a worker process, or only in process (default both)")
     arguments = parser.parse_args()
+    kinds = {"worker": (True,), "process": (False,)}.get(arguments.only, (True, False))
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
     for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
-            measure_reloads(arguments.reloads, warmup=arguments.warmup):
+            measure_reloads(arguments.reloads, warmup=arguments.warmup, kinds=kinds):
         print(f"- {kind}: {count} reloads: {live:.1f} B allocated and not freed, {heap_per_reload:.1f} B of heap in "
               f"use (glibc) and {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
