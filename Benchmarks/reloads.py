@@ -6,7 +6,7 @@ before and after, per reload, with the package in a worker process and then in p
 many worker processes are left running, and what the host itself still holds (`atrium
 status`: backends retired by a reload and not yet freed).
 
-    Benchmarks/reloads.py [--reloads 1000] [--warmup N] [--only worker|process]
+    Benchmarks/reloads.py [--reloads 1000] [--warmup N] [--only worker|process] [--rss-only]
 
 Benchmarks/churn.py runs the same after its other cycles. The figures go to BENCHMARKS.md.
 """
@@ -31,14 +31,16 @@ def host_status(socket_path):
     return json.loads(answer.stdout) if answer.returncode == 0 else {}
 
 
-def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False)):
+def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_allocations=True):
     """Yields (kind, reloads, RSS bytes per reload, bytes allocated and not freed per reload,
     heap bytes in use per reload (glibc's count), descriptors before, after, worker processes
     left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
     folder = copy_of_reference_manifests()
     scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
     socket_path = os.path.join(scratch, "atriumd.sock")
-    live_file = os.path.join(scratch, "live-bytes")
+    # Counting every allocation (livebytes.c) tells a leak from the allocator's state, but it
+    # moves RSS too: --rss-only measures the host as it runs.
+    live_file = os.path.join(scratch, "live-bytes") if count_allocations else None
 
     def write(version, isolated):
         manifest = {"manifestVersion": 1, "package": "bench.reloaded", "library": os.path.join(RELEASE, "libEcho.so"),
@@ -79,13 +81,13 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False)):
             cycle(warmup if warmup is not None else max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
             rss, fds, heap = rss_bytes(host.pid), descriptors(host.pid), host_status(socket_path).get("heapInUseBytes", 0)
-            live = read_live_bytes(live_file)[0]
+            live = read_live_bytes(live_file)[0] if live_file else 0
             cycle(reloads, isolated, base + 500_000)  # configs unlike every warm-up one
             time.sleep(11)
             rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
             status = host_status(socket_path)
-            live_after = read_live_bytes(live_file)[0]
+            live_after = read_live_bytes(live_file)[0] if live_file else 0
             yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads,
                    (live_after - live) / reloads, (status.get("heapInUseBytes", 0) - heap) / reloads, fds, fds_after, len(workers),
                    status.get("workersInMemory"), status.get("pluginsInMemory"))
@@ -103,11 +105,15 @@ def main():
                         help="reloads before the measured ones (default a tenth of --reloads, at least 20)")
     parser.add_argument("--only", choices=["worker", "process"], default=None,
                         help="measure the package only in a worker process, or only in process (default both)")
+    parser.add_argument("--rss-only", action="store_true",
+                        help="run the host without counting its allocations (Benchmarks/livebytes.c), which "
+                             "moves its RSS too: the allocated column then reads 0")
     arguments = parser.parse_args()
     kinds = {"worker": (True,), "process": (False,)}.get(arguments.only, (True, False))
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
     for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
-            measure_reloads(arguments.reloads, warmup=arguments.warmup, kinds=kinds):
+            measure_reloads(arguments.reloads, warmup=arguments.warmup, kinds=kinds,
+                            count_allocations=not arguments.rss_only):
         print(f"- {kind}: {count} reloads: {live:.1f} B allocated and not freed, {heap_per_reload:.1f} B of heap in "
               f"use (glibc) and {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
