@@ -229,6 +229,44 @@ import Testing
         #expect(host.logged("connections left in memory: 0"), "\(host.log.suffix(400))")
     }
 
+    /// What the environment says, and the most arenas the host may make with it.
+    static let arenaCaps: [([String: String], Int64)] = [
+        (["MALLOC_ARENA_MAX": "abc"], 1), (["MALLOC_ARENA_MAX": "0"], 1), (["MALLOC_ARENA_MAX": "-2"], 1),
+        (["MALLOC_ARENA_MAX": String(repeating: "9", count: 40)], 1),
+        (["GLIBC_TUNABLES": "glibc.malloc.arena_max=0:glibc.malloc.tcache_count=7"], 1),
+        (["MALLOC_ARENA_MAX": "3"], 3),
+        (["GLIBC_TUNABLES": "glibc.malloc.arena_max=2"], 2),
+    ]
+
+    /// The malloc arena cap the environment sets is taken, and one glibc would refuse is not
+    /// (the host's own cap of one stays): each host serves 16 clients at once on both event
+    /// loops, which without a cap makes an arena for each thread that finds the others busy.
+    @Test(
+        .disabled(if: TestEnvironment.addressSanitizer, "under AddressSanitizer malloc has no glibc arenas"),
+        arguments: arenaCaps)
+    func anArenaCapFromTheEnvironment(_ environment: [String: String], atMost: Int64) async throws {
+        let host = try await TestHost.start(manifests: Fixtures.all, environment: environment)
+        let local = try await TestClient.connect(unixSocket: host.socketPath)
+        try await local.hello()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for number in 0..<16 {
+                group.addTask {
+                    let client = try await connectedClient(host, clientId: "arena-\(number)")
+                    _ = try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage)
+                    for id in 1...100 {
+                        _ = try await client.request(channel: 1, id: UInt64(id), ["n": .int(Int64(id))])
+                    }
+                    await client.close()
+                }
+            }
+            try await group.waitForAll()
+        }
+        let arenas = try await Self.status(local, id: 1)["mallocArenas"]?.int ?? -1
+        #expect(arenas >= 1 && arenas <= atMost, "\(environment): \(arenas) arenas")
+        await local.close()
+        #expect(await host.stop() == 0)
+    }
+
     /// Whether the client half-closes after the service's message has reached it, or at once
     /// (the service's message then comes after the half-close).
     @Test(arguments: [true, false])

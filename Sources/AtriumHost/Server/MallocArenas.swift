@@ -7,12 +7,11 @@ import CAtriumSystem
 /// launch threads), and what each leaves in its arena keeps that arena's pages: with glibc's
 /// default, RSS grew by 340 B to 800 B with every worker restart while nothing stayed
 /// allocated. One arena for every thread holds it much closer to flat (BENCHMARKS.md, "One
-/// malloc arena"). Small
-/// allocations still come from each thread's cache (tcache) without a lock; larger ones, such
-/// as buffers, take the arena's lock, which measured no slower on a 2-core machine. On a host
-/// of many cores, or with in-process plugins that allocate from many threads of their own,
-/// `MALLOC_ARENA_MAX` (or `GLIBC_TUNABLES=glibc.malloc.arena_max=N`) in atriumd's environment
-/// sets another cap, and takes precedence.
+/// malloc arena"). Small allocations still come from each thread's cache (tcache) without a
+/// lock; larger ones, such as buffers, take the arena's lock, which measured no slower on a
+/// 2-core machine. On a host of many cores, or with in-process plugins that allocate from many
+/// threads of their own, `MALLOC_ARENA_MAX` (or `GLIBC_TUNABLES=glibc.malloc.arena_max=N`) in
+/// atriumd's environment sets another cap, and takes precedence.
 public enum MallocArenas {
     /// The cap the host sets when its environment sets none.
     public static let hostDefault = 1
