@@ -21,14 +21,14 @@ struct Atrium: AsyncParsableCommand {
         commandName: "atrium",
         abstract: "Talk to an Atrium host: ping it, list its apps, send messages to its app services.",
         discussion: """
-            HOST is host:port (port 7340 when left out), unix:/path for the host's local
-            socket, or the name of a host on the network as atrium discover lists it (quoted
-            when it has spaces); it defaults to 127.0.0.1:7340. Over TCP, atrium speaks TLS with an
-            identity of its own (a key and certificate kept in $XDG_STATE_HOME/atrium, made at
+            HOST is host:port (port 7340 when left out), unix:/path for the host's local \
+            socket, or the name of a host on the network as atrium discover lists it (quoted \
+            when it has spaces); it defaults to 127.0.0.1:7340. Over TCP, atrium speaks TLS with an \
+            identity of its own (a key and certificate kept in $XDG_STATE_HOME/atrium, made at \
             first use); --insecure speaks plain TCP, to a loopback host only.
 
-            Exit codes: 0 success; 1 the host or service answered with a status other than
-            success (or pings were lost); 3 the host could not be reached, went away or did
+            Exit codes: 0 success; 1 the host or service answered with a status other than \
+            success (or pings were lost); 3 the host could not be reached, went away or did \
             not answer in time; 64 the command line was wrong.
             """,
         version: AtriumVersion.current,
@@ -194,8 +194,8 @@ struct Ping: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send Roman pings and print each round trip, the way ping does.",
         discussion: """
-            Opens the Roman test app's ping service (package 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce,
-            service com.microsoft.test.cdppingpongservice) and sends {Type: "ping",
+            Opens the Roman test app's ping service (package 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce, \
+            service com.microsoft.test.cdppingpongservice) and sends {Type: "ping", \
             CreationDate, TargetId}; the answer must be a pong with both values echoed.
 
             Example:
@@ -339,20 +339,22 @@ struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one message to an app service and print the answer.",
         discussion: """
-            The message is a JSON object (--json) or KEY=VALUE words: Count=3 is an int,
+            The message is a JSON object (--json) or KEY=VALUE words: Count=3 is an int, \
             Ratio=0.5 a double, Ok=true a bool, anything else a string (Name:=3 forces a string).
 
-            When the service declares its commands (atrium describe PACKAGE SERVICE prints
-            them), each field is read as the type its command declares (Name=3 is the string
-            "3" for a string field, Ratio=2 the double 2.0, When=2026-11-22T10:00:00Z a date,
-            Tags='["a","b"]' an array), and a message that does not match is not sent: what is
-            wrong is printed with the command's fields. --unchecked sends it as given (the host
-            checks it all the same). With the shell completions installed (Scripts/install.sh
+            When the service declares its commands (atrium describe PACKAGE SERVICE prints \
+            them), each field is read as the type its command declares (Name=3 is the string \
+            "3" for a string field, Ratio=2 the double 2.0, When=2026-11-22T10:00:00Z a date, \
+            Tags='["a","b"]' an array), and a message that does not match is not sent: what is \
+            wrong is printed with the command's fields. --unchecked sends it as given (the host \
+            checks it all the same). With the shell completions installed (Scripts/install.sh \
             installs them), Tab completes Command=... and then the chosen command's fields.
 
             Examples:
-              atrium send --package atrium.examples.echo --service atrium.echo Type=hello Count=3
-              atrium send 10.0.0.5:7340 --package P --service S --json '{"Items": [1, 2]}' --json-output
+              atrium send --package atrium.examples.echo --service atrium.echo \\
+                Type=hello Count=3
+              atrium send 10.0.0.5:7340 --package P --service S \\
+                --json '{"Items": [1, 2]}' --json-output
             """
     )
 
@@ -539,19 +541,19 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Measure request/response throughput and latency against an app service.",
         discussion: """
-            Opens --connections connections, each with a channel to the service, and keeps
-            --pipeline requests in flight on each for --duration seconds, then prints the
-            round trips per second and the latency percentiles (HdrHistogram). The target is
-            the Echo service unless told otherwise; `atrium-baseline` (a raw SwiftNIO echo with
-            the same framing) can be the host too (with --insecure: it speaks plain TCP only), and
-            Benchmarks/compare.py runs both. Over TCP it speaks TLS, as every atrium command
+            Opens --connections connections, each with a channel to the service, and keeps \
+            --pipeline requests in flight on each for --duration seconds, then prints the \
+            round trips per second and the latency percentiles (HdrHistogram). The target is \
+            the Echo service unless told otherwise; `atrium-baseline` (a raw SwiftNIO echo with \
+            the same framing) can be the host too (with --insecure: it speaks plain TCP only), and \
+            Benchmarks/compare.py runs both. Over TCP it speaks TLS, as every atrium command \
             does, unless told --insecure.
 
-            With --idle, it opens the connections, says hello, and holds them for --duration
+            With --idle, it opens the connections, says hello, and holds them for --duration \
             seconds without sending anything (to measure an idle connection's memory).
 
             Examples:
-              atrium bench                                  # 1 connection, one request at a time, 10 s
+              atrium bench           # 1 connection, one request at a time, for 10 s
               atrium bench 127.0.0.1:7340 --connections 64 --duration 5
               atrium bench --pipeline 64 --json-output
             """
@@ -695,13 +697,15 @@ struct Launch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Launch a URI on the host's machine, with the app registered for its scheme.",
         discussion: """
-            The host hands the URI to the package that declares its scheme (docs/LAUNCHING.md)
+            The host hands the URI to the package that declares its scheme (docs/LAUNCHING.md) \
             and answers with a RemoteLaunchUriStatus, which this prints.
 
             Examples:
               atrium launch 192.168.1.20 "https://example.org/article"
-              atrium launch roman-test://hello --package 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce
-              atrium launch 127.0.0.1:7340 myapp://open --fallback https://example.org --data '{"Page": 3}'
+              atrium launch roman-test://hello \\
+                --package 5085ShawnHenry.RomanTestApp_jsjw7knzsgcce
+              atrium launch 127.0.0.1:7340 myapp://open --fallback https://example.org \\
+                --data '{"Page": 3}'
             """
     )
 

@@ -8,20 +8,21 @@ struct Describe: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print what a package's services take: their commands and each command's fields.",
         discussion: """
-            A service whose manifest declares its commands ("commands", docs/MANIFEST.md) has
-            every request checked against them by the host; a service of declared C functions
-            takes its functions' arguments. atrium send reads the same declaration: it reads
+            A service whose manifest declares its commands ("commands", docs/MANIFEST.md) has \
+            every request checked against them by the host; a service of declared C functions \
+            takes its functions' arguments. atrium send reads the same declaration: it reads \
             each KEY=VALUE as its field's type and checks the message before sending it.
 
-            A client over TCP is told of the services that accept remote callers; describe a
-            local-only service over the host's local socket (unix:PATH). A HOST after the
-            PACKAGE alone is taken as the host when it holds ':' or '/', which no service name
+            A client over TCP is told of the services that accept remote callers; describe a \
+            local-only service over the host's local socket (unix:PATH). A HOST after the \
+            PACKAGE alone is taken as the host when it holds ':' or '/', which no service name \
             does.
 
             Examples:
               atrium describe atrium.examples.mathlib
               atrium describe atrium.examples.mathlib atrium.math --json-output
-              atrium describe my.notes my.notes.service unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock
+              atrium describe my.notes my.notes.service \\
+                unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock
             """
     )
 

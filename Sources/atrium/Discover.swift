@@ -11,9 +11,9 @@ struct Discover: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the Atrium hosts on the local network (DNS-SD, through avahi-daemon).",
         discussion: """
-            Browses for _atrium._tcp for a few seconds, tries each host found with a TCP
-            connection, and lists them. Every atrium command takes a listed NAME where it takes
-            HOST (quote a name with spaces). docs/DISCOVERY.md says what to check when nothing is
+            Browses for _atrium._tcp for a few seconds, tries each host found with a TCP \
+            connection, and lists them. Every atrium command takes a listed NAME where it takes \
+            HOST (quote a name with spaces). docs/DISCOVERY.md says what to check when nothing is \
             found.
 
             Examples:

@@ -6,7 +6,7 @@ struct New: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write a new plugin or client project, ready to build, outside Atrium's source tree.",
         discussion: """
-            The project has a README of its own, and a test.sh that builds it, starts atriumd
+            The project has a README of its own, and a test.sh that builds it, starts atriumd \
             with it on a socket of its own and checks the answer.
 
             Examples:
@@ -71,13 +71,14 @@ struct New: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Write a plugin project: a service with one command, its manifest, a test, a README.",
             discussion: """
-                NAME (lowercase letters, digits and '-') names the folder, the library and, by
-                default, the service. The service answers {"Command": "hello", "Name": "Ada"}
+                NAME (lowercase letters, digits and '-') names the folder, the library and, by \
+                default, the service. The service answers {"Command": "hello", "Name": "Ada"} \
                 with {"Greeting": "Hello, Ada!"}; anything else gets status 1 with the reason.
 
                 Examples:
                   atrium new plugin notes --language c && cd notes && make && ./test.sh
-                  atrium new plugin notes --language swift && cd notes && swift build && ./test.sh
+                  atrium new plugin notes --language swift && cd notes && swift build
+                  ./test.sh
                 """
         )
 
@@ -137,7 +138,8 @@ struct New: ParsableCommand {
             discussion: """
                 Example:
                   atrium new client notes-client --package local.notes --service notes
-                  cd notes-client && swift build && swift run notes-client unix:/run/user/1000/atrium/atriumd.sock
+                  cd notes-client && swift build
+                  swift run notes-client unix:/run/user/1000/atrium/atriumd.sock
                 """
         )
 

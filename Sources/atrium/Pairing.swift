@@ -8,10 +8,10 @@ struct Pair: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Pair this device with a host, so that it may use the host's services.",
         discussion: """
-            Connects over TLS, asks the host's operator to pair, and shows a six-digit
-            verification code: the host shows the same code to its operator (in its log and in
-            `atrium pairing`), who accepts or refuses it there. Compare the two before the
-            operator accepts. Once paired, this client remembers the host's identity and
+            Connects over TLS, asks the host's operator to pair, and shows a six-digit \
+            verification code: the host shows the same code to its operator (in its log and in \
+            `atrium pairing`), who accepts or refuses it there. Compare the two before the \
+            operator accepts. Once paired, this client remembers the host's identity and \
             refuses the host if it ever presents another.
 
             Example:
@@ -114,8 +114,8 @@ struct Pairing: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "The host's pairing requests: list them, accept or refuse one (on the host's machine).",
         discussion: """
-            Talks to the host over its local socket, so it runs on the host's machine, as the
-            host's user. Compare a request's code with the one the device shows before you
+            Talks to the host over its local socket, so it runs on the host's machine, as the \
+            host's user. Compare a request's code with the one the device shows before you \
             accept it.
 
             Examples:
@@ -183,7 +183,7 @@ struct Devices: AsyncParsableCommand {
 
             Examples:
               atrium devices
-              atrium devices revoke 3f2a91c0     # the identity, or at least its first 8 digits
+              atrium devices revoke 3f2a91c0     # the identity, or its first 8 digits
             """,
         subcommands: [List.self, Revoke.self],
         defaultSubcommand: List.self

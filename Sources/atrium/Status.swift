@@ -8,10 +8,10 @@ struct Status: AsyncParsableCommand {
         abstract:
             "The host's version, listeners and traffic, and what it holds now: connections, channels, requests, launches, packages.",
         discussion: """
-            Asks the host over its local socket, so it runs on the host's machine, as the host's
-            user. Every count is the host's own; with no other client connected, each reads 0
-            but the connection asking (1 local connection). Requests, connections and launches
-            per second are over the last refresh with --watch, and since the host started
+            Asks the host over its local socket, so it runs on the host's machine, as the host's \
+            user. Every count is the host's own; with no other client connected, each reads 0 \
+            but the connection asking (1 local connection). Requests, connections and launches \
+            per second are over the last refresh with --watch, and since the host started \
             without it.
 
             Examples:

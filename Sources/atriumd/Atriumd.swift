@@ -12,20 +12,20 @@ struct Atriumd: AsyncParsableCommand {
         commandName: "atriumd",
         abstract: "The Atrium host: serves app services from plugins to clients on this machine and others.",
         discussion: """
-            atriumd reads the package manifests in a folder (one JSON file per package), loads
-            each package's plugin library, and serves its app services to clients over TCP
-            (remote clients) and a Unix domain socket (local clients). SIGTERM or SIGINT shuts
+            atriumd reads the package manifests in a folder (one JSON file per package), loads \
+            each package's plugin library, and serves its app services to clients over TCP \
+            (remote clients) and a Unix domain socket (local clients). SIGTERM or SIGINT shuts \
             it down gracefully: requests in flight are answered, channels closed, plugins told.
 
             Examples:
-              atriumd                                   # the standard manifests folders, 127.0.0.1:7340
-              atriumd --manifests manifests             # the reference services, from the source tree
-              atriumd --listen 0.0.0.0:7340             # accept clients from the network, over TLS only
-              atriumd --listen 127.0.0.1:0              # any free port; the one bound is printed
-              atriumd --check --manifests ~/my-services # validate manifests, print what would load
-              atriumd --metrics 127.0.0.1:9340          # Prometheus metrics at http://127.0.0.1:9340/metrics
-              atriumd --print-config                    # the configuration it would run with, and from where
-              atriumd token create --name backup        # a token for a script (see atriumd token --help)
+              atriumd                        # the standard manifests folders, port 7340
+              atriumd --manifests manifests  # the reference services, from the source
+              atriumd --listen 0.0.0.0:7340  # clients from the network, over TLS only
+              atriumd --listen 127.0.0.1:0   # any free port; the one bound is printed
+              atriumd --check --manifests ~/my-services   # what would load, and why not
+              atriumd --metrics 127.0.0.1:9340            # Prometheus, at /metrics
+              atriumd --print-config         # the settings, and where each comes from
+              atriumd token create --name backup   # a token for a script (token --help)
             """,
         version: AtriumVersion.current,
         subcommands: [TokenCommand.self]

@@ -9,14 +9,15 @@ struct TokenCommand: ParsableCommand {
         commandName: "token",
         abstract: "Make, list and revoke tokens for scripts and servers.",
         discussion: """
-            A client that presents a token in hello (AtriumConnection's token:) is served as a
-            paired device, within the token's services (--service, repeatable; every service
-            when left out). Only the token's SHA-256 is kept, in tokens.json (mode 0600) in the
-            state folder; the token itself is printed once, by create. A running atriumd sees
+            A client that presents a token in hello (AtriumConnection's token:) is served as a \
+            paired device, within the token's services (--service, repeatable; every service \
+            when left out). Only the token's SHA-256 is kept, in tokens.json (mode 0600) in the \
+            state folder; the token itself is printed once, by create. A running atriumd sees \
             a new or revoked token at once, and cuts off the connections of a revoked one.
 
             Examples:
-              atriumd token create --name backup-script --service atrium.examples.echo/atrium.echo
+              atriumd token create --name backup-script \\
+                --service atrium.examples.echo/atrium.echo
               atriumd token list
               atriumd token revoke backup-script
             """,

@@ -306,6 +306,19 @@ struct CommandLineToolTests {
         let overview = try await atrium(["--help"])
         #expect(overview.output.contains("Exit codes"))
     }
+
+    /// Every command's help, as a pipe gets it (80 columns), with no example broken in two and
+    /// no paragraph left in fragments by lines written wider than that.
+    @Test(arguments: [
+        "", "ping", "apps", "send", "describe", "launch", "discover", "bench", "pair", "pairing", "devices", "status",
+        "new", "new plugin", "new client",
+    ])
+    func helpFitsEightyColumns(_ command: String) async throws {
+        let help = try await atrium(command.split(separator: " ").map(String.init) + ["--help"])
+        #expect(help.status == 0)
+        #expect(help.output.contains("USAGE:"), "\(help.output)")
+        #expect(helpLayoutProblems(help.output) == [], "atrium \(command) --help")
+    }
 }
 
 struct MessageTextTests {

@@ -30,6 +30,16 @@ struct CommandLineTests {
         }
     }
 
+    /// Every command's help, as a pipe gets it (80 columns), with no example broken in two and
+    /// no paragraph left in fragments by lines written wider than that.
+    @Test(arguments: ["", "token", "token create", "token list", "token revoke"])
+    func helpFitsEightyColumns(_ command: String) async throws {
+        let (status, output) = try await run(command.split(separator: " ").map(String.init) + ["--help"])
+        #expect(status == 0)
+        #expect(output.contains("USAGE:"), "\(output)")
+        #expect(helpLayoutProblems(output) == [], "atriumd \(command) --help")
+    }
+
     @Test func versionIsTheRelease() async throws {
         let version = try await run(["--version"])
         #expect(version.status == 0 && version.output == AtriumVersion.current + "\n", "\(version.output)")
