@@ -167,6 +167,16 @@ final class WorkerSocket: @unchecked Sendable {
             var failure: Int32 = 0
             let count = input.writeWithUnsafeMutableBytes(minimumWritableBytes: 16 << 10) { space -> Int in
                 while true {
+                    // Waits in poll, not in read: a thread asleep in a Unix socket's read is
+                    // woken each time the host reads what this worker wrote (the kernel tells
+                    // the socket's writers there is room, and a read's wait does not tell
+                    // that from data), which cost a context switch in and out per request.
+                    // poll sleeps until there is something to read (or the socket ends).
+                    var ready = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+                    if poll(&ready, 1, -1) < 0, errno != EINTR {
+                        failure = errno
+                        return 0
+                    }
                     let count = read(descriptor, space.baseAddress, space.count)
                     if count >= 0 { return count }
                     if errno != EINTR {
