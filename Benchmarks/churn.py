@@ -136,7 +136,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
     parser.add_argument("--reloads", type=int, default=1000,
-                        help="manifest reloads measured per kind (default 1000; 0 leaves them out)")
+                        help="manifest reloads measured per kind, after as many of warm-up, each asked for "
+                             "with SIGHUP (default 1000; 0 leaves them out)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="cycles of each kind before the measured ones (default as many as --cycles, and at "
                              "least 12 s): the allocator's pages settle at the busiest the cycles make them")
@@ -208,8 +209,8 @@ def main():
         shutil.rmtree(state_folder, ignore_errors=True)
     # Reloads on a host of their own, which logs each one done.
     if arguments.reloads > 0:
-        for kind, count, per_reload, live, heap, fds, fds_after, workers, worker_objects, plugin_objects in \
-                measure_reloads(arguments.reloads, pin):
+        for kind, count, per_reload, live, heap, fds, fds_after, workers, worker_objects, plugin_objects, _ in \
+                measure_reloads(arguments.reloads, pin, warmup=arguments.reloads, by_signal=True):
             restarts = "; its worker restarts" if "worker" in kind else ""
             print(f"| manifest reload, the package {kind}{restarts} ({count} reloads; worker processes left "
                   f"{workers}, backends in memory {worker_objects} + {plugin_objects}) | {live:.1f} B | {heap:.1f} B "

@@ -40,11 +40,13 @@ def copy_of_reference_manifests():
     return folder
 
 
-def rss_bytes(pid):
-    """The resident memory of `pid` (VmRSS), in bytes."""
+def rss_bytes(pid, field="VmRSS"):
+    """The resident memory of `pid` (VmRSS), in bytes; with `field="RssAnon"`, only its anonymous
+    part (heap, stacks: what a leak grows), without the program's and libraries' pages read
+    from their files (RssFile), which the first run of a piece of code brings in for good."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 

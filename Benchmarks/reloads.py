@@ -7,6 +7,12 @@ many worker processes are left running, and what the host itself still holds (`a
 status`: backends retired by a reload and not yet freed).
 
     Benchmarks/reloads.py [--reloads 1000] [--warmup N] [--only worker|process] [--rss-only]
+                          [--by watcher|signal] [--checkpoints N]
+
+With `--by signal` the host runs with `--no-watch` and each reload is asked for with SIGHUP
+after the manifest is written, which skips the watcher's 300 ms of settling: long runs (10,000
+reloads) then take minutes rather than hours. `--checkpoints N` reads the host every N measured
+reloads too, so that a run shows whether what it keeps grows with the reloads or levels off.
 
 Benchmarks/churn.py runs the same after its other cycles. The figures go to BENCHMARKS.md.
 """
@@ -17,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import signal
 import threading
 import time
 
@@ -31,10 +38,14 @@ def host_status(socket_path):
     return json.loads(answer.stdout) if answer.returncode == 0 else {}
 
 
-def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_allocations=True):
+def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_allocations=True, by_signal=False,
+                    checkpoint=None, on_checkpoint=None):
     """Yields (kind, reloads, RSS bytes per reload, bytes allocated and not freed per reload,
     heap bytes in use per reload (glibc's count), descriptors before, after, worker processes
-    left, workersInMemory, pluginsInMemory) for the package in a worker, then in process."""
+    left, workersInMemory, pluginsInMemory, anonymous RSS bytes per reload) for the package in a
+    worker, then in process. With `checkpoint`, calls `on_checkpoint(kind, reloads so far, RSS
+    growth, anonymous RSS growth, allocated growth, heap growth)` (bytes since the measured
+    reloads began) every `checkpoint` measured reloads."""
     folder = copy_of_reference_manifests()
     scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
     socket_path = os.path.join(scratch, "atriumd.sock")
@@ -57,7 +68,8 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
     # The log (standard error) says when each reload is done.
     host = subprocess.Popen(
         list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", folder, "--listen", "127.0.0.1:0", "--socket",
-                     socket_path, "--state-dir", scratch, "--log-level", "notice"],
+                     socket_path, "--state-dir", scratch, "--log-level", "notice"]
+        + (["--no-watch"] if by_signal else []),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=counting_allocations(live_file))
     reloaded = [0]
 
@@ -71,6 +83,8 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
         for index in range(count):
             wanted = reloaded[0] + 1
             write(base + index, isolated)
+            if by_signal:
+                host.send_signal(signal.SIGHUP)
             deadline = time.time() + 5
             while reloaded[0] < wanted and time.time() < deadline:
                 time.sleep(0.005)
@@ -80,17 +94,29 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
             base = 1_000_000 if isolated else 2_000_000
             cycle(warmup if warmup is not None else max(reloads // 10, 20), isolated, base)  # warm-up
             time.sleep(11)  # a retired worker's start timer (10 s) lets go of it
-            rss, fds, heap = rss_bytes(host.pid), descriptors(host.pid), host_status(socket_path).get("heapInUseBytes", 0)
+            # The host's status first: the first `atrium status` brings the code that answers it
+            # into memory (RSS counts the program's pages too), which is not the reloads' doing.
+            heap = host_status(socket_path).get("heapInUseBytes", 0)
+            rss, anon, fds = rss_bytes(host.pid), rss_bytes(host.pid, "RssAnon"), descriptors(host.pid)
             live = read_live_bytes(live_file)[0] if live_file else 0
-            cycle(reloads, isolated, base + 500_000)  # configs unlike every warm-up one
-            time.sleep(11)
-            rss_after, fds_after = rss_bytes(host.pid), descriptors(host.pid)
+            done = 0
+            while done < reloads:  # configs unlike every warm-up one
+                step = min(checkpoint or reloads, reloads - done)
+                cycle(step, isolated, base + 500_000 + done)
+                done += step
+                time.sleep(11)
+                if checkpoint and on_checkpoint:
+                    on_checkpoint("in a worker process" if isolated else "in process", done, rss_bytes(host.pid) - rss,
+                                  rss_bytes(host.pid, "RssAnon") - anon,
+                                  (read_live_bytes(live_file)[0] - live) if live_file else 0,
+                                  host_status(socket_path).get("heapInUseBytes", 0) - heap)
+            rss_after, anon_after, fds_after = rss_bytes(host.pid), rss_bytes(host.pid, "RssAnon"), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
             status = host_status(socket_path)
             live_after = read_live_bytes(live_file)[0] if live_file else 0
             yield ("in a worker process" if isolated else "in process", reloads, (rss_after - rss) / reloads,
                    (live_after - live) / reloads, (status.get("heapInUseBytes", 0) - heap) / reloads, fds, fds_after, len(workers),
-                   status.get("workersInMemory"), status.get("pluginsInMemory"))
+                   status.get("workersInMemory"), status.get("pluginsInMemory"), (anon_after - anon) / reloads)
     finally:
         host.terminate()
         host.wait()
@@ -108,14 +134,26 @@ def main():
     parser.add_argument("--rss-only", action="store_true",
                         help="run the host without counting its allocations (Benchmarks/livebytes.c), which "
                              "moves its RSS too: the allocated column then reads 0")
+    parser.add_argument("--by", choices=["watcher", "signal"], default="watcher",
+                        help="how each reload is asked for: the folder's watcher (300 ms of settling each), or "
+                             "SIGHUP to a host run with --no-watch (default watcher)")
+    parser.add_argument("--checkpoints", type=int, default=None, metavar="N",
+                        help="also print what the host holds every N measured reloads (each reading waits 11 s)")
     arguments = parser.parse_args()
+
+    def checkpoint(kind, done, rss, anon, live, heap):
+        print(f"  {kind}, after {done} reloads: RSS {rss / 1024:+.1f} KiB ({rss / done:.1f} B a reload), "
+              f"of it anonymous {anon / 1024:+.1f} KiB ({anon / done:.1f} B a reload); allocated "
+              f"{live / 1024:+.1f} KiB, heap in use {heap / 1024:+.1f} KiB")
+        sys.stdout.flush()
     kinds = {"worker": (True,), "process": (False,)}.get(arguments.only, (True, False))
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects in \
+    for kind, count, per_reload, live, heap_per_reload, fds, fds_after, workers, worker_objects, plugin_objects, anon in \
             measure_reloads(arguments.reloads, warmup=arguments.warmup, kinds=kinds,
-                            count_allocations=not arguments.rss_only):
+                            count_allocations=not arguments.rss_only, by_signal=arguments.by == "signal",
+                            checkpoint=arguments.checkpoints, on_checkpoint=checkpoint):
         print(f"- {kind}: {count} reloads: {live:.1f} B allocated and not freed, {heap_per_reload:.1f} B of heap in "
-              f"use (glibc) and {per_reload:.1f} B of RSS a reload, descriptors {fds} -> {fds_after}, "
+              f"use (glibc) and {per_reload:.1f} B of RSS a reload ({anon:.1f} B of it anonymous), descriptors {fds} -> {fds_after}, "
               f"worker processes left: {workers}; the host holds {worker_objects} worker backends and "
               f"{plugin_objects} plugin instances")
         sys.stdout.flush()
