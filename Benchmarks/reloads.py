@@ -88,8 +88,14 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
             deadline = time.time() + 5
             while reloaded[0] < wanted and time.time() < deadline:
                 time.sleep(0.005)
+            if reloaded[0] < wanted:
+                # Every figure is per reload: one that did not happen would make them wrong.
+                sys.exit(f"reload {index + 1} of {count} did not happen within 5 s")
     try:
-        time.sleep(1)
+        # Until the host answers, it may not have its SIGHUP handler yet (and ignores SIGHUP).
+        deadline = time.time() + 30
+        while not host_status(socket_path) and time.time() < deadline:
+            time.sleep(0.1)
         for isolated in kinds:
             base = 1_000_000 if isolated else 2_000_000
             cycle(warmup if warmup is not None else max(reloads // 10, 20), isolated, base)  # warm-up
@@ -140,6 +146,9 @@ def main():
     parser.add_argument("--checkpoints", type=int, default=None, metavar="N",
                         help="also print what the host holds every N measured reloads (each reading waits 11 s)")
     arguments = parser.parse_args()
+    if arguments.reloads < 1 or (arguments.warmup is not None and arguments.warmup < 0) \
+            or (arguments.checkpoints is not None and arguments.checkpoints < 1):
+        parser.error("--reloads and --checkpoints take 1 or more, --warmup 0 or more")
 
     def checkpoint(kind, done, rss, anon, live, heap):
         print(f"  {kind}, after {done} reloads: RSS {rss / 1024:+.1f} KiB ({rss / done:.1f} B a reload), "

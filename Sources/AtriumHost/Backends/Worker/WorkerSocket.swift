@@ -7,8 +7,9 @@ import NIOCore
 #endif
 
 /// One link to the host as the worker process holds it: a socket that a thread of its own
-/// reads (blocking), and that any thread writes. No event loop: a request costs the worker one
-/// `read`, the plugin's call and one `write` (BENCHMARKS.md, "Worker processes").
+/// reads (waiting in `poll`), and that any thread writes. No event loop: a request costs the
+/// worker one `poll`, one `read`, the plugin's call and one `write` (BENCHMARKS.md, "Worker
+/// processes").
 ///
 /// Frames written while the reading thread handles what one `read` brought (a batch) go out
 /// together when the batch ends, after the frames written before them: a plugin's answers to a
@@ -173,7 +174,8 @@ final class WorkerSocket: @unchecked Sendable {
                     // that from data), which cost a context switch in and out per request.
                     // poll sleeps until there is something to read (or the socket ends).
                     var ready = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                    if poll(&ready, 1, -1) < 0, errno != EINTR {
+                    if poll(&ready, 1, -1) < 0 {
+                        if errno == EINTR { continue }
                         failure = errno
                         return 0
                     }
