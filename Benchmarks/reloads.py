@@ -20,10 +20,10 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import signal
 import threading
 import time
 

@@ -1,3 +1,15 @@
+/// The `--help` of `command` (words, "" for the program's own) of the built program
+/// `executable`, at 80 columns whatever the caller's environment says (`COLUMNS` sets the
+/// width swift-argument-parser wraps at).
+public func helpAtEightyColumns(
+    _ executable: String, _ command: String, environment: [String: String] = [:]
+) async throws -> ProgramOutput {
+    try await runProgram(
+        TestHost.buildFolder.appendingPathComponent(executable).path,
+        command.split(separator: " ").map(String.init) + ["--help"],
+        environment: environment.merging(["COLUMNS": "80"]) { $1 })
+}
+
 /// What is wrong with the layout of a command's `--help`, as printed to a pipe (80 columns):
 /// the text before `USAGE:` (overview, discussion, examples), where a line written wider than
 /// the terminal is broken in two. A paragraph written as one line wraps cleanly; an example

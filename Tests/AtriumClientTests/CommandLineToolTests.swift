@@ -314,11 +314,8 @@ struct CommandLineToolTests {
         "new", "new plugin", "new client",
     ])
     func helpFitsEightyColumns(_ command: String) async throws {
-        // At 80 columns whatever the test's own environment says (COLUMNS sets the width).
-        let help = try await runProgram(
-            TestHost.buildFolder.appendingPathComponent("atrium").path,
-            command.split(separator: " ").map(String.init) + ["--help"],
-            environment: ["XDG_STATE_HOME": toolStateHome.path, "COLUMNS": "80"])
+        let help = try await helpAtEightyColumns(
+            "atrium", command, environment: ["XDG_STATE_HOME": toolStateHome.path])
         #expect(help.status == 0)
         #expect(help.output.contains("USAGE:"), "\(help.output)")
         #expect(helpLayoutProblems(help.output) == [], "atrium \(command) --help")

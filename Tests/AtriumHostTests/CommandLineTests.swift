@@ -34,10 +34,7 @@ struct CommandLineTests {
     /// no paragraph left in fragments by lines written wider than that.
     @Test(arguments: ["", "token", "token create", "token list", "token revoke"])
     func helpFitsEightyColumns(_ command: String) async throws {
-        // At 80 columns whatever the test's own environment says (COLUMNS sets the width).
-        let help = try await runProgram(
-            TestHost.buildFolder.appendingPathComponent("atriumd").path,
-            command.split(separator: " ").map(String.init) + ["--help"], environment: ["COLUMNS": "80"])
+        let help = try await helpAtEightyColumns("atriumd", command)
         #expect(help.status == 0)
         #expect(help.output.contains("USAGE:"), "\(help.output)")
         #expect(helpLayoutProblems(help.output) == [], "atriumd \(command) --help")
