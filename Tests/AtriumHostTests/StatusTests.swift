@@ -131,14 +131,17 @@ struct StatusTests {
         #expect(refused.status == .failure)
         #expect(refused.error == "message.items[1]: array mixes int and string")
 
+        // Two requests that wait for a release: the third is over the limit however slow the machine.
         for id in 10..<12 {
             try await client.send(
-                .request(
-                    RequestFrame(
-                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "late", "DelayMs": 300]))))
+                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "wait"]))))
         }
         let third = try await client.request(channel: 1, id: 12, ["Action": "echo"])
         #expect(third.id == 12 && third.status == .resourceLimitsExceeded, "over max-in-flight: answered at once")
+        let releaser = try await connectedClient(host, clientId: "releaser")
+        #expect(try await releaser.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        #expect(try await releaser.request(channel: 1, id: 1, ["Action": "release"]).status == .success)
+        await releaser.close()
         let answers = [try await client.response(), try await client.response()]
         #expect(Set(answers.map(\.id)) == [10, 11] && answers.allSatisfy { $0.status == .success })
         // The connection is still usable.

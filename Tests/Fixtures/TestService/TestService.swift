@@ -13,6 +13,7 @@
 //              how many the client answered and how many the host refused as busy
 //   "closeNow" close the channel with status "Status" at once, from the request itself
 //   "thread"   answer {"Thread": the name of the thread the request runs on}
+//   "wait"     answer once a "release" has come, from any client   "release" let every "wait" answer
 //
 // Opening the service "refuse.<n>" is refused with status n. Closed channels are logged. The manifest's config
 // {"greeting": text} comes back in every "echo" answer as "Greeting"; {"requestsNeverBlock": true}
@@ -21,6 +22,7 @@
 import AtriumPluginKit
 import AtriumValues
 import Foundation
+import Synchronization
 
 struct Config: Decodable {
     var greeting: String?
@@ -31,6 +33,8 @@ final class TestService: AppService {
     let host: ServiceHost
     let greeting: String?
     let requestsNeverBlock: Bool
+    /// Requests waiting for a "release", or nil once one has come.
+    let waiting = Mutex<[CheckedContinuation<Void, Never>]?>([])
 
     init(host: ServiceHost) throws {
         self.host = host
@@ -114,6 +118,22 @@ final class TestService: AppService {
         case "closeNow":
             request.channel.close(status: AppServiceClosedStatus(rawValue: Int(message["Status"]?.int ?? 0)))
             return .deferred
+        case "wait":
+            await withCheckedContinuation { continuation in
+                let released = waiting.withLock { waiting in
+                    waiting?.append(continuation)
+                    return waiting == nil
+                }
+                if released { continuation.resume() }
+            }
+            return .success(message)
+        case "release":
+            let released = waiting.withLock { waiting in
+                defer { waiting = nil }
+                return waiting ?? []
+            }
+            for continuation in released { continuation.resume() }
+            return .success(message)
         case "thread":
             let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
             return .success(["Thread": .string(name.trimmingCharacters(in: .whitespacesAndNewlines))])
