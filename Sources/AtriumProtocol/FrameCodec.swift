@@ -49,7 +49,9 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     }
 
     /// Takes one whole frame off the front of `buffer`, or returns `nil` (consuming nothing)
-    /// when it has not all arrived.
+    /// when it has not all arrived. Inlinable, as the writing side is: each module that reads
+    /// frames gets this specialized for its frame type, not a generic call per frame.
+    @inlinable
     public func decodeFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
         try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false)
     }
@@ -62,6 +64,7 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
         return frame
     }
 
+    @inlinable
     func decodeFrame(from buffer: inout ByteBuffer, limit: Int, first: Bool) throws(FrameError) -> Frame? {
         guard let length = buffer.getInteger(at: buffer.readerIndex, endianness: .big, as: UInt32.self) else {
             return nil
@@ -94,6 +97,7 @@ public struct FrameEncoder<Frame: AtriumFrame>: MessageToByteEncoder {
 
 extension ByteBuffer {
     /// Appends `frame` with its length prefix.
+    @inlinable
     public mutating func writeFrame(_ frame: some AtriumFrame) {
         let start = writerIndex
         writeInteger(UInt32(0))

@@ -88,6 +88,7 @@ import Testing
     @Test(arguments: [
         ("segv", "killed by signal 11 (SIGSEGV)"), ("abort", "killed by signal 6 (SIGABRT)"),
         ("exit", "exited with status 3"),
+        ("garble", "sent what is not a frame (frameTooLarge: a frame of 4294967295 bytes is over the limit"),
     ])
     func aCrashingWorkerTakesOnlyItsOwnPackage(_ how: String, _ logged: String) async throws {
         let host = try await Self.startWorkerHost(arguments: ["--log-level", "debug"])
@@ -212,6 +213,7 @@ import Testing
         #expect(try await client.request(channel: 1, id: 2, ["Int": 1]).status == .success)
         #expect(host.count("worker process started") == 1)
         // And they are counted, not logged one by one.
+        #expect(await host.waitForLog("sent an unexpected x frame"), "the forgeries did not reach the host")
         #expect(host.count("sent an unexpected x frame") <= 2, "\(host.log.suffix(2000))")
         await client.close()
         await bystander.close()
@@ -271,7 +273,7 @@ import Testing
         let before = try #require(host.residentBytes)
         // The worker neither reads nor answers: 48 requests of 64 KiB (3 MiB, past what the
         // host buffers for a worker). Each is answered, by a timeout or a refusal.
-        kill(pid, SIGSTOP)
+        #expect(try await Self.stop(pid), "the worker's threads did not all stop")
         let blob: ValueSet = ["Bytes": .bytes(Array(repeating: 1, count: 65_536))]
         for id in 1...48 {
             try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
@@ -427,6 +429,29 @@ import Testing
     }
 
     /// The pid of the first worker the host started, from its log.
+    /// Stops process `pid` (SIGSTOP) and waits, at most 5 seconds, until every thread of it has
+    /// stopped. A stop is not at once: the kernel stops the threads of a process one by one,
+    /// as each next runs, and a thread woken by data before its turn could still read it.
+    static func stop(_ pid: pid_t) async throws -> Bool {
+        kill(pid, SIGSTOP)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            let states = threads.compactMap { thread -> Character? in
+                // "pid (name) S ...": the state follows the name, which may hold spaces and ")".
+                guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8),
+                    let close = stat.lastIndex(of: ")")
+                else { return nil }
+                return stat[close...].dropFirst().first { $0 != " " }
+            }
+            if !threads.isEmpty, states.count == threads.count, states.allSatisfy({ $0 == "T" || $0 == "t" }) {
+                return true
+            }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+
     static func workerPid(in log: String) -> pid_t? {
         guard let range = log.range(of: "worker process started (pid ") else { return nil }
         return pid_t(log[range.upperBound...].prefix { $0.isNumber })

@@ -26,7 +26,9 @@
  *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers;
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
- *     until none is left, then aborts;
+ *     until none is left, then aborts, "garble" (in a worker process) writes to each of the
+ *     worker's sockets to the host the start of a frame longer than any host takes, then
+ *     waits for ever;
  *   - a request {"Uid": anything} answers {"Uid": the process's user id};
  *   - a request {"Fork": anything} starts a child process that waits for ever, and answers
  *     {"Child": its pid};
@@ -35,16 +37,43 @@
  *     {"AfterClosed": anything} answers {"AfterClosed": how many requests arrived on a
  *     channel after its `closed`} (which the host must never let happen);
  *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
- *     (an unknown type, and an answer to request 0) straight to the worker's socket (fd 0),
- *     as a hostile plugin could, then answers {"Forged": n}.
+ *     (an unknown type, and an answer to request 0) straight to one of the worker's sockets
+ *     to the host (the first Unix stream socket among its descriptors), as a hostile plugin
+ *     could, then answers {"Forged": n}, or {"Forged": -1} when it found no such socket.
  */
 #define _DEFAULT_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "atrium_plugin.h"
+
+/* Whether descriptor fd is a Unix stream socket: in a worker process, a socket to the host. */
+static int is_host_socket(int fd) {
+    struct stat status;
+    if (fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) return 0;
+    int domain = 0, type = 0;
+    socklen_t length = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) return 0;
+    length = sizeof type;
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_STREAM;
+}
+
+/* Writes all of bytes to fd, whatever the socket takes at a time; 0 when it cannot. */
+static int write_all(int fd, const uint8_t *bytes, size_t count) {
+    size_t sent = 0;
+    while (sent < count) {
+        ssize_t wrote = write(fd, bytes + sent, count - sent);
+        if (wrote > 0) sent += (size_t)wrote;
+        else if (wrote < 0 && errno != EAGAIN && errno != EINTR) return 0;
+        else usleep(100);
+    }
+    return 1;
+}
 
 static const atrium_host_api *host_api;
 
@@ -158,15 +187,16 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
             0, 0, 0, 26, 0xa3, 0x64, 't', 'y', 'p', 'e', 0x67, 'r', 'e', 's', 'p', 'o', 'n', 'd',
             0x62, 'i', 'd', 0x00, 0x66, 's', 't', 'a', 't', 'u', 's', 0x00,
         };
-        for (int64_t n = 0; n < forge; n++) {
-            size_t sent = 0;
-            while (sent < sizeof frames) {
-                ssize_t wrote = write(0, frames + sent, sizeof frames - sent);
-                if (wrote > 0) sent += (size_t)wrote;
-                else usleep(100);
-            }
+        int socket_fd = -1;
+        for (int fd = 0; fd < 1024 && socket_fd < 0; fd++) {
+            if (is_host_socket(fd)) socket_fd = fd;
         }
-        host->builder_put_int(host, out, "Forged", forge);
+        int64_t forged = socket_fd < 0 ? -1 : 0;
+        for (int64_t n = 0; n < forge && socket_fd >= 0; n++) {
+            if (!write_all(socket_fd, frames, sizeof frames)) break;
+            forged++;
+        }
+        host->builder_put_int(host, out, "Forged", forged);
         finish(host, request, out, in);
         return;
     }
@@ -182,6 +212,15 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
             _exit(3);
         } else if (strcmp(crash, "spin") == 0) {
             for (volatile unsigned long n = 0;; n++) {}
+        } else if (strcmp(crash, "garble") == 0) {
+            static const uint8_t garbled[] = {0xff, 0xff, 0xff, 0xff, 0xa1};
+            int garbled_any = 0;
+            for (int fd = 0; fd < 1024; fd++) {
+                if (is_host_socket(fd) && write_all(fd, garbled, sizeof garbled)) garbled_any = 1;
+            }
+            if (garbled_any) {
+                for (;;) pause();
+            }
         } else if (strcmp(crash, "leak") == 0) {
             for (;;) {
                 char *block = malloc(1 << 20);

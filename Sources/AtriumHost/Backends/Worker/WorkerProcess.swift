@@ -331,11 +331,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
                     channel.eventLoop.makeCompletedFuture {
                         // A worker's frames are held to the clients' frame limit: one that sends
                         // more breaks the framing, and is handled as crashed.
-                        try channel.pipeline.syncOperations.addHandlers([
-                            ByteToMessageHandler(FrameDecoder<WorkerFrame>(maxFrameBytes: core.limits.maxFrameBytes)),
-                            MessageToByteHandler(FrameEncoder<WorkerFrame>()),
-                            WorkerLinkHandler(worker: self, generation: generation, link: index),
-                        ])
+                        try channel.pipeline.syncOperations.addHandler(
+                            WorkerLinkHandler(
+                                worker: self, generation: generation, link: index,
+                                maxFrameBytes: core.limits.maxFrameBytes))
                     }
                 }
                 .withConnectedSocket(descriptor)
@@ -355,7 +354,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 return true
             }
             if current {
-                channels[0].writeAndFlush(start, promise: nil)
+                channels[0].writeAndFlush(WorkerLink.encoded(start, allocator: channels[0].allocator), promise: nil)
             } else {
                 for channel in channels { channel.close(promise: nil) }
                 Self.kill(process)
@@ -379,6 +378,12 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// broke the framing), it is killed, and its end is handled as a crash.
     func linkClosed(generation: Int) {
         kill(generation: generation, reason: nil)
+    }
+
+    /// The worker sent bytes that are not a frame the host can read: it is killed, and its end
+    /// handled as a crash, with `error` as the reason.
+    func linkBroken(generation: Int, error: FrameError) {
+        kill(generation: generation, reason: "sent what is not a frame (\(untrusted(error.description, limit: 200)))")
     }
 
     /// A link to the worker went over (or back under) its high-water mark.
@@ -826,25 +831,53 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 }
 
-/// The host's end of a worker's socket: frames go to the ``WorkerProcess``; while the host's
-/// output to the worker is over its high-water mark, the worker is not read (what it sends
-/// makes the host write replies).
-final class WorkerLinkHandler: ChannelDuplexHandler, Sendable {
-    typealias InboundIn = WorkerFrame
-    typealias OutboundIn = WorkerFrame
-    typealias OutboundOut = WorkerFrame
+/// The host's end of a worker's socket: it splits the bytes into frames and hands each to the
+/// ``WorkerProcess`` (no frame value travels the pipeline, see ``WorkerLink``); a worker that
+/// breaks the framing is handled as crashed. While the host's output to the worker is over its
+/// high-water mark, the worker is not read (what it sends makes the host write replies).
+final class WorkerLinkHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
     let worker: WorkerProcess
     let generation: Int
     let link: Int
+    private let decoder: FrameDecoder<WorkerFrame>
+    /// What has arrived of frames not yet whole.
+    private var input: ByteBuffer?
+    /// Whether the worker broke the framing: nothing it sends after is read as frames.
+    private var broken = false
 
-    init(worker: WorkerProcess, generation: Int, link: Int) {
+    init(worker: WorkerProcess, generation: Int, link: Int, maxFrameBytes: Int) {
         self.worker = worker
         self.generation = generation
         self.link = link
+        decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        worker.received(unwrapInboundIn(data), generation: generation, link: link)
+        guard !broken else { return }
+        var bytes = unwrapInboundIn(data)
+        if var held = input {
+            input = nil
+            held.writeBuffer(&bytes)
+            bytes = held
+        }
+        do {
+            while let frame = try decoder.decodeFrame(from: &bytes) {
+                worker.received(frame, generation: generation, link: link)
+            }
+        } catch {
+            // A worker that breaks the framing is treated as crashed.
+            broken = true
+            worker.linkBroken(generation: generation, error: error)
+            context.close(promise: nil)
+            return
+        }
+        guard bytes.readableBytes > 0 else { return }
+        // Part of a frame: kept, without what has been read of the buffer it came in.
+        bytes.discardReadBytes()
+        input = bytes
     }
 
     func read(context: ChannelHandlerContext) {
@@ -867,7 +900,6 @@ final class WorkerLinkHandler: ChannelDuplexHandler, Sendable {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // A worker that breaks the framing is treated as crashed.
         context.close(promise: nil)
     }
 }
