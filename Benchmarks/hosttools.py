@@ -12,13 +12,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(ROOT, ".build", "release")
 
 
-def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests"), live_bytes=None):
-    """Starts the release atriumd with the reference manifests (or those of `manifests`), on a
-    free port, without the local socket, logging errors only, plus `arguments`; returns
-    (process, port). With `live_bytes` (a file's path), the host's allocations are counted
-    (see `counting_allocations` and `read_live_bytes`)."""
+def start_host(arguments, pin=(), manifests=os.path.join(ROOT, "manifests"), live_bytes=None, atriumd=None):
+    """Starts the release atriumd (or the build at `atriumd`) with the reference manifests (or
+    those of `manifests`), on a free port, without the local socket, logging errors only, plus
+    `arguments`; returns (process, port). With `live_bytes` (a file's path), the host's
+    allocations are counted (see `counting_allocations` and `read_live_bytes`)."""
     process = subprocess.Popen(
-        list(pin) + [os.path.join(RELEASE, "atriumd"), "--manifests", manifests, "--listen",
+        list(pin) + [atriumd or os.path.join(RELEASE, "atriumd"), "--manifests", manifests, "--listen",
                      "127.0.0.1:0", "--socket", "off", "--log-level", "error", *arguments],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=counting_allocations(live_bytes))
     deadline = time.time() + 30

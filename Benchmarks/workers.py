@@ -2,11 +2,15 @@
 """What a worker process costs: Echo in process against Echo in a worker process
 (`"isolation": "process"`), served by the same release atriumd, in alternating rounds; a
 worker's memory when idle; and the time from a worker's crash to its package answering again.
+Beside them, the floor under what a worker adds: two bare processes passing a message back and
+forth over a socketpair (Benchmarks/ipcfloor.c, built with cc).
 
-    Benchmarks/workers.py [--pinned] [--duration SECONDS]
+    Benchmarks/workers.py [--pinned] [--duration SECONDS] [--previous ATRIUMD]
 
 With --pinned, the host (and so its workers) and the load generator run on core 0
-(taskset -c 0). The figures go to BENCHMARKS.md.
+(taskset -c 0). With --previous, another build of atriumd (an earlier commit's) serves the
+same worker package too, and a second table sets this build's worker against it, in
+alternating rounds: the cost or gain of a change. The figures go to BENCHMARKS.md.
 """
 import argparse
 import json
@@ -17,6 +21,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from compare import CONFIGURATIONS, ROUNDS, alternating, bench, median_result
@@ -77,6 +82,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pinned", action="store_true", help="run everything on core 0 (taskset -c 0)")
     parser.add_argument("--duration", type=float, default=4, help="seconds per measurement (default 4)")
+    parser.add_argument("--previous", metavar="ATRIUMD",
+                        help="another build of atriumd to measure Echo in a worker against, in the same rounds")
     arguments = parser.parse_args()
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
@@ -84,8 +91,16 @@ def main():
     host, port = start_host(
         ["--max-in-flight", "1024", "--max-connections", "4000", "--max-connections-per-peer", "4000"], pin,
         manifests=folder)
+    previous, previous_port = None, None
+    if arguments.previous:
+        previous, previous_port = start_host(
+            ["--max-in-flight", "1024", "--max-connections", "4000", "--max-connections-per-peer", "4000"], pin,
+            manifests=folder, atriumd=arguments.previous)
     try:
         mode = "pinned to core 0" if arguments.pinned else "unpinned"
+        if previous:
+            compare_with_previous(arguments, port, previous_port, pin, mode)
+            return
         print(f"## Echo in a worker process against Echo in process, {mode}, {arguments.duration:g} s each\n")
         print("| configuration | in process req/s | worker req/s | worker ÷ in process | in process p50 µs "
               "| worker p50 µs | p50 difference µs | in process p99 µs | worker p99 µs |")
@@ -102,6 +117,10 @@ def main():
                   f"| {worker['p50Microseconds'] - inside['p50Microseconds']:+.1f} "
                   f"| {inside['p99Microseconds']:.1f} | {worker['p99Microseconds']:.1f} |")
             sys.stdout.flush()
+        floor = ipc_floor(pin)
+        if floor is not None:
+            print(f"\n- The floor under the sequential difference: two bare processes passing 100 bytes back and "
+                  f"forth over a socketpair (Benchmarks/ipcfloor.c), {mode}: {floor:.1f} µs a round trip")
         (worker_pid,) = worker_pids(host.pid)
         time.sleep(1)
         print(f"\n## A worker's memory and restarts ({mode})\n")
@@ -114,9 +133,46 @@ def main():
         print(f"- so a restart itself (start the process, load the plugin, first answer) takes about "
               f"{statistics.median(t - d for t, d in zip(times, delays)):.0f} ms")
     finally:
-        host.terminate()
-        host.wait()
+        for process in [host, previous]:
+            if process:
+                process.terminate()
+                process.wait()
         shutil.rmtree(folder)
+
+
+def ipc_floor(pin):
+    """Microseconds a round trip between two bare processes over a socketpair (ipcfloor.c, built
+    with cc), or None without a C compiler."""
+    compiler = shutil.which("cc")
+    if compiler is None:
+        print("\n- (no C compiler: the socketpair floor is not measured)")
+        return None
+    with tempfile.TemporaryDirectory(prefix="atrium-ipcfloor-") as folder:
+        program = os.path.join(folder, "ipcfloor")
+        subprocess.run([compiler, "-O2", "-o", program, os.path.join(ROOT, "Benchmarks", "ipcfloor.c")], check=True)
+        output = subprocess.run(pin + [program, "100000"], capture_output=True, text=True, check=True).stdout
+    return float(output)
+
+
+def compare_with_previous(arguments, port, previous_port, pin, mode):
+    """Echo in a worker process, this build's host against the previous build's."""
+    print(f"## Echo in a worker process, this atriumd against {arguments.previous}, {mode}, "
+          f"{arguments.duration:g} s each\n")
+    print("| configuration | this req/s | previous req/s | this ÷ previous | this p50 µs | previous p50 µs "
+          "| p50 difference µs | this p99 µs | previous p99 µs |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, connections, pipeline in CONFIGURATIONS:
+        rounds = alternating(
+            lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin,
+                                 ["--package", WORKER_ECHO]),
+            port, previous_port)
+        this, before = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
+        print(f"| {name} | {this['requestsPerSecond']:.0f} | {before['requestsPerSecond']:.0f} "
+              f"| {this['requestsPerSecond'] / before['requestsPerSecond']:.2f} "
+              f"| {this['p50Microseconds']:.1f} | {before['p50Microseconds']:.1f} "
+              f"| {this['p50Microseconds'] - before['p50Microseconds']:+.1f} "
+              f"| {this['p99Microseconds']:.1f} | {before['p99Microseconds']:.1f} |")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
