@@ -9,8 +9,8 @@ forth over a socketpair (Benchmarks/ipcfloor.c, built with cc).
 
 With --pinned, the host (and so its workers) and the load generator run on core 0
 (taskset -c 0). With --previous, another build of atriumd (an earlier commit's) serves the
-same worker package too, and a second table sets this build's worker against it, in
-alternating rounds: the cost or gain of a change. The figures go to BENCHMARKS.md.
+same worker package too, and the run measures only that: this build's worker against the
+other's, in alternating rounds, the cost or gain of a change. The figures go to BENCHMARKS.md.
 """
 import argparse
 import json

@@ -84,6 +84,46 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     }
 }
 
+/// Bytes read from a stream, cut into frames, for a handler that decodes its frames itself
+/// (no `ByteToMessageHandler`, so no frame value boxed into the pipeline and cast back). What
+/// has arrived of a frame not yet whole is kept, in a buffer of its own once a frame has been
+/// taken from the read: not in the read's buffer, whose storage the frames just handed on may
+/// share and keep alive.
+public struct FrameInput<Frame: AtriumFrame> {
+    public let decoder: FrameDecoder<Frame>
+    @usableFromInline
+    var held: ByteBuffer?
+
+    public init(maxFrameBytes: Int) {
+        decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
+    }
+
+    /// How many bytes of a frame not yet whole are held.
+    public var heldBytes: Int { held?.readableBytes ?? 0 }
+
+    /// Hands each whole frame of what has arrived, `bytes` last, to `each`, in order, and
+    /// keeps the rest. A length over the limit, or a body that is not a frame, throws; the
+    /// frames before it have been handed on, and nothing is kept.
+    @inlinable
+    public mutating func read(_ bytes: ByteBuffer, _ each: (Frame) -> Void) throws(FrameError) {
+        var input = bytes
+        if var earlier = held {
+            held = nil
+            earlier.writeImmutableBuffer(bytes)
+            input = earlier
+        }
+        while let frame = try decoder.decodeFrame(from: &input) { each(frame) }
+        guard input.readableBytes > 0 else { return }
+        guard input.readerIndex > 0 else {
+            held = input
+            return
+        }
+        var rest = ByteBufferAllocator().buffer(capacity: input.readableBytes)
+        rest.writeImmutableBuffer(input)
+        held = rest
+    }
+}
+
 /// Writes frames: the 4-byte big-endian length, then the frame's CBOR map.
 public struct FrameEncoder<Frame: AtriumFrame>: MessageToByteEncoder {
     public typealias OutboundIn = Frame

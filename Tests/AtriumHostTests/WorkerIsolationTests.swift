@@ -273,7 +273,7 @@ import Testing
         let before = try #require(host.residentBytes)
         // The worker neither reads nor answers: 48 requests of 64 KiB (3 MiB, past what the
         // host buffers for a worker). Each is answered, by a timeout or a refusal.
-        #expect(try await Self.stop(pid), "the worker's threads did not all stop")
+        try #require(try await Self.stop(pid), "the worker's threads did not all stop")
         let blob: ValueSet = ["Bytes": .bytes(Array(repeating: 1, count: 65_536))]
         for id in 1...48 {
             try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
@@ -428,7 +428,6 @@ import Testing
         return state != "Z" && state != "X"
     }
 
-    /// The pid of the first worker the host started, from its log.
     /// Stops process `pid` (SIGSTOP) and waits, at most 5 seconds, until every thread of it has
     /// stopped. A stop is not at once: the kernel stops the threads of a process one by one,
     /// as each next runs, and a thread woken by data before its turn could still read it.
@@ -452,6 +451,7 @@ import Testing
         return false
     }
 
+    /// The pid of the first worker the host started, from its log.
     static func workerPid(in log: String) -> pid_t? {
         guard let range = log.range(of: "worker process started (pid ") else { return nil }
         return pid_t(log[range.upperBound...].prefix { $0.isNumber })

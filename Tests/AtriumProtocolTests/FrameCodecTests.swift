@@ -158,6 +158,60 @@ struct FrameCodecTests {
         #expect(try channel.finish().isClean)
     }
 
+    /// Frames cut from reads of every size hand on the same frames, in order, as the whole
+    /// stream read at once; a partial frame is held in a buffer of its own, without the bytes
+    /// of the frames already handed on.
+    @Test(arguments: [1, 2, 3, 5, 7, 64, 1000])
+    func frameInputCutsReadsOfAnySizeIntoTheSameFrames(readSize: Int) throws {
+        var stream = ByteBuffer()
+        for frame in Self.clientFrames { stream.writeFrame(frame) }
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1 << 20)
+        var frames: [ClientFrame] = []
+        var rest = stream
+        while let read = rest.readSlice(length: min(readSize, rest.readableBytes)), read.readableBytes > 0 {
+            try input.read(read) { frames.append($0) }
+            #expect(input.heldBytes < 4 + 1000, "at most one frame held")
+        }
+        #expect(frames == Self.clientFrames)
+        #expect(input.heldBytes == 0)
+    }
+
+    @Test func frameInputKeepsWhatFollowsAFrameApartFromIt() throws {
+        var read = encoded(ClientFrame.close(channel: 1))
+        let next = encoded(ClientFrame.close(channel: 2))
+        read.writeImmutableBuffer(next.getSlice(at: 0, length: 6)!)
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1 << 20)
+        var frames: [ClientFrame] = []
+        try input.read(read) { frames.append($0) }
+        #expect(frames == [.close(channel: 1)])
+        #expect(input.heldBytes == 6)
+        try input.read(next.getSlice(at: 6, length: next.readableBytes - 6)!) { frames.append($0) }
+        #expect(frames == [.close(channel: 1), .close(channel: 2)])
+        #expect(input.heldBytes == 0)
+    }
+
+    @Test func frameInputHandsOnTheFramesBeforeABrokenOneAndThrows() {
+        var read = encoded(ClientFrame.close(channel: 1))
+        read.writeBytes([0xff, 0xff, 0xff, 0xff, 0xa1])
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1000)
+        var frames: [ClientFrame] = []
+        #expect(throws: FrameError(.frameTooLarge, "a frame of 4294967295 bytes is over the limit of 1000 bytes")) {
+            try input.read(read) { frames.append($0) }
+        }
+        #expect(frames == [.close(channel: 1)])
+        // A body that is not a frame, after a length prefix split across two reads.
+        var other = FrameInput<ClientFrame>(maxFrameBytes: 1000)
+        let body: [UInt8] = [0x82, 0x01, 0x02]
+        let broken = frame(bytes: body)
+        #expect(throws: Never.self) { try other.read(broken.getSlice(at: 0, length: 2)!) { _ in } }
+        #expect(other.heldBytes == 2)
+        #expect(throws: FrameError.self) {
+            try other.read(broken.getSlice(at: 2, length: broken.readableBytes - 2)!) { _ in
+                Issue.record("not a frame")
+            }
+        }
+    }
+
     @Test func oversizedLengthIsRefusedBeforeTheBodyArrives() throws {
         let channel = EmbeddedChannel(handler: ByteToMessageHandler(FrameDecoder<ClientFrame>(maxFrameBytes: 1024)))
         var header = ByteBuffer()

@@ -39,9 +39,10 @@
  *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
  *     (an unknown type, and an answer to request 0) straight to one of the worker's sockets
  *     to the host (the first Unix stream socket among its descriptors), as a hostile plugin
- *     could, then answers {"Forged": n}, or {"Forged": -1} when it found no such socket.
+ *     could, then answers {"Forged": how many it wrote}, or {"Forged": -1} when it found no
+ *     such socket.
  */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,10 +50,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include "atrium_plugin.h"
 
-/* Whether descriptor fd is a Unix stream socket: in a worker process, a socket to the host. */
+/* Whether descriptor fd is, in a worker process, one of its sockets to the host: an unnamed
+ * Unix stream socket (one end of a socket pair) whose peer is the parent process. In process,
+ * the host's own sockets are named or TCP, and none passes. */
 static int is_host_socket(int fd) {
     struct stat status;
     if (fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) return 0;
@@ -60,7 +64,13 @@ static int is_host_socket(int fd) {
     socklen_t length = sizeof domain;
     if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) return 0;
     length = sizeof type;
-    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 && type == SOCK_STREAM;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) return 0;
+    struct sockaddr_un name;
+    length = sizeof name;
+    if (getsockname(fd, (struct sockaddr *)&name, &length) != 0 || length > sizeof(sa_family_t)) return 0;
+    struct ucred peer;
+    length = sizeof peer;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.pid == getppid();
 }
 
 /* Writes all of bytes to fd, whatever the socket takes at a time; 0 when it cannot. */

@@ -842,9 +842,7 @@ final class WorkerLinkHandler: ChannelDuplexHandler {
     let worker: WorkerProcess
     let generation: Int
     let link: Int
-    private let decoder: FrameDecoder<WorkerFrame>
-    /// What has arrived of frames not yet whole.
-    private var input: ByteBuffer?
+    private var input: FrameInput<WorkerFrame>
     /// Whether the worker broke the framing: nothing it sends after is read as frames.
     private var broken = false
 
@@ -852,19 +850,13 @@ final class WorkerLinkHandler: ChannelDuplexHandler {
         self.worker = worker
         self.generation = generation
         self.link = link
-        decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
+        input = FrameInput(maxFrameBytes: maxFrameBytes)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !broken else { return }
-        var bytes = unwrapInboundIn(data)
-        if var held = input {
-            input = nil
-            held.writeBuffer(&bytes)
-            bytes = held
-        }
         do {
-            while let frame = try decoder.decodeFrame(from: &bytes) {
+            try input.read(unwrapInboundIn(data)) { frame in
                 worker.received(frame, generation: generation, link: link)
             }
         } catch {
@@ -872,12 +864,7 @@ final class WorkerLinkHandler: ChannelDuplexHandler {
             broken = true
             worker.linkBroken(generation: generation, error: error)
             context.close(promise: nil)
-            return
         }
-        guard bytes.readableBytes > 0 else { return }
-        // Part of a frame: kept, without what has been read of the buffer it came in.
-        bytes.discardReadBytes()
-        input = bytes
     }
 
     func read(context: ChannelHandlerContext) {
