@@ -220,7 +220,7 @@ def run_metrics(arguments, hosts, pin):
                                       capture_output=True, text=True, check=True).stdout)
     print(f"\n### Recording, part by part, against a whole request ({mode})\n")
     print(f"atrium-metrics-bench: the byte-counting handler {parts['handlerNanoseconds']:.1f} ns, the clock "
-          f"reads and the answer's recording {parts['recordingNanoseconds']:.1f} ns, the counting encoder "
+          f"reads and the answer's recording {parts['recordingNanoseconds']:.1f} ns, counting the bytes written "
           f"{parts['encoderNanoseconds']:.1f} ns: {parts['totalNanoseconds']:.1f} ns for a request that comes "
           "in a read of its own (a pipelined request shares its read's handler pass and first clock read, "
           "so costs less; the table charges it the whole).\n")

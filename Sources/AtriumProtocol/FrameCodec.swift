@@ -18,7 +18,8 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     /// The limit on the first frame's body (a host expects `hello` there, which is small), so
     /// that a peer that has not introduced itself cannot make the receiver buffer much.
     public let maxFirstFrameBytes: Int
-    private var firstFrameSeen = false
+    @usableFromInline
+    var firstFrameSeen = false
 
     public init(maxFrameBytes: Int = ProtocolLimits.default.maxFrameBytes, maxFirstFrameBytes: Int? = nil) {
         self.maxFrameBytes = maxFrameBytes
@@ -57,6 +58,7 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     }
 
     /// The next frame, under the first frame's limit until one has been decoded.
+    @inlinable
     mutating func nextFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
         guard !firstFrameSeen else { return try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false) }
         let frame = try decodeFrame(from: &buffer, limit: maxFirstFrameBytes, first: true)
@@ -90,12 +92,14 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 /// taken from the read: not in the read's buffer, whose storage the frames just handed on may
 /// share and keep alive.
 public struct FrameInput<Frame: AtriumFrame> {
-    public let decoder: FrameDecoder<Frame>
+    @usableFromInline
+    var decoder: FrameDecoder<Frame>
     @usableFromInline
     var held: ByteBuffer?
 
-    public init(maxFrameBytes: Int) {
-        decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
+    /// `maxFirstFrameBytes`, when given, limits the first frame (as ``FrameDecoder`` does).
+    public init(maxFrameBytes: Int, maxFirstFrameBytes: Int? = nil) {
+        decoder = FrameDecoder(maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: maxFirstFrameBytes)
     }
 
     /// How many bytes of a frame not yet whole are held.
@@ -112,7 +116,7 @@ public struct FrameInput<Frame: AtriumFrame> {
             earlier.writeImmutableBuffer(bytes)
             input = earlier
         }
-        while let frame = try decoder.decodeFrame(from: &input) { each(frame) }
+        while let frame = try decoder.nextFrame(from: &input) { each(frame) }
         guard input.readableBytes > 0 else { return }
         guard input.readerIndex > 0 else {
             held = input

@@ -71,6 +71,18 @@ struct RobustnessTests {
             host, rawFrame((["type": "hello", "version": 1, "clientId": "c"] as ValueSet).cborBytes()))
         #expect(secondHello?.code == .duplicateHello)
 
+        // A client that ends its sending side in the middle of a frame: the host says so.
+        let halfway = try await TestClient.connect(port: host.port)
+        try await halfway.hello()
+        try await halfway.sendRaw(Array(rawFrame((["type": "ping", "id": 1] as ValueSet).cborBytes()).prefix(7)))
+        try await halfway.closeOutput()
+        #expect(
+            try await halfway.next()
+                == .error(
+                    ErrorFrame(code: .truncatedFrame, message: "the connection ended 7 bytes into an incomplete frame"))
+        )
+        #expect(try await halfway.next() == nil, "the host closed the connection")
+
         // An unknown type is answered, and the connection stays open.
         let curious = try await connectedClient(host)
         try await curious.sendRaw(rawFrame((["type": "teleport", "to": "mars"] as ValueSet).cborBytes()))

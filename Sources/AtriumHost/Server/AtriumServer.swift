@@ -323,7 +323,6 @@ public final class AtriumServer: Service, Sendable {
     private func bootstrap(isLocal: Bool, transport: TransportPolicy) -> ServerBootstrap {
         let core = self.core
         let logger = self.logger
-        let maxFrameBytes = configuration.limits.maxFrameBytes
         let admission = configuration.admission
         let gate = AdmissionGate(core: core, isLocal: isLocal)
         return ServerBootstrap(group: group)
@@ -353,16 +352,10 @@ public final class AtriumServer: Service, Sendable {
                             TransportSniffer(
                                 policy: transport, transport: security, breaches: core.breaches, audit: core.audit))
                     }
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ByteToMessageHandler(
-                            FrameDecoder<ClientFrame>(
-                                maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: admission.maxHelloBytes)),
-                        loopMetrics.map { MessageToByteHandler(CountingFrameEncoder(loop: $0)) }
-                            ?? MessageToByteHandler(FrameEncoder<HostFrame>()),
+                    try channel.pipeline.syncOperations.addHandler(
                         ConnectionHandler(
                             core: core, isLocal: isLocal, ticket: ticket, transport: security,
-                            loopMetrics: loopMetrics, logger: logger),
-                    ])
+                            loopMetrics: loopMetrics, logger: logger))
                 }
             }
     }

@@ -46,10 +46,13 @@ final class OutputGauge: Sendable {
 /// ``ServiceBackend`` (which never blocks the loop), and from this loop only, in the order
 /// things happened: a backend never gets a request on a channel after its `closed`. They
 /// reach back through ``HostCore`` and the connection's ``ConnectionSlot``.
+///
+/// It reads and writes bytes: it cuts what it reads into frames itself (``FrameInput``) and
+/// encodes what it writes, so that no frame value is boxed into the pipeline and cast back.
 final class ConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = ClientFrame
-    typealias OutboundIn = HostFrame
-    typealias OutboundOut = HostFrame
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     let core: HostCore
     /// Whether the client came through the local Unix socket (else it is remote, over TCP).
@@ -108,6 +111,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         loopMetrics: LoopMetrics? = nil, logger: Logger
     ) {
         Self.live.wrappingAdd(1, ordering: .relaxed)
+        input = FrameInput(maxFrameBytes: core.limits.maxFrameBytes, maxFirstFrameBytes: core.admission.maxHelloBytes)
         self.loopMetrics = loopMetrics
         self.transport = transport
         self.core = core
@@ -128,6 +132,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     let limits: ProtocolLimits
     let admission: AdmissionLimits
+    /// What has been read of frames not yet whole; the first frame (hello) under its own limit.
+    private var input: FrameInput<ClientFrame>
+    /// Whether the client broke the framing: nothing it sends after is read.
+    private var inputBroken = false
     /// What `--metrics` records on this connection's loop.
     private let loopMetrics: LoopMetrics?
     /// With `--metrics`: when the frames of this read arrived (read once for all of them: a
@@ -272,6 +280,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
+            if input.heldBytes > 0, !inputBroken {
+                inputBroken = true
+                protocolError(
+                    FrameError(
+                        .truncatedFrame, "the connection ended \(input.heldBytes) bytes into an incomplete frame"))
+                return
+            }
             // The client will send nothing more but may still read: answer what is due first.
             machine.inputDidClose()
             answerOutgoingAfterInputClosed()
@@ -375,9 +390,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !isRemoved, !inputBroken else { return }
+        do {
+            try input.read(unwrapInboundIn(data)) { frame in received(frame, context: context) }
+        } catch {
+            inputBroken = true
+            protocolError(error)
+        }
+    }
+
+    private func received(_ frame: ClientFrame, context: ChannelHandlerContext) {
         // After a protocol error, frames that were decoded in the same read are not acted on.
         guard !isRemoved else { return }
-        let frame = unwrapInboundIn(data)
         let isHello: Bool
         if case .hello = frame { isHello = true } else { isHello = false }
         switch machine.frameReceived(isHello: isHello, type: frame.type) {
@@ -1118,12 +1142,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func write(_ frame: HostFrame) {
         guard !isClosed, let context else { return }
+        let bytes = encoded(frame, context: context)
         if inReadBurst {
-            context.write(wrapOutboundOut(frame), promise: nil)
+            context.write(wrapOutboundOut(bytes), promise: nil)
             flushPending = true
         } else {
-            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
         }
+    }
+
+    /// `frame` with its length prefix, in a buffer sized for its message from the start,
+    /// counted with `--metrics`.
+    private func encoded(_ frame: HostFrame, context: ChannelHandlerContext) -> ByteBuffer {
+        let message: Int
+        switch frame {
+        case .response(let response): message = response.message.buffer.readableBytes
+        case .request(let request): message = request.message.buffer.readableBytes
+        default: message = 0
+        }
+        var bytes = context.channel.allocator.buffer(capacity: 256 + message)
+        bytes.writeFrame(frame, countedIn: loopMetrics)
+        return bytes
     }
 
     /// Answers a protocol error with an `error` frame, then closes the connection (all but
@@ -1134,7 +1173,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if log { core.breaches.record("protocol error", level: .notice, "protocol error: \(error)") }
         guard !isClosed, let context else { return }
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(.error(ErrorFrame(error)))).whenComplete { _ in
+        context.writeAndFlush(wrapOutboundOut(encoded(.error(ErrorFrame(error)), context: context))).whenComplete { _ in
             channel.close(promise: nil)
         }
         // A client that does not read would keep the write, and so the connection, pending

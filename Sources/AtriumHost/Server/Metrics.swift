@@ -363,20 +363,13 @@ package final class ByteCountingHandler: ChannelInboundHandler, RemovableChannel
     }
 }
 
-/// The host's frame encoder, counting the bytes of each frame it writes into the connection's
-/// event loop's ``LoopMetrics`` (the frames' bytes: TLS adds its own around them).
-package struct CountingFrameEncoder: MessageToByteEncoder {
-    package typealias OutboundIn = HostFrame
-
-    let loop: LoopMetrics
-
-    package init(loop: LoopMetrics) {
-        self.loop = loop
-    }
-
-    package func encode(data: HostFrame, out: inout ByteBuffer) {
-        let before = out.writerIndex
-        out.writeFrame(data)
-        loop.bytesOut += out.writerIndex - before
+extension ByteBuffer {
+    /// Appends `frame` with its length prefix, and counts its bytes into `loop` (the
+    /// connection's event loop's ``LoopMetrics``; the frames' bytes: TLS adds its own around
+    /// them), when there is one.
+    package mutating func writeFrame(_ frame: HostFrame, countedIn loop: LoopMetrics?) {
+        let before = writerIndex
+        writeFrame(frame)
+        loop?.bytesOut += writerIndex - before
     }
 }

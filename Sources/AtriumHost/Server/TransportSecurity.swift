@@ -111,9 +111,10 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
                         "this host takes only TLS on this address: connect with TLS (atrium does, unless told --insecure)"
                 ))
             refused = true
-            // Through the whole pipeline, so that the frame encoder writes it.
             let channel = context.channel
-            channel.writeAndFlush(refusal).whenComplete { _ in channel.close(promise: nil) }
+            var bytes = channel.allocator.buffer(capacity: 256)
+            bytes.writeFrame(refusal)
+            channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
             return
         }
         context.fireChannelRead(data)
