@@ -90,7 +90,8 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 /// (no `ByteToMessageHandler`, so no frame value boxed into the pipeline and cast back). What
 /// has arrived of a frame not yet whole is kept, in a buffer of its own once a frame has been
 /// taken from the read: not in the read's buffer, whose storage the frames just handed on may
-/// share and keep alive.
+/// share and keep alive. The stream ending inside a frame is the caller's to report
+/// (``heldBytes`` is then above 0), and the caller's to let go of (``drop()``).
 public struct FrameInput<Frame: AtriumFrame> {
     @usableFromInline
     var decoder: FrameDecoder<Frame>
@@ -104,6 +105,11 @@ public struct FrameInput<Frame: AtriumFrame> {
 
     /// How many bytes of a frame not yet whole are held.
     public var heldBytes: Int { held?.readableBytes ?? 0 }
+
+    /// Lets go of what is held: the stream is done with.
+    public mutating func drop() {
+        held = nil
+    }
 
     /// Hands each whole frame of what has arrived, `bytes` last, to `each`, in order, and
     /// keeps the rest. A length over the limit, or a body that is not a frame, throws; the

@@ -100,6 +100,25 @@ struct RobustnessTests {
         #expect(await host.stop() == 0)
     }
 
+    @Test func aConnectionCutInsideAFrameIsLoggedAndHurtsNoOne() async throws {
+        let host = try await startHost()
+        let cut = try await TestClient.connect(port: host.port)
+        try await cut.hello()
+        try await cut.sendRaw(Array(rawFrame((["type": "ping", "id": 1] as ValueSet).cborBytes()).prefix(9)))
+        // Another client, before and after the cut.
+        let other = try await connectedClient(host, clientId: "other")
+        try await other.send(.ping(id: 2))
+        #expect(try await other.next() == .pong(id: 2))
+        await cut.close()
+        #expect(
+            await host.waitForLog(
+                "protocol error: truncatedFrame: the connection ended 9 bytes into an incomplete frame"))
+        try await other.send(.ping(id: 3))
+        #expect(try await other.next() == .pong(id: 3))
+        await other.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aClientThatDisconnectsWithRequestsInFlightHurtsNoOne() async throws {
         let host = try await startHost()
         let leaver = try await connectedClient(host, clientId: "leaver")

@@ -176,6 +176,23 @@ struct FrameCodecTests {
         #expect(input.heldBytes == 0)
     }
 
+    @Test func frameInputHoldsTheFirstFrameToItsOwnLimitThenLiftsIt() throws {
+        let hello = encoded(ClientFrame.hello(HelloFrame(clientId: String(repeating: "c", count: 40))))
+        let big = encoded(ClientFrame.launch(LaunchFrame(id: 1, uri: "x:" + String(repeating: "y", count: 200))))
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1000, maxFirstFrameBytes: 100)
+        var frames: [ClientFrame] = []
+        // The hello, its length prefix split across two reads, then a frame over the first limit.
+        try input.read(hello.getSlice(at: 0, length: 2)!) { frames.append($0) }
+        try input.read(hello.getSlice(at: 2, length: hello.readableBytes - 2)!) { frames.append($0) }
+        try input.read(big) { frames.append($0) }
+        #expect(frames.count == 2)
+        // The same frame first is refused by its length alone.
+        var first = FrameInput<ClientFrame>(maxFrameBytes: 1000, maxFirstFrameBytes: 100)
+        #expect(throws: FrameError.self) { try first.read(big.getSlice(at: 0, length: 4)!) { _ in } }
+        first.drop()
+        #expect(first.heldBytes == 0)
+    }
+
     @Test func frameInputKeepsWhatFollowsAFrameApartFromIt() throws {
         var read = encoded(ClientFrame.close(channel: 1))
         let next = encoded(ClientFrame.close(channel: 2))

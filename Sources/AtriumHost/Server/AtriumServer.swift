@@ -350,7 +350,8 @@ public final class AtriumServer: Service, Sendable {
                     if transport.context != nil {
                         try channel.pipeline.syncOperations.addHandler(
                             TransportSniffer(
-                                policy: transport, transport: security, breaches: core.breaches, audit: core.audit))
+                                policy: transport, transport: security, breaches: core.breaches, audit: core.audit,
+                                loopMetrics: loopMetrics))
                     }
                     try channel.pipeline.syncOperations.addHandler(
                         ConnectionHandler(

@@ -134,8 +134,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let admission: AdmissionLimits
     /// What has been read of frames not yet whole; the first frame (hello) under its own limit.
     private var input: FrameInput<ClientFrame>
-    /// Whether the client broke the framing: nothing it sends after is read.
+    /// Whether reading has stopped (a protocol error, the connection gone): nothing the client
+    /// sends after is read.
     private var inputBroken = false
+    /// Whether `channelRead` is handing on the frames of a read (and so modifying `input`).
+    private var reading = false
     /// What `--metrics` records on this connection's loop.
     private let loopMetrics: LoopMetrics?
     /// With `--metrics`: when the frames of this read arrived (read once for all of them: a
@@ -159,6 +162,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// request or launch in flight) keeps the handler only until it is done with it.
     func handlerRemoved(context: ChannelHandlerContext) {
         isRemoved = true
+        stopReading()
         deadline?.cancel()
         deadline = nil
         link = nil
@@ -214,6 +218,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var admitted = false
 
     func channelInactive(context: ChannelHandlerContext) {
+        if !reading, !inputBroken, input.heldBytes > 0 {
+            core.breaches.record(
+                "protocol error", level: .notice,
+                "protocol error: \(FrameError(.truncatedFrame, "the connection ended \(input.heldBytes) bytes into an incomplete frame"))"
+            )
+        }
+        // What was read of an unfinished frame goes with the connection, whoever still holds
+        // this handler (a launch or an open in flight).
+        stopReading()
         // A pairing request leaves with its connection: there is no one left to tell.
         if case .filed(let number) = pairing { core.devices.withdraw(number, timedOut: false) }
         pairing = .none
@@ -280,8 +293,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
-            if input.heldBytes > 0, !inputBroken {
-                inputBroken = true
+            if !reading, !inputBroken, input.heldBytes > 0 {
                 protocolError(
                     FrameError(
                         .truncatedFrame, "the connection ended \(input.heldBytes) bytes into an incomplete frame"))
@@ -391,16 +403,33 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !isRemoved, !inputBroken else { return }
+        // `input` is being modified until every frame of this read has been handled, and
+        // handling one may close the connection at once: nothing touches `input` while
+        // `reading` (see `stopReading`). Nothing comes back to `channelRead` meanwhile: NIO
+        // delivers a read from the event loop, never from a write, a close or a read() asked for.
+        reading = true
+        defer {
+            reading = false
+            if inputBroken { input.drop() }
+        }
         do {
             try input.read(unwrapInboundIn(data)) { frame in received(frame, context: context) }
         } catch {
-            inputBroken = true
             protocolError(error)
         }
     }
 
+    /// Nothing more the client sends is read, and what is held of an unfinished frame is let
+    /// go (at the end of the read under way, if there is one).
+    private func stopReading() {
+        inputBroken = true
+        if !reading { input.drop() }
+    }
+
     private func received(_ frame: ClientFrame, context: ChannelHandlerContext) {
-        // After a protocol error, frames that were decoded in the same read are not acted on.
+        // After a protocol error, frames that were decoded in the same read are not acted on:
+        // the state machine, closed by the error, ignores them (below), and nothing more is
+        // read (`inputBroken`).
         guard !isRemoved else { return }
         let isHello: Bool
         if case .hello = frame { isHello = true } else { isHello = false }
@@ -1171,6 +1200,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private func protocolError(_ error: FrameError, log: Bool = true) {
         let error = FrameError(error.code, untrusted(error.message, limit: 300))
         if log { core.breaches.record("protocol error", level: .notice, "protocol error: \(error)") }
+        // Nothing the client sends from here is read, or held.
+        stopReading()
         guard !isClosed, let context else { return }
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(encoded(.error(ErrorFrame(error)), context: context))).whenComplete { _ in

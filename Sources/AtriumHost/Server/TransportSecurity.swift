@@ -72,12 +72,18 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
     let transport: ConnectionTransport
     let breaches: BreachLog
     let audit: AuditLog?
+    /// Where `--metrics` counts the bytes of the refusal.
+    let loopMetrics: LoopMetrics?
 
-    init(policy: TransportPolicy, transport: ConnectionTransport, breaches: BreachLog, audit: AuditLog?) {
+    init(
+        policy: TransportPolicy, transport: ConnectionTransport, breaches: BreachLog, audit: AuditLog?,
+        loopMetrics: LoopMetrics? = nil
+    ) {
         self.policy = policy
         self.transport = transport
         self.breaches = breaches
         self.audit = audit
+        self.loopMetrics = loopMetrics
     }
 
     /// Set once plain TCP was refused: what else the client sends is dropped.
@@ -113,7 +119,7 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
             refused = true
             let channel = context.channel
             var bytes = channel.allocator.buffer(capacity: 256)
-            bytes.writeFrame(refusal)
+            bytes.writeFrame(refusal, countedIn: loopMetrics)
             channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
             return
         }
