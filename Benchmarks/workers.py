@@ -101,22 +101,12 @@ def main():
         if previous:
             compare_with_previous(arguments, port, previous_port, pin, mode)
             return
-        print(f"## Echo in a worker process against Echo in process, {mode}, {arguments.duration:g} s each\n")
-        print("| configuration | in process req/s | worker req/s | worker ÷ in process | in process p50 µs "
-              "| worker p50 µs | p50 difference µs | in process p99 µs | worker p99 µs |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for name, connections, pipeline in CONFIGURATIONS:
-            rounds = alternating(
-                lambda package: bench(port, connections, pipeline, arguments.duration / ROUNDS, pin,
-                                      ["--package", package]),
-                "atrium.examples.echo", WORKER_ECHO)
-            inside, worker = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
-            print(f"| {name} | {inside['requestsPerSecond']:.0f} | {worker['requestsPerSecond']:.0f} "
-                  f"| {worker['requestsPerSecond'] / inside['requestsPerSecond']:.2f} "
-                  f"| {inside['p50Microseconds']:.1f} | {worker['p50Microseconds']:.1f} "
-                  f"| {worker['p50Microseconds'] - inside['p50Microseconds']:+.1f} "
-                  f"| {inside['p99Microseconds']:.1f} | {worker['p99Microseconds']:.1f} |")
-            sys.stdout.flush()
+        pair_table(
+            f"## Echo in a worker process against Echo in process, {mode}, {arguments.duration:g} s each",
+            "in process", "worker", "worker ÷ in process",
+            lambda package, connections, pipeline: bench(
+                port, connections, pipeline, arguments.duration / ROUNDS, pin, ["--package", package]),
+            "atrium.examples.echo", WORKER_ECHO)
         floor = ipc_floor(pin)
         if floor is not None:
             print(f"\n- The floor under the sequential difference: two bare processes passing 100 bytes back and "
@@ -154,25 +144,33 @@ def ipc_floor(pin):
     return float(output)
 
 
-def compare_with_previous(arguments, port, previous_port, pin, mode):
-    """Echo in a worker process, this build's host against the previous build's."""
-    print(f"## Echo in a worker process, this atriumd against {arguments.previous}, {mode}, "
-          f"{arguments.duration:g} s each\n")
-    print("| configuration | this req/s | previous req/s | this ÷ previous | this p50 µs | previous p50 µs "
-          "| p50 difference µs | this p99 µs | previous p99 µs |")
+def pair_table(heading, a, b, ratio, measure, first, second):
+    """Prints `heading` and a table of CONFIGURATIONS, each measured in alternating rounds with
+    `first` (the `a` columns) and `second` (the `b` columns): throughput b ÷ a, p50 b - a."""
+    print(heading + "\n")
+    print(f"| configuration | {a} req/s | {b} req/s | {ratio} | {a} p50 µs | {b} p50 µs | p50 difference µs "
+          f"| {a} p99 µs | {b} p99 µs |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, connections, pipeline in CONFIGURATIONS:
-        rounds = alternating(
-            lambda target: bench(target, connections, pipeline, arguments.duration / ROUNDS, pin,
-                                 ["--package", WORKER_ECHO]),
-            port, previous_port)
-        this, before = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
-        print(f"| {name} | {this['requestsPerSecond']:.0f} | {before['requestsPerSecond']:.0f} "
-              f"| {this['requestsPerSecond'] / before['requestsPerSecond']:.2f} "
-              f"| {this['p50Microseconds']:.1f} | {before['p50Microseconds']:.1f} "
-              f"| {this['p50Microseconds'] - before['p50Microseconds']:+.1f} "
-              f"| {this['p99Microseconds']:.1f} | {before['p99Microseconds']:.1f} |")
+        rounds = alternating(lambda target: measure(target, connections, pipeline), first, second)
+        x, y = median_result([r[0] for r in rounds]), median_result([r[1] for r in rounds])
+        print(f"| {name} | {x['requestsPerSecond']:.0f} | {y['requestsPerSecond']:.0f} "
+              f"| {y['requestsPerSecond'] / x['requestsPerSecond']:.2f} "
+              f"| {x['p50Microseconds']:.1f} | {y['p50Microseconds']:.1f} "
+              f"| {y['p50Microseconds'] - x['p50Microseconds']:+.1f} "
+              f"| {x['p99Microseconds']:.1f} | {y['p99Microseconds']:.1f} |")
         sys.stdout.flush()
+
+
+def compare_with_previous(arguments, port, previous_port, pin, mode):
+    """Echo in a worker process, this build's host against the previous build's."""
+    pair_table(
+        f"## Echo in a worker process, this atriumd against {arguments.previous}, {mode}, "
+        f"{arguments.duration:g} s each",
+        "previous", "this", "this ÷ previous",
+        lambda target, connections, pipeline: bench(
+            target, connections, pipeline, arguments.duration / ROUNDS, pin, ["--package", WORKER_ECHO]),
+        previous_port, port)
 
 
 if __name__ == "__main__":
