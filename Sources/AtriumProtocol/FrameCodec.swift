@@ -44,7 +44,7 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
         if seenEOF && buffer.readableBytes > 0 {
             let have = buffer.readableBytes
             buffer.moveReaderIndex(forwardBy: have)
-            throw FrameError(.truncatedFrame, "the connection ended \(have) bytes into an incomplete frame")
+            throw FrameError.truncated(after: have)
         }
         return .needMoreData
     }
@@ -91,7 +91,7 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 /// has arrived of a frame not yet whole is kept, in a buffer of its own once a frame has been
 /// taken from the read: not in the read's buffer, whose storage the frames just handed on may
 /// share and keep alive. The stream ending inside a frame is the caller's to report
-/// (``heldBytes`` is then above 0), and the caller's to let go of (``drop()``).
+/// (``truncation``), and what is held the caller's to let go of (``drop()``).
 public struct FrameInput<Frame: AtriumFrame> {
     @usableFromInline
     var decoder: FrameDecoder<Frame>
@@ -105,6 +105,11 @@ public struct FrameInput<Frame: AtriumFrame> {
 
     /// How many bytes of a frame not yet whole are held.
     public var heldBytes: Int { held?.readableBytes ?? 0 }
+
+    /// The error for the stream ending now: `truncatedFrame` when part of a frame is held.
+    public var truncation: FrameError? {
+        heldBytes > 0 ? .truncated(after: heldBytes) : nil
+    }
 
     /// Lets go of what is held: the stream is done with.
     public mutating func drop() {

@@ -10,6 +10,11 @@ public struct FrameError: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
 
+    /// The stream ended `bytes` bytes into a frame not yet whole.
+    public static func truncated(after bytes: Int) -> FrameError {
+        FrameError(.truncatedFrame, "the connection ended \(bytes) bytes into an incomplete frame")
+    }
+
     /// Whether the connection must be closed after this error (all but `unknownType`).
     public var closesConnection: Bool { code != .unknownType }
 

@@ -214,6 +214,14 @@ extension ClientFrame {
 }
 
 extension HostFrame {
+    public var carriedBytes: Int {
+        switch self {
+        case .response(let response): response.message.buffer.readableBytes
+        case .request(let request): request.message.buffer.readableBytes
+        default: 0
+        }
+    }
+
     public var type: String {
         switch self {
         case .welcome: "welcome"

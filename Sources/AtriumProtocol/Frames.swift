@@ -252,6 +252,22 @@ public protocol AtriumFrame: Sendable, Hashable {
     func encode(into buffer: inout ByteBuffer)
     /// The frame's `type`.
     var type: String { get }
+    /// How many bytes of a message (or a launch's data) the frame carries: what its encoding
+    /// needs beyond its keys. 0 unless the frame type says otherwise.
+    var carriedBytes: Int { get }
+}
+
+extension AtriumFrame {
+    public var carriedBytes: Int { 0 }
+}
+
+extension ByteBufferAllocator {
+    /// An empty buffer with room for `frame` written with its length prefix: what it carries,
+    /// and its keys (a few hundred bytes at most).
+    @inlinable
+    public func buffer(for frame: some AtriumFrame) -> ByteBuffer {
+        buffer(capacity: 256 + frame.carriedBytes)
+    }
 }
 
 /// What a client sends to a host.

@@ -51,6 +51,15 @@ package enum WorkerFrame: AtriumFrame {
     /// A frame whose `type` this version does not know.
     case unknown(String)
 
+    package var carriedBytes: Int {
+        switch self {
+        case .request(_, _, let message), .response(_, _, _, let message?), .send(_, _, let message):
+            message.buffer.readableBytes
+        case .launch(_, _, let data?, _, _), .launchUri(_, _, let data?, _): data.buffer.readableBytes
+        default: 0
+        }
+    }
+
     package var type: String {
         switch self {
         case .start: "start"

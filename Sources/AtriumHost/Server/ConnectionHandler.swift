@@ -218,11 +218,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     private var admitted = false
 
     func channelInactive(context: ChannelHandlerContext) {
-        if !reading, !inputBroken, input.heldBytes > 0 {
-            core.breaches.record(
-                "protocol error", level: .notice,
-                "protocol error: \(FrameError(.truncatedFrame, "the connection ended \(input.heldBytes) bytes into an incomplete frame"))"
-            )
+        if let truncation {
+            core.breaches.record("protocol error", level: .notice, "protocol error: \(truncation)")
         }
         // What was read of an unfinished frame goes with the connection, whoever still holds
         // this handler (a launch or an open in flight).
@@ -293,10 +290,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
-            if !reading, !inputBroken, input.heldBytes > 0 {
-                protocolError(
-                    FrameError(
-                        .truncatedFrame, "the connection ended \(input.heldBytes) bytes into an incomplete frame"))
+            if let truncation {
+                protocolError(truncation)
                 return
             }
             // The client will send nothing more but may still read: answer what is due first.
@@ -417,6 +412,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } catch {
             protocolError(error)
         }
+    }
+
+    /// The client's stream ended inside a frame, while it was still being read.
+    private var truncation: FrameError? {
+        reading || inputBroken ? nil : input.truncation
     }
 
     /// Nothing more the client sends is read, and what is held of an unfinished frame is let
@@ -1180,16 +1180,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// `frame` with its length prefix, in a buffer sized for its message from the start,
-    /// counted with `--metrics`.
+    /// `frame` with its length prefix, counted with `--metrics`.
     private func encoded(_ frame: HostFrame, context: ChannelHandlerContext) -> ByteBuffer {
-        let message: Int
-        switch frame {
-        case .response(let response): message = response.message.buffer.readableBytes
-        case .request(let request): message = request.message.buffer.readableBytes
-        default: message = 0
-        }
-        var bytes = context.channel.allocator.buffer(capacity: 256 + message)
+        var bytes = context.channel.allocator.buffer(for: frame)
         bytes.writeFrame(frame, countedIn: loopMetrics)
         return bytes
     }

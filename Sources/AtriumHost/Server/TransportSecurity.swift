@@ -118,7 +118,7 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
                 ))
             refused = true
             let channel = context.channel
-            var bytes = channel.allocator.buffer(capacity: 256)
+            var bytes = channel.allocator.buffer(for: refusal)
             bytes.writeFrame(refusal, countedIn: loopMetrics)
             channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
             return

@@ -31,15 +31,9 @@ final class WorkerLink: @unchecked Sendable {
         }
     }
 
-    /// `frame` with its length prefix, in a buffer sized for its message from the start.
+    /// `frame` with its length prefix.
     static func encoded(_ frame: WorkerFrame, allocator: ByteBufferAllocator) -> ByteBuffer {
-        let message: Int
-        switch frame {
-        case .request(_, _, let carried), .response(_, _, _, let carried?): message = carried.buffer.readableBytes
-        case .launch(_, _, let data?, _, _): message = data.buffer.readableBytes
-        default: message = 0
-        }
-        var bytes = allocator.buffer(capacity: 256 + message)
+        var bytes = allocator.buffer(for: frame)
         bytes.writeFrame(frame)
         return bytes
     }
