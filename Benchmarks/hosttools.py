@@ -83,3 +83,33 @@ def read_live_bytes(answer_file, timeout=5):
             return int(bytes_), int(blocks)
         time.sleep(0.02)
     sys.exit("the host did not say what it has allocated (is livebytes.so loaded?)")
+
+
+def resident_mappings(pid):
+    """The resident bytes of each of `pid`'s mappings, keyed by (start address, what is mapped:
+    a file's path, `[heap]`, `[stack]`, or `anonymous`), from /proc/PID/smaps. Keyed by start
+    rather than range, so that a mapping that grows (the heap) stays one entry."""
+    mappings, key = {}, None
+    with open(f"/proc/{pid}/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                key = (int(fields[0].split("-")[0], 16), fields[5] if len(fields) > 5 else "anonymous")
+            elif fields[0] == "Rss:" and key is not None:
+                mappings[key] = int(fields[1]) * 1024
+    return mappings
+
+
+def mapping_growth(before, after, limit=6):
+    """What grew or shrank between two `resident_mappings` readings, largest change first, as
+    text: `[heap] +28.0 KiB, anonymous @7f12.. +4.0 KiB (new)`; at most `limit` entries."""
+    changes = []
+    for key in set(before) | set(after):
+        change = after.get(key, 0) - before.get(key, 0)
+        if change:
+            start, name = key
+            label = name if name.startswith("[") else f"{os.path.basename(name) if name != 'anonymous' else name} @{start:x}"
+            note = " (new)" if key not in before else " (gone)" if key not in after else ""
+            changes.append((abs(change), f"{label} {change / 1024:+.1f} KiB{note}"))
+    changes.sort(reverse=True)
+    return ", ".join(text for _, text in changes[:limit]) or "no mapping changed"

@@ -27,8 +27,8 @@ import tempfile
 import threading
 import time
 
-from hosttools import (RELEASE, ROOT, copy_of_reference_manifests, counting_allocations, descriptors, read_live_bytes,
-                       rss_bytes)
+from hosttools import (RELEASE, ROOT, copy_of_reference_manifests, counting_allocations, descriptors, mapping_growth,
+                       read_live_bytes, resident_mappings, rss_bytes)
 
 
 def host_status(socket_path):
@@ -45,7 +45,8 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
     left, workersInMemory, pluginsInMemory, anonymous RSS bytes per reload) for the package in a
     worker, then in process. With `checkpoint`, calls `on_checkpoint(kind, reloads so far, RSS
     growth, anonymous RSS growth, allocated growth, heap growth)` (bytes since the measured
-    reloads began) every `checkpoint` measured reloads."""
+    reloads began, and which of the host's mappings grew, as text) every `checkpoint` measured
+    reloads."""
     folder = copy_of_reference_manifests()
     scratch = tempfile.mkdtemp(prefix="atrium-reloads-")
     socket_path = os.path.join(scratch, "atriumd.sock")
@@ -105,6 +106,7 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
             heap = host_status(socket_path).get("heapInUseBytes", 0)
             rss, anon, fds = rss_bytes(host.pid), rss_bytes(host.pid, "RssAnon"), descriptors(host.pid)
             live = read_live_bytes(live_file)[0] if live_file else 0
+            mappings = resident_mappings(host.pid)
             done = 0
             while done < reloads:  # configs unlike every warm-up one
                 step = min(checkpoint or reloads, reloads - done)
@@ -115,7 +117,8 @@ def measure_reloads(reloads, pin=(), warmup=None, kinds=(True, False), count_all
                     on_checkpoint("in a worker process" if isolated else "in process", done, rss_bytes(host.pid) - rss,
                                   rss_bytes(host.pid, "RssAnon") - anon,
                                   (read_live_bytes(live_file)[0] - live) if live_file else 0,
-                                  host_status(socket_path).get("heapInUseBytes", 0) - heap)
+                                  host_status(socket_path).get("heapInUseBytes", 0) - heap,
+                                  mapping_growth(mappings, resident_mappings(host.pid)))
             rss_after, anon_after, fds_after = rss_bytes(host.pid), rss_bytes(host.pid, "RssAnon"), descriptors(host.pid)
             workers = subprocess.run(["pgrep", "-P", str(host.pid)], capture_output=True, text=True).stdout.split()
             status = host_status(socket_path)
@@ -144,16 +147,17 @@ def main():
                         help="how each reload is asked for: the folder's watcher (300 ms of settling each), or "
                              "SIGHUP to a host run with --no-watch (default watcher)")
     parser.add_argument("--checkpoints", type=int, default=None, metavar="N",
-                        help="also print what the host holds every N measured reloads (each reading waits 11 s)")
+                        help="also print what the host holds, and which of its mappings grew, every N measured "
+                             "reloads (each reading waits 11 s)")
     arguments = parser.parse_args()
     if arguments.reloads < 1 or (arguments.warmup is not None and arguments.warmup < 0) \
             or (arguments.checkpoints is not None and arguments.checkpoints < 1):
         parser.error("--reloads and --checkpoints take 1 or more, --warmup 0 or more")
 
-    def checkpoint(kind, done, rss, anon, live, heap):
+    def checkpoint(kind, done, rss, anon, live, heap, mappings):
         print(f"  {kind}, after {done} reloads: RSS {rss / 1024:+.1f} KiB ({rss / done:.1f} B a reload), "
               f"of it anonymous {anon / 1024:+.1f} KiB ({anon / done:.1f} B a reload); allocated "
-              f"{live / 1024:+.1f} KiB, heap in use {heap / 1024:+.1f} KiB")
+              f"{live / 1024:+.1f} KiB, heap in use {heap / 1024:+.1f} KiB; by mapping: {mappings}")
         sys.stdout.flush()
     kinds = {"worker": (True,), "process": (False,)}.get(arguments.only, (True, False))
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
