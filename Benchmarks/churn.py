@@ -6,7 +6,7 @@ own count, `atrium status`), resident memory (RSS) and open descriptors grew per
 warm-up. A host that keeps something per cycle shows it here as bytes per cycle that do not
 go away; a few bytes either way are the allocator's noise.
 
-    Benchmarks/churn.py [--cycles 20000] [--warmup N] [--reloads 1000] [--pinned]
+    Benchmarks/churn.py [--cycles 20000] [--warmup N] [--reloads 1000] [--pinned] [--only TEXT]
 
 One client at a time, nothing else running; the client is Python (cbor2), written from
 docs/PROTOCOL.md, and over TLS for the TLS cycle (Python's ssl). The figures go to
@@ -132,21 +132,8 @@ CYCLES = [
 ]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
-    parser.add_argument("--reloads", type=int, default=1000,
-                        help="manifest reloads measured per kind, after as many of warm-up, each asked for "
-                             "with SIGHUP (default 1000; 0 leaves them out)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="cycles of each kind before the measured ones (default as many as --cycles, and at "
-                             "least 12 s): the allocator's pages settle at the busiest the cycles make them")
-    parser.add_argument("--pinned", action="store_true", help="run the host and the client on core 0")
-    arguments = parser.parse_args()
-    if arguments.pinned:
-        os.sched_setaffinity(0, {0})
-    pin = ["taskset", "-c", "0"] if arguments.pinned else []
-    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+def measure_cycles(cycles, arguments, pin):
+    """Runs each of `cycles` (name, function) on one host and prints a row for each."""
     state_folder = tempfile.mkdtemp(prefix="atrium-churn-state-")
     # The local socket (given again after start_host's "off": the last one counts) is for
     # `atrium status`, whose heap figure is what the host has allocated, not what the
@@ -165,12 +152,7 @@ def main():
                                       os.path.join(state_folder, "host-key.pem"))
     try:
         warmup = arguments.warmup if arguments.warmup is not None else arguments.cycles
-        print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
-              f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
-        print("| cycle | allocated, growth per cycle | heap in use (glibc), growth per cycle | RSS growth per cycle "
-              "| descriptor growth | seconds |")
-        print("|---|---|---|---|---|---|")
-        for name, cycle in CYCLES:
+        for name, cycle in cycles:
             state = {}
             # Warm up for the cycles and for longer than the host's hello timeout (10 s): a
             # connection's timer is part of what it holds until then.
@@ -207,8 +189,41 @@ def main():
         host.terminate()
         host.wait()
         shutil.rmtree(state_folder, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=20000, help="cycles measured per kind (default 20000)")
+    parser.add_argument("--reloads", type=int, default=1000,
+                        help="manifest reloads measured per kind, after as many of warm-up, each asked for "
+                             "with SIGHUP (default 1000; 0 leaves them out)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="cycles of each kind before the measured ones (default as many as --cycles, and at "
+                             "least 12 s): the allocator's pages settle at the busiest the cycles make them")
+    parser.add_argument("--pinned", action="store_true", help="run the host and the client on core 0")
+    parser.add_argument("--only", metavar="TEXT", default=None,
+                        help="run only the cycles whose name contains TEXT (for example 'no hello', 'TLS', "
+                             "'request', 'reload')")
+    arguments = parser.parse_args()
+    cycles = [(name, cycle) for name, cycle in CYCLES if arguments.only is None or arguments.only in name]
+    with_reloads = arguments.reloads > 0 and (arguments.only is None or arguments.only in "manifest reload")
+    if not cycles and not with_reloads:
+        parser.error(f"no cycle's name contains {arguments.only!r}: "
+                     + "; ".join(name for name, _ in CYCLES + [("manifest reload", None)]))
+    if arguments.pinned:
+        os.sched_setaffinity(0, {0})
+    pin = ["taskset", "-c", "0"] if arguments.pinned else []
+    subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
+    print(f"## Churn: {arguments.cycles} cycles of each kind after at least "
+          f"{arguments.warmup if arguments.warmup is not None else arguments.cycles} (and 12 s) of warm-up "
+          f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
+    print("| cycle | allocated, growth per cycle | heap in use (glibc), growth per cycle | RSS growth per cycle "
+          "| descriptor growth | seconds |")
+    print("|---|---|---|---|---|---|")
+    if cycles:
+        measure_cycles(cycles, arguments, pin)
     # Reloads on a host of their own, which logs each one done.
-    if arguments.reloads > 0:
+    if with_reloads:
         for kind, count, per_reload, live, heap, fds, fds_after, workers, worker_objects, plugin_objects, _ in \
                 measure_reloads(arguments.reloads, pin, warmup=arguments.reloads, by_signal=True):
             restarts = "; its worker restarts" if "worker" in kind else ""
