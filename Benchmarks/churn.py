@@ -72,6 +72,19 @@ def tls_hello_close(port, state):
 
 
 def connect_close(port, state):
+    """Connects, says nothing and half-closes; done when the host has closed its side, so that
+    the host holds one such connection at a time, as in every other cycle."""
+    client = Client(port)
+    client.sock.shutdown(socket.SHUT_WR)
+    while client.sock.recv(4096):
+        pass
+    client.close()
+
+
+def connect_close_at_once(port, state):
+    """Connects and closes without waiting for anything: the client runs ahead of the host,
+    which then meets a few hundred closed connections at once (and refuses those over the
+    per-address limit). What this leaves is the high-water mark of those bursts."""
     Client(port).close()
 
 
@@ -122,6 +135,7 @@ def launch(port, state):
 
 CYCLES = [
     ("connect, close (no hello)", connect_close),
+    ("connect, close at once, not waiting for the host (no hello)", connect_close_at_once),
     ("connect, hello, welcome, close", connect_hello_close),
     ("TLS handshake, hello, welcome, close", tls_hello_close),
     ("open + close of a channel (Echo)", open_close(ECHO)),

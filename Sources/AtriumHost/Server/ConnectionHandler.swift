@@ -240,8 +240,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             // client's requests are forgotten (late answers are refused), and the backends'
             // messages to the client fail.
             let closed = slot.book.withLock { book in
-                book.link = nil
-                return book.channels.keys.compactMap { book.removeChannel($0) }
+                let closed = book.channels.keys.compactMap { book.removeChannel($0) }
+                book.letGo()
+                return closed
             }
             channels = closed.count
             for channel in closed {

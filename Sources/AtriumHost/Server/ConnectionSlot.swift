@@ -84,6 +84,21 @@ final class ConnectionSlot: Sendable {
             return closed
         }
 
+        /// Lets go of what the connection that leaves the slot put in it: its link, its
+        /// client's identity, and the storage of the tables it filled (removing their entries
+        /// keeps it, so a connection that once had many channels would hold it in the slot for
+        /// good). A table still holding entries is left as it is: each of those is answered by
+        /// whoever removes it. The sequence stays, so ids go on never repeating.
+        mutating func letGo() {
+            link = nil
+            clientId = ""
+            isRemote = false
+            if channels.isEmpty { channels = [:] }
+            if numbers.isEmpty { numbers = [:] }
+            if pending.isEmpty { pending = [:] }
+            if outgoing.isEmpty { outgoing = [:] }
+        }
+
         /// The channel `handle` when it is `backend`'s and not closing.
         func channel(_ handle: UInt64, of backend: any ServiceBackend) -> Channel? {
             guard let channel = channels[handle], channel.backend === backend, !channel.closing else { return nil }
