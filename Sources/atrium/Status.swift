@@ -100,7 +100,7 @@ struct Status: AsyncParsableCommand {
             "traffic      \(rate("requestsReceived")) requests/s, \(rate("connectionsAccepted")) connections/s, \(rate("launchesReceived")) launches/s (\(over))"
         )
         lines.append(
-            "connections  \(count("connections")) (tcp \(count("tcpConnections")), local \(count("localConnections"))); in memory \(count("connectionsInMemory")); slots free \(count("freeSlots")) of \(count("slots"))"
+            "connections  \(count("connections")) (tcp \(count("tcpConnections")), local \(count("localConnections"))); in memory \(count("connectionsInMemory")); slots free \(count("freeSlots")) of \(count("slots")), holding something \(count("slotsHolding"))"
         )
         lines.append(
             "channels     \(count("channels")); requests waiting for a service \(count("pendingRequests")); messages waiting for a client \(count("outgoingRequests")); launches \(count("launchesInFlight"))"

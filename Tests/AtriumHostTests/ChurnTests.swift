@@ -116,7 +116,7 @@ import Testing
     static func atRest(slots: Int64) -> [String: Int64] {
         [
             "connections": 1, "tcpConnections": 0, "localConnections": 1, "connectionsInMemory": 1, "peers": 0,
-            "freeSlots": slots - 1, "channels": 0, "pendingRequests": 0, "outgoingRequests": 0,
+            "freeSlots": slots - 1, "slotsHolding": 1, "channels": 0, "pendingRequests": 0, "outgoingRequests": 0,
             "launchesInFlight": 0,
         ]
     }

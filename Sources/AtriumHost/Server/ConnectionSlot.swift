@@ -42,7 +42,8 @@ final class ConnectionSlot: Sendable {
         var link: ConnectionLink?
         /// The client's identity, from its `hello`: what a backend acts on behalf of.
         var clientId = ""
-        var isRemote = false
+        /// Whether the client is remote (over TCP); true until a connection says otherwise.
+        var isRemote = true
         let prefix: UInt64
         var sequence: UInt64 = 0
         /// Open channels, by the host's id for them. `numbers` maps the client's numbers to
@@ -87,16 +88,27 @@ final class ConnectionSlot: Sendable {
         /// Lets go of what the connection that leaves the slot put in it: its link, its
         /// client's identity, and the storage of the tables it filled (removing their entries
         /// keeps it, so a connection that once had many channels would hold it in the slot for
-        /// good). A table still holding entries is left as it is: each of those is answered by
-        /// whoever removes it. The sequence stays, so ids go on never repeating.
+        /// good). Called once every channel is removed, which takes each request waiting on it
+        /// along: the tables are empty by then. The sequence stays, so ids go on never
+        /// repeating.
         mutating func letGo() {
+            assert(
+                channels.isEmpty && numbers.isEmpty && pending.isEmpty && outgoing.isEmpty,
+                "a connection's slot let go of with entries still in its tables")
             link = nil
             clientId = ""
-            isRemote = false
-            if channels.isEmpty { channels = [:] }
-            if numbers.isEmpty { numbers = [:] }
-            if pending.isEmpty { pending = [:] }
-            if outgoing.isEmpty { outgoing = [:] }
+            isRemote = true
+            channels = [:]
+            numbers = [:]
+            pending = [:]
+            outgoing = [:]
+        }
+
+        /// Whether the slot holds anything of a connection: its link, a client's identity, or
+        /// storage for its tables. Only the slots of connections still open should.
+        var holdsAnything: Bool {
+            link != nil || !clientId.isEmpty || channels.capacity > 0 || numbers.capacity > 0
+                || pending.capacity > 0 || outgoing.capacity > 0
         }
 
         /// The channel `handle` when it is `backend`'s and not closing.

@@ -22,6 +22,7 @@ import Foundation
 /// | `workersInMemory`, `pluginsInMemory` | worker process backends and loaded plugin libraries (in this process) not yet freed: the current ones, and those a reload retired that are still being let go |
 /// | `peers` | addresses with connections counted against the per-address limit |
 /// | `freeSlots`, `slots` | connection slots free, and in all |
+/// | `slotsHolding` | slots that hold anything of a connection (its link, its client's id, storage for its channels and requests): one per open connection, none more |
 /// | `channels`, `pendingRequests`, `outgoingRequests` | across every connection's slot |
 /// | `launchesInFlight` | launches started and not yet answered |
 /// | `packages` | maps of `package`, `isolation`, `state` (ready, starting, restarting, failed), optional `reason`, `pid`, `recentCrashes` |
@@ -69,6 +70,7 @@ extension HostCore {
             "peers": .int(Int64(counted.peers)),
             "freeSlots": .int(Int64(counted.free)),
             "slots": .int(Int64(slots.count)),
+            "slotsHolding": .int(Int64(held.holding)),
             "channels": .int(Int64(held.channels.values.reduce(0, +))),
             "pendingRequests": .int(Int64(held.pending)),
             "outgoingRequests": .int(Int64(held.outgoing)),
@@ -80,19 +82,21 @@ extension HostCore {
 
 extension HostCore {
     /// What every connection's slot holds: open channels by package, requests waiting on
-    /// services and on clients.
-    func heldInSlots() -> (channels: [String: Int], pending: Int, outgoing: Int) {
+    /// services and on clients, and how many slots hold anything at all.
+    func heldInSlots() -> (channels: [String: Int], pending: Int, outgoing: Int, holding: Int) {
         var channels: [String: Int] = [:]
         var pending = 0
         var outgoing = 0
+        var holding = 0
         for slot in slots {
             slot.book.withLock { book in
                 for channel in book.channels.values { channels[channel.backend.package, default: 0] += 1 }
                 pending += book.pending.count
                 outgoing += book.outgoing.count
+                if book.holdsAnything { holding += 1 }
             }
         }
-        return (channels, pending, outgoing)
+        return (channels, pending, outgoing, holding)
     }
 
     /// Sets what the metrics read at scrape: what the host holds now (as `host.status` counts
