@@ -73,7 +73,8 @@ def tls_hello_close(port, state):
 
 def connect_close(port, state):
     """Connects, says nothing and half-closes; done when the host has closed its side, so that
-    the host holds one such connection at a time, as in every other cycle."""
+    the host holds one such connection at a time (the other cycles wait for the host's answers,
+    which keeps them close to that too)."""
     client = Client(port)
     client.sock.shutdown(socket.SHUT_WR)
     while client.sock.recv(4096):
@@ -146,8 +147,9 @@ CYCLES = [
 ]
 
 
-def measure_cycles(cycles, arguments, pin):
-    """Runs each of `cycles` (name, function) on one host and prints a row for each."""
+def measure_cycles(cycles, arguments, warmup, pin):
+    """Runs each of `cycles` (name, function) on one host, each after `warmup` of its own, and
+    prints a row for each."""
     state_folder = tempfile.mkdtemp(prefix="atrium-churn-state-")
     # The local socket (given again after start_host's "off": the last one counts) is for
     # `atrium status`, whose heap figure is what the host has allocated, not what the
@@ -165,7 +167,6 @@ def measure_cycles(cycles, arguments, pin):
     TLSClient.context.load_cert_chain(os.path.join(state_folder, "host-cert.pem"),
                                       os.path.join(state_folder, "host-key.pem"))
     try:
-        warmup = arguments.warmup if arguments.warmup is not None else arguments.cycles
         for name, cycle in cycles:
             state = {}
             # Warm up for the cycles and for longer than the host's hello timeout (10 s): a
@@ -228,14 +229,14 @@ def main():
         os.sched_setaffinity(0, {0})
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     subprocess.run(["swift", "build", "-c", "release"], cwd=ROOT, check=True, stdout=sys.stderr)
-    print(f"## Churn: {arguments.cycles} cycles of each kind after at least "
-          f"{arguments.warmup if arguments.warmup is not None else arguments.cycles} (and 12 s) of warm-up "
+    warmup = arguments.warmup if arguments.warmup is not None else arguments.cycles
+    print(f"## Churn: {arguments.cycles} cycles of each kind after at least {warmup} (and 12 s) of warm-up "
           f"({'pinned to core 0' if arguments.pinned else 'unpinned'})\n")
     print("| cycle | allocated, growth per cycle | heap in use (glibc), growth per cycle | RSS growth per cycle "
           "| descriptor growth | seconds |")
     print("|---|---|---|---|---|---|")
     if cycles:
-        measure_cycles(cycles, arguments, pin)
+        measure_cycles(cycles, arguments, warmup, pin)
     # Reloads on a host of their own, which logs each one done.
     if with_reloads:
         for kind, count, per_reload, live, heap, fds, fds_after, workers, worker_objects, plugin_objects, _ in \

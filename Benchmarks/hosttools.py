@@ -108,7 +108,8 @@ def mapping_growth(before, after, limit=6):
         change = after.get(key, 0) - before.get(key, 0)
         if change:
             start, name = key
-            label = name if name.startswith("[") else f"{os.path.basename(name) if name != 'anonymous' else name} @{start:x}"
+            # [heap] and [stack] are one each; anything else is told apart by where it starts.
+            label = name if name.startswith("[") else f"{os.path.basename(name)} @{start:x}"
             note = " (new)" if key not in before else " (gone)" if key not in after else ""
             changes.append((abs(change), f"{label} {change / 1024:+.1f} KiB{note}"))
     changes.sort(reverse=True)
