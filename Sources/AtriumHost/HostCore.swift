@@ -29,6 +29,8 @@ public struct LoadedPackage: Sendable {
 /// of connections for shutdown), and the request path never takes it.
 public final class HostCore: BackendHost, @unchecked Sendable {
     let configuration: HostConfiguration
+    /// `configuration.responseTimeout`, as the event loops count time.
+    let responseTimeout: TimeAmount
     let logger: Logger
     /// The packages, swapped whole by ``reload(_:)``: readers take the snapshot of the moment.
     let registry = Mutex(PackageRegistry())
@@ -134,6 +136,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         pairingRequired = configuration.pairingRequired
         localPeer = LocalPeer(group: configuration.socketGroup.flatMap { getgrnam($0)?.pointee.gr_gid })
         self.configuration = configuration
+        responseTimeout = TimeAmount(configuration.responseTimeout)
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
         admission = configuration.admission
@@ -276,36 +279,30 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     // MARK: - Requests from clients
 
-    /// Arms the response timeout of a request the backend now has, unless it has answered
-    /// already: a plugin called inline (Echo) answers before this, and then no timer is made
-    /// and cancelled for every request (each would cost the event loop's timer queue a search).
-    func armTimeout(_ handle: UInt64, in slot: ConnectionSlot, on eventLoop: any EventLoop) {
-        guard slot.isPending(handle) else { return }
-        let timeout = eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
-            self.timeOut(handle, in: slot)
-        }
-        let stillPending = slot.book.withLock { book -> Bool in
-            guard book.pending[handle] != nil else { return false }
-            book.pending[handle]!.timeout = timeout
-            return true
-        }
-        if !stillPending { timeout.cancel() }
-    }
-
     /// Whether request `handle` still waits for its answer.
     func isPending(_ handle: UInt64) -> Bool {
         slot(of: handle)?.isPending(handle) ?? false
     }
 
-    private func timeOut(_ handle: UInt64, in slot: ConnectionSlot) {
-        guard let (request, link) = slot.takePending(handle) else { return }
-        request.backend.abandoned(request: handle, on: request.channel, timedOut: true)
+    /// When what is sent now times out: the response timeout from `now`.
+    func answerDeadline(from now: NIODeadline) -> NIODeadline {
+        now + responseTimeout
+    }
+
+    /// Answers what a connection's timer found overdue (``ConnectionSlot/Book/takeOverdue(at:)``):
+    /// a client's request no backend answered in time gets status 2 (ResourceLimitsExceeded)
+    /// with the reason, and its backend hears it was abandoned; a backend's message the client
+    /// did not answer in time is answered to the backend with status 2. On the connection's loop.
+    func answerOverdue(_ overdue: ConnectionSlot.Overdue, on connection: ConnectionHandler) {
         let reason = "the service did not answer within \(describe(configuration.responseTimeout))"
-        breaches.record(
-            "response timeout \(request.backend.package)", reason, metadata: ["package": "\(request.backend.package)"])
-        link.run { connection in
+        for (handle, request) in overdue.requests {
+            request.backend.abandoned(request: handle, on: request.channel, timedOut: true)
+            breaches.record(
+                "response timeout \(request.backend.package)", reason,
+                metadata: ["package": "\(request.backend.package)"])
             connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
         }
+        answer(overdue.messages, status: .resourceLimitsExceeded)
     }
 
     // MARK: - The host's side of the seam: what backends call
@@ -330,7 +327,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
                 metadata: ["package": "\(backend.package)"])
             return .failure(.unknownRequest)
         }
-        request.timeout?.cancel()
         var status = status
         var error = error
         var message = message
@@ -383,7 +379,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// Answers a request on its backend's behalf (when the backend cannot take it at all).
     func answer(_ handle: UInt64, status: AppServiceResponseStatus, error: String) {
         guard let (request, link) = slot(of: handle)?.takePending(handle) else { return }
-        request.timeout?.cancel()
         link.run { connection in
             connection.finish(request, status: status, message: nil, error: error)
         }
@@ -407,6 +402,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         let maxUnanswered = limits.maxInFlight
         guard !isShuttingDown else { return .failure(.shuttingDown) }
         guard let slot = slot(of: handle) else { return .failure(.unknownChannel) }
+        let deadline = answerDeadline(from: .now())
         let taken = slot.book.withLock { book -> Result<(UInt64, UInt64, ConnectionLink), BackendCallError> in
             guard let channel = book.channel(handle, of: backend), let link = book.link else {
                 return .failure(.unknownChannel)
@@ -414,7 +410,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             guard channel.unanswered < maxUnanswered, !link.output.isBlocked else { return .failure(.busy) }
             book.channels[handle]!.unanswered += 1
             let id = book.makeId()
-            book.outgoing[id] = ConnectionSlot.OutgoingRequest(channel: handle, backend: backend)
+            book.outgoing[id] = ConnectionSlot.OutgoingRequest(channel: handle, backend: backend, deadline: deadline)
             return .success((id, channel.number, link))
         }
         let (id, number, link): (UInt64, UInt64, ConnectionLink)
@@ -429,15 +425,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             }
             return .failure(refusal)
         }
-        let timeout = link.eventLoop.scheduleTask(in: .init(configuration.responseTimeout)) {
-            guard let outgoing = slot.book.withLock({ $0.takeOutgoing(id) }) else { return }
-            outgoing.backend.response(to: id, on: handle, status: .resourceLimitsExceeded, message: nil)
-        }
-        slot.book.withLock { book in
-            if book.outgoing[id] != nil { book.outgoing[id]!.timeout = timeout } else { timeout.cancel() }
-        }
+        // The connection's timer answers the backend at the deadline if the client has not.
         link.run { connection in
-            connection.sendServiceRequest(id, number: number, message: message)
+            connection.sendServiceRequest(id, number: number, message: message, deadline: deadline)
         }
         return .success(id)
     }
@@ -445,7 +435,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// A client's answer to a backend's message, on the connection's loop.
     func clientResponded(_ response: ResponseFrame, in slot: ConnectionSlot) -> Bool {
         guard let outgoing = slot.book.withLock({ $0.takeOutgoing(response.id) }) else { return false }
-        outgoing.timeout?.cancel()
         var status = response.status
         var message: ByteBuffer? = response.message.buffer
         if let refusal = checkMessage(response.message) {
@@ -513,7 +502,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         outgoingStatus: AppServiceResponseStatus
     ) {
         for (handle, request) in closed.pending {
-            request.timeout?.cancel()
             request.backend.abandoned(request: handle, on: request.channel, timedOut: false)
             connection?.finish(request, status: requestStatus, message: nil, error: reason)
         }
@@ -524,7 +512,6 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// slot by the caller), with `status`.
     func answer(_ outgoing: [(UInt64, ConnectionSlot.OutgoingRequest)], status: AppServiceResponseStatus) {
         for (id, request) in outgoing {
-            request.timeout?.cancel()
             request.backend.response(to: id, on: request.channel, status: status, message: nil)
         }
     }

@@ -67,6 +67,57 @@ struct StatusTests {
         #expect(await host.stop() == 0)
     }
 
+    /// One timer a connection answers every overdue request: a request that comes later than
+    /// the first is answered at its own deadline, not the first one's, and not never.
+    @Test func eachUnansweredRequestTimesOutAtItsOwnDeadline() async throws {
+        let host = try await startHost(arguments: ["--response-timeout", "0.5"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let clock = ContinuousClock()
+        try await client.send(.request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "hang"]))))
+        try await Task.sleep(for: .milliseconds(300))
+        let secondSent = clock.now
+        try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Action": "hang"]))))
+        let first = try await client.response()
+        #expect(first.id == 1 && first.status == .resourceLimitsExceeded)
+        let second = try await client.response(timeout: .seconds(5))
+        #expect(second.id == 2 && second.status == .resourceLimitsExceeded)
+        #expect(second.error == "the service did not answer within 0.5 seconds")
+        // Not before its own deadline: the host took the request after it was sent.
+        #expect(clock.now - secondSent >= .milliseconds(490))
+        // The connection goes on as before.
+        let echo = try await client.request(channel: 1, id: 3, ["Action": "echo", "N": 3])
+        #expect(echo.status == .success)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// A service's message the client never answers is answered to the service with status 2
+    /// at the response timeout, while the client stays connected.
+    @Test func aServicesMessageTheClientDoesNotAnswerTimesOut() async throws {
+        let host = try await startHost(arguments: ["--response-timeout", "0.5"])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
+        let asked = try await client.request(channel: 1, id: 1, ["Action": "ask"])
+        #expect(try asked.decoded == ["Asking": true])
+        guard case .request(let question) = try await client.next() else {
+            Issue.record("the service's message did not arrive")
+            return
+        }
+        #expect(try question.message.decode() == ["Question": 1])
+        let clock = ContinuousClock()
+        let questionArrived = clock.now
+        // Not answered: the host answers the service for the client.
+        guard case .request(let status) = try await client.next(timeout: .seconds(5)) else {
+            Issue.record("the service did not hear that its message went unanswered")
+            return
+        }
+        #expect(try status.message.decode() == ["FirstAnswerStatus": 2])
+        #expect(clock.now - questionArrived >= .milliseconds(400))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func lateButInTimeDeferredAndTwice() async throws {
         let host = try await startHost()
         let client = try await connectedClient(host)

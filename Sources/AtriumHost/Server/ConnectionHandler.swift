@@ -93,6 +93,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// hello deadline or the idle timeout passes.
     private var lastFrame = NIODeadline.now()
     private var deadline: Scheduled<Void>?
+    /// The connection's one response timer, and when it fires (``expectAnswers(by:)``).
+    private var answerTimer: Scheduled<Void>?
+    private var answerTimerDeadline: NIODeadline?
     /// Whether frames are being read now: writes then wait for `channelReadComplete` and go
     /// out with one flush (a pipelining client's answers travel together).
     private var inReadBurst = false
@@ -165,6 +168,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
         stopReading()
         deadline?.cancel()
         deadline = nil
+        answerTimer?.cancel()
+        answerTimer = nil
+        answerTimerDeadline = nil
         link = nil
         self.context = nil
     }
@@ -285,6 +291,31 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .rearm(let remaining):
             armDeadline(after: .nanoseconds(remaining.nanoseconds))
         }
+    }
+
+    /// Makes sure the connection's timer fires by `deadline`, for a request or a message in
+    /// the slot that must be answered by then. One timer a connection, set for the earliest
+    /// deadline and set again for the next when it fires: a request answered in time costs
+    /// no timer of its own, made and cancelled (each would cost the loop's timer queue a
+    /// search and a few allocations).
+    private func expectAnswers(by deadline: NIODeadline) {
+        if let armed = answerTimerDeadline, armed <= deadline { return }
+        guard !isRemoved, let context else { return }
+        answerTimer?.cancel()
+        answerTimerDeadline = deadline
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        answerTimer = context.eventLoop.scheduleTask(deadline: deadline) { handler.value.answerTimerFired() }
+    }
+
+    /// Answers what is overdue (requests with status 2, messages to the backend with status 2)
+    /// and sets the timer for the next deadline left.
+    private func answerTimerFired() {
+        answerTimer = nil
+        answerTimerDeadline = nil
+        guard !isRemoved, let slot = link?.slot else { return }
+        let overdue = slot.book.withLock { $0.takeOverdue(at: .now()) }
+        core.answerOverdue(overdue, on: self)
+        if let next = overdue.next { expectAnswers(by: next) }
     }
 
     // MARK: - Half-close and backpressure
@@ -931,6 +962,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             /// The service declares its commands: the request is checked against them first.
             case check(ServiceInterface)
         }
+        // The response timeout counts from the frame's arrival.
+        let deadline = core.answerDeadline(from: lastFrame)
         var arrived = NIODeadline.uptimeNanoseconds(0)
         if loopMetrics != nil {
             arrived = burstArrived ?? .now()
@@ -947,7 +980,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 let id = book.makeId()
                 book.pending[id] = ConnectionSlot.PendingRequest(
                     number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
-                    messageBytes: bytes, metricsIndex: channel.metricsIndex,
+                    messageBytes: bytes, deadline: deadline, metricsIndex: channel.metricsIndex,
                     received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived)
                 return .delivered(id, handle, channel.backend)
             }
@@ -980,7 +1013,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             reply(.failure, "channel \(request.channel) is closing")
         case .delivered(let id, let handle, let backend):
             backend.request(id, on: handle, message: request.message.buffer)
-            core.armTimeout(id, in: link.slot, on: link.eventLoop)
+            expectAnswers(by: deadline)
         }
     }
 
@@ -1014,7 +1047,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// A backend's own message to the client, sent unless its channel closed meanwhile (the
     /// backend was then answered as the channel closed).
-    func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer) {
+    func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer, deadline: NIODeadline) {
         guard let slot = link?.slot, slot.book.withLock({ $0.outgoing[id] != nil }) else { return }
         guard !machine.inputClosed else {
             // The client half-closed: it can answer nothing more (see answerOutgoingAfterInputClosed).
@@ -1022,6 +1055,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         write(.request(RequestFrame(channel: number, id: id, message: EncodedValueSet(uncheckedBytes: message))))
+        expectAnswers(by: deadline)
     }
 
     private func handleClose(_ number: UInt64) {
@@ -1073,7 +1107,6 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return waiting
         }
         for (_, request) in waiting {
-            request.timeout?.cancel()
             finish(
                 request, status: .remoteSystemUnavailable, message: nil,
                 error: "the host shut down before the service answered")

@@ -117,6 +117,31 @@ final class ConnectionSlot: Sendable {
             return channel
         }
 
+        /// Takes out the client's requests and the backends' messages whose deadline is `now`
+        /// or past (whoever takes them answers them), and says when the next of those left is
+        /// due. The connection's timer calls it when it fires: one timer a connection, set for
+        /// the earliest deadline, rather than one made and cancelled for every request.
+        mutating func takeOverdue(at now: NIODeadline) -> Overdue {
+            var overdue = Overdue()
+            for (id, request) in pending {
+                if request.deadline <= now {
+                    overdue.requests.append((id, request))
+                } else {
+                    overdue.next = min(overdue.next ?? request.deadline, request.deadline)
+                }
+            }
+            for (id, _) in overdue.requests { pending.removeValue(forKey: id) }
+            for (id, message) in outgoing {
+                if message.deadline <= now {
+                    overdue.messages.append((id, message))
+                } else {
+                    overdue.next = min(overdue.next ?? message.deadline, message.deadline)
+                }
+            }
+            for (id, _) in overdue.messages { _ = takeOutgoing(id) }
+            return overdue
+        }
+
         /// Removes a backend's message that waits for the client's answer and counts it off
         /// its channel.
         mutating func takeOutgoing(_ id: UInt64) -> OutgoingRequest? {
@@ -152,7 +177,9 @@ final class ConnectionSlot: Sendable {
         var backend: any ServiceBackend
         /// The size of the request's message, counted against the connection's budget.
         var messageBytes: Int
-        var timeout: Scheduled<Void>?
+        /// When the client is answered on the backend's behalf (the response timeout after
+        /// the request arrived); the connection's one timer sees to it (``Book/takeOverdue(at:)``).
+        var deadline: NIODeadline
         /// Where its service's requests are counted, and when it came in (with `--metrics`).
         var metricsIndex: Int? = nil
         var received = NIODeadline.uptimeNanoseconds(0)
@@ -162,7 +189,16 @@ final class ConnectionSlot: Sendable {
     struct OutgoingRequest {
         var channel: UInt64
         var backend: any ServiceBackend
-        var timeout: Scheduled<Void>?
+        /// When the backend is answered on the client's behalf (the response timeout after
+        /// the message was taken).
+        var deadline: NIODeadline
+    }
+
+    /// What ``Book/takeOverdue(at:)`` took out, and when the next deadline left is.
+    struct Overdue {
+        var requests: [(UInt64, PendingRequest)] = []
+        var messages: [(UInt64, OutgoingRequest)] = []
+        var next: NIODeadline?
     }
 
     /// A channel taken out of the book, with what was waiting on it.

@@ -7,6 +7,8 @@
 //   "late"     answer after "DelayMs" milliseconds    "twice"  answer, then try to answer again
 //   "deferred" answer later through the responder
 //   "send"     send {"Hello": "client"} to the client, then answer with the client's reply
+//   "ask"      answer at once, then send {"Question": 1} to the client and, once that is
+//              answered, {"FirstAnswerStatus": its status}
 //   "close"    answer, then close the channel with status "Status"
 //   "block"    block the thread for "DelayMs" milliseconds, then answer
 //   "flood"    send "Count" messages to the client at once; answer {"Sent": n, "Busy": m} with
@@ -104,6 +106,13 @@ final class TestService: AppService {
                 status: reply.status,
                 message: ["ClientSaid": .map(reply.message), "ClientStatus": .int(Int64(reply.status.rawValue))]
             )
+        case "ask":
+            let channel = request.channel
+            Task {
+                let reply = try await channel.send(["Question": 1])
+                _ = try await channel.send(["FirstAnswerStatus": .int(Int64(reply.status.rawValue))])
+            }
+            return .success(["Asking": true])
         case "flood":
             let channel = request.channel
             let count = Int(message["Count"]?.int ?? 0)
