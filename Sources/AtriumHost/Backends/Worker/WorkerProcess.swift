@@ -85,8 +85,6 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var launchesFromWorker = 0
         var crashes: [ContinuousClock.Instant] = []
         var shuttingDown = false
-        /// Requests timed out since the worker last answered one.
-        var timeoutsSinceAnswer = 0
         /// Set when the host killed the worker: the reason it gives.
         var killReason: String?
         /// The first start, waited for by ``start()``.
@@ -100,6 +98,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private let state = Mutex(State())
+    /// Requests (and opens) timed out since the worker last answered one. Apart from `state`:
+    /// every answer reads it, and only a timeout writes it, so answers take no lock for it.
+    private let silentTimeouts = Atomic<Int>(0)
 
     var health: BackendHealth {
         state.withLock { state in
@@ -457,7 +458,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             let links = state.links
             state.links = []
             state.process = nil
-            state.timeoutsSinceAnswer = 0
+            silentTimeouts.store(0, ordering: .relaxed)
             if state.shuttingDown {
                 state.phase = .failed(reason: "the package was stopped")
                 return (opens, launches, links, nil)
@@ -572,7 +573,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
         case .respond(let id, let status, let message, let error):
             let checked = Int32(exactly: status).flatMap(AppServiceResponseStatus.init(checking:)) ?? .unknown
             let result = core.respond(to: id, from: self, status: checked, message: message?.buffer, error: error)
-            if case .success = result { state.withLock { $0.timeoutsSinceAnswer = 0 } }
+            if case .success = result, silentTimeouts.load(ordering: .relaxed) != 0 {
+                silentTimeouts.store(0, ordering: .relaxed)
+            }
         case .send(let call, let channel, let message):
             switch core.send(message.buffer, on: channel, from: self) {
             case .success(let id):
@@ -662,19 +665,21 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// What the host owes the worker (answers to its messages, requests answered meanwhile)
     /// goes even to a link over its high-water mark.
     private func running(link: Int = 0, newWork: Bool = true) -> Result<WorkerLink, PluginLoadError> {
-        state.withLock { state in
-            switch state.phase {
-            case .running:
-                guard state.links.indices.contains(link) else {
-                    return .failure(PluginLoadError(reason: "its worker process is not running"))
-                }
-                if newWork, state.blocked.contains(link) {
-                    return .failure(PluginLoadError(reason: "its worker process is not reading what it is sent"))
-                }
-                return .success(state.links[link])
-            case .starting: return .failure(PluginLoadError(reason: "its worker process is starting"))
-            case .restarting(let reason), .failed(let reason): return .failure(PluginLoadError(reason: reason))
+        state.withLock { Self.running($0, link: link, newWork: newWork) }
+    }
+
+    private static func running(_ state: State, link: Int, newWork: Bool) -> Result<WorkerLink, PluginLoadError> {
+        switch state.phase {
+        case .running:
+            guard state.links.indices.contains(link) else {
+                return .failure(PluginLoadError(reason: "its worker process is not running"))
             }
+            if newWork, state.blocked.contains(link) {
+                return .failure(PluginLoadError(reason: "its worker process is not reading what it is sent"))
+            }
+            return .success(state.links[link])
+        case .starting: return .failure(PluginLoadError(reason: "its worker process is starting"))
+        case .restarting(let reason), .failed(let reason): return .failure(PluginLoadError(reason: reason))
         }
     }
 
@@ -708,8 +713,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             let forgotten = state.withLock { state -> Int? in
                 guard state.opens.removeValue(forKey: channel.id) != nil else { return nil }
                 state.channelLinks.removeValue(forKey: channel.id)
-                state.timeoutsSinceAnswer += 1
-                return state.timeoutsSinceAnswer
+                return silentTimeouts.wrappingAdd(1, ordering: .relaxed).newValue
             }
             if let silent = forgotten { noteSilence(silent, generation: generation) }
         }
@@ -720,14 +724,18 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     func request(_ request: UInt64, on channel: UInt64, message: ByteBuffer) {
-        let index = state.withLock { $0.openChannels.contains(channel) ? $0.channelLinks[channel] : nil }
-        guard let index else {
+        // One look under the lock: which link, and whether the worker takes new work on it.
+        let route = state.withLock { state -> Result<WorkerLink, PluginLoadError>? in
+            guard state.openChannels.contains(channel), let index = state.channelLinks[channel] else { return nil }
+            return Self.running(state, link: index, newWork: true)
+        }
+        guard let route else {
             // Opened with a worker that has died since: the new one never saw it.
             core.answer(request, status: .appUnavailable, error: "package \(package): its worker process restarted")
             _ = core.closeChannel(channel, from: self, status: .unknown)
             return
         }
-        switch running(link: index) {
+        switch route {
         case .success(let link):
             link.send(
                 WorkerFrame.request(channel: channel, id: request, message: EncodedValueSet(uncheckedBytes: message)))
@@ -760,11 +768,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
             link.send(.answered(id: request))
         }
         guard timedOut else { return }
-        let (silent, generation) = state.withLock { state -> (Int, Int) in
-            state.timeoutsSinceAnswer += 1
-            return (state.timeoutsSinceAnswer, state.generation)
-        }
-        noteSilence(silent, generation: generation)
+        let silent = silentTimeouts.wrappingAdd(1, ordering: .relaxed).newValue
+        noteSilence(silent, generation: state.withLock { $0.generation })
     }
 
     /// A worker that lets request after request (or open) time out without answering any is
