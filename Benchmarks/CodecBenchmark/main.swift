@@ -18,7 +18,8 @@ AtriumVersion.answerStandardOptions(
     usage: """
         atrium-codec-bench: measures the ValueSet CBOR codec against JSONSerialization and Python's
         cbor2, in nanoseconds per operation. Run it optimised, pinned: taskset -c 0 atrium-codec-bench
-        """)
+        --frames: only the frames around a message (a client's request, a worker's request and answer)
+        """, accepting: ["--frames"])
 
 let pingMessage: ValueSet = [
     "Type": "ping",
@@ -126,6 +127,10 @@ func cbor2RoundTrip(_ messages: [[UInt8]]) -> [Double]? {
 }
 
 let messages = [("ping", pingMessage, 1_000_000), ("4 KiB nested", catalogue(), 20_000)]
+if CommandLine.arguments.contains("--frames") {
+    try frameSection()
+    exit(0)
+}
 var rows = try messages.map { try benchmark($0.0, $0.1, iterations: $0.2) }
 if let python = cbor2RoundTrip(messages.map { $0.1.cborBytes() }) {
     for index in rows.indices { rows[index].cbor2 = python[index] }
@@ -232,4 +237,51 @@ for (name, message, iterations) in [
             format(checked).padding(toLength: 15, withPad: " ", startingAt: 0), ratio(checked / validate),
         ].joined(separator: " | "))
 }
+try frameSection()
+// What reading and writing a frame costs around its message: a client's request (every
+// request), and the two frames that carry a request to a worker process and its answer back
+// (read on both sides of the link). Baseline: checking the message alone, in the same run.
+func frameSection() throws {
+    print("\nFrames around the ping message, ns per frame")
+    print("frame                   | bytes | decode  | encode  | message check alone | decode / check")
+    let pingBytes = EncodedValueSet(pingMessage)
+    let frameCases: [(String, any AtriumFrame)] = [
+        ("client request", ClientFrame.request(RequestFrame(channel: 1, id: 7, message: pingBytes))),
+        ("worker request", WorkerFrame.request(channel: 1 << 40 | 3, id: 1 << 40 | 9, message: pingBytes)),
+        ("worker respond", WorkerFrame.respond(id: 1 << 40 | 9, status: 0, message: pingBytes, error: nil)),
+    ]
+    let check = try pingMessage.cborBytes().withUnsafeBytes { raw in
+        try bestNanoseconds(iterations: 1_000_000) {
+            try ValueSet.validate(cbor: raw)
+            return 1
+        }
+    }
+    for (name, frame) in frameCases {
+        var framed = ByteBuffer()
+        framed.writeFrame(frame)
+        let body = framed.getSlice(at: framed.readerIndex + 4, length: framed.readableBytes - 4)!
+        let decode: Double
+        if frame is WorkerFrame {
+            decode = try bestNanoseconds(iterations: 1_000_000) { try WorkerFrame(body: body).type.utf8.count }
+        } else {
+            decode = try bestNanoseconds(iterations: 1_000_000) { try ClientFrame(body: body).type.utf8.count }
+        }
+        var output = ByteBuffer()
+        output.reserveCapacity(256)
+        let encode = bestNanoseconds(iterations: 1_000_000) {
+            output.clear()
+            output.writeFrame(frame)
+            return output.readableBytes
+        }
+        print(
+            [
+                name.padding(toLength: 23, withPad: " ", startingAt: 0),
+                String(body.readableBytes).padding(toLength: 5, withPad: " ", startingAt: 0),
+                format(decode).padding(toLength: 7, withPad: " ", startingAt: 0),
+                format(encode).padding(toLength: 7, withPad: " ", startingAt: 0),
+                format(check).padding(toLength: 19, withPad: " ", startingAt: 0), ratio(decode / check),
+            ].joined(separator: " | "))
+    }
+}
+
 if benchmarkSink == 42 { print("") }  // uses the sink
