@@ -4,12 +4,32 @@ import NIOCore
 /// The keys of one CBOR map inside a frame, with typed readers that say exactly which key
 /// is missing or mistyped. Lives only inside ``FrameFields/parse(_:_:)``'s closure, because it
 /// points into the frame's bytes.
+///
+/// One pass over the frame finds its keys and where each value lies, checking that the map is
+/// well-formed as it goes; a key is kept as where its bytes are (every key a frame defines is
+/// short ASCII), and looked up by comparing bytes, so reading a frame makes no string for its
+/// keys. Only a refused frame is walked twice, to say what it breaks first (see `parse`).
 struct FrameFields {
     /// `request`, or `welcome.limits` for a nested map: the prefix of every error message.
     let name: String
     let raw: UnsafeRawBufferPointer
     let body: ByteBuffer
-    let entries: [(key: String, range: Range<Int>)]
+    let entries: [Entry]
+    /// Where the map ends in `raw`.
+    let end: Int
+
+    /// One key and where its value lies in `raw`.
+    struct Entry {
+        var key: Key
+        var value: Range<Int>
+    }
+
+    /// A key: where its bytes are, for a definite-length ASCII text string; else (text that
+    /// is not ASCII, or sent in chunks) the text itself, compared as Swift compares strings.
+    enum Key {
+        case ascii(Range<Int>)
+        case text(String)
+    }
 
     /// Checks that `body` is exactly one well-formed CBOR map with text keys, then hands its
     /// fields to `build`.
@@ -22,31 +42,48 @@ struct FrameFields {
         }
         let outcome = body.withUnsafeReadableBytes { raw in
             Swift.Result { () throws(FrameError) -> Result in
-                var reader = CBORReader(raw)
-                do throws(ValueSetError) {
-                    try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
+                let fields: FrameFields
+                do throws(FrameError) {
+                    fields = try FrameFields(name: "frame", raw: raw, body: body, at: 0)
                 } catch {
-                    if error.code == .nestingTooDeep {
-                        throw FrameError(
-                            .malformedFrame,
-                            "frame nests deeper than \(ProtocolLimits.maxFrameNesting) levels, the hard limit"
-                        )
-                    }
-                    throw FrameError(
-                        .malformedFrame,
-                        "frame is not well-formed CBOR: \(error.reason) (at byte \(error.offset ?? 0))"
-                    )
+                    // A frame that is not well-formed CBOR, or more than one item, is refused
+                    // as such, whatever its fields break before that point.
+                    try checkWhole(raw)
+                    throw error
                 }
-                guard reader.isAtEnd else {
+                guard fields.end == raw.count else {
                     throw FrameError(.malformedFrame, "frame holds more than one CBOR item")
                 }
-                return try build(try FrameFields(name: "frame", raw: raw, body: body, at: 0))
+                return try build(fields)
             }
         }
         return try outcome.get()
     }
 
-    /// The fields of the map at `offset` of well-formed bytes.
+    /// Throws when `raw` is not exactly one well-formed CBOR item within the frame nesting limit.
+    private static func checkWhole(_ raw: UnsafeRawBufferPointer) throws(FrameError) {
+        var reader = CBORReader(raw)
+        do throws(ValueSetError) {
+            try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
+        } catch {
+            if error.code == .nestingTooDeep {
+                throw FrameError(
+                    .malformedFrame,
+                    "frame nests deeper than \(ProtocolLimits.maxFrameNesting) levels, the hard limit"
+                )
+            }
+            throw FrameError(
+                .malformedFrame,
+                "frame is not well-formed CBOR: \(error.reason) (at byte \(error.offset ?? 0))"
+            )
+        }
+        guard reader.isAtEnd else {
+            throw FrameError(.malformedFrame, "frame holds more than one CBOR item")
+        }
+    }
+
+    /// The fields of the map at `offset`, checked well-formed as they are read (values within
+    /// the frame nesting limit below the map).
     init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, at offset: Int) throws(FrameError) {
         self.name = name
         self.raw = raw
@@ -57,7 +94,10 @@ struct FrameFields {
             guard head.major == 5 else {
                 throw FrameError(.malformedFrame, "\(name) must be a CBOR map, not \(head.kindDescription)")
             }
-            var entries: [(key: String, range: Range<Int>)] = []
+            var entries: [Entry] = []
+            if !head.isIndefinite {
+                entries.reserveCapacity(Int(min(head.argument, 16)))
+            }
             // Past a few keys the duplicate check uses a set, so that a frame of many keys
             // costs time in proportion to its length, not to its square.
             var seen: Set<String> = []
@@ -77,35 +117,90 @@ struct FrameFields {
                         "\(name) keys must be text, but key \(position) is \(keyHead.kindDescription)"
                     )
                 }
-                let key = try reader.readText(keyHead)
+                let key = try Self.readKey(keyHead, &reader)
                 let duplicate: Bool
                 if entries.count < 16 {
-                    duplicate = entries.contains(where: { $0.key == key })
+                    duplicate = entries.contains { Self.same($0.key, key, raw) }
                 } else {
-                    if seen.isEmpty { seen = Set(entries.map(\.key)) }
-                    duplicate = !seen.insert(key).inserted
+                    if seen.isEmpty { seen = Set(entries.map { Self.text(of: $0.key, raw) }) }
+                    duplicate = !seen.insert(Self.text(of: key, raw)).inserted
                 }
                 if duplicate {
-                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(key)) twice")
+                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(Self.text(of: key, raw))) twice")
                 }
                 let start = reader.offset
-                try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
-                entries.append((key, start..<reader.offset))
+                try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting - 1)
+                entries.append(Entry(key: key, value: start..<reader.offset))
             }
             self.entries = entries
+            end = reader.offset
         } catch let error as FrameError {
             throw error
         } catch let error as ValueSetError {
-            // The bytes were checked well-formed, so only text that is not UTF-8 gets here.
+            // A frame's own map was checked whole by now; what gets here in it is text that is
+            // not UTF-8 (`parse` says so when the frame is not well-formed).
             throw FrameError(.malformedFrame, "\(name): \(error.reason)")
         } catch {
             throw FrameError(.malformedFrame, "\(name): \(error)")
         }
     }
 
+    /// Reads a key whose head has been read: its place when it is definite-length ASCII,
+    /// else its text (checked UTF-8).
+    private static func readKey(_ head: CBORReader.Head, _ reader: inout CBORReader) throws(ValueSetError) -> Key {
+        if !head.isIndefinite {
+            let start = reader.offset
+            let bytes = try reader.readSpan(head.argument)
+            if !bytes.contains(where: { $0 >= 0x80 }) {
+                return .ascii(start..<reader.offset)
+            }
+            reader.offset = start
+        }
+        return .text(try reader.readText(head))
+    }
+
+    /// A key's text.
+    private static func text(of key: Key, _ raw: UnsafeRawBufferPointer) -> String {
+        switch key {
+        case .ascii(let range): return String(decoding: raw[range], as: UTF8.self)
+        case .text(let text): return text
+        }
+    }
+
+    /// Whether two keys are the same key: ASCII byte for byte, anything else as Swift's
+    /// strings compare (canonical equivalence).
+    private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer) -> Bool {
+        if case .ascii(let x) = a, case .ascii(let y) = b {
+            return x.count == y.count
+                && Self.equalBytes(raw.baseAddress! + x.lowerBound, raw.baseAddress! + y.lowerBound, x.count)
+        }
+        return text(of: a, raw) == text(of: b, raw)
+    }
+
+    /// Whether `key` is the field `name` (an ASCII name this module reads).
+    private func matches(_ key: Key, _ name: StaticString) -> Bool {
+        switch key {
+        case .ascii(let range):
+            return range.count == name.utf8CodeUnitCount
+                && Self.equalBytes(raw.baseAddress! + range.lowerBound, name.utf8Start, range.count)
+        case .text(let text):
+            return text == name.description
+        }
+    }
+
+    /// Whether `count` bytes at `a` and `b` are the same (keys are a few bytes long).
+    @inline(__always)
+    private static func equalBytes(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+        for index in 0..<count
+        where a.load(fromByteOffset: index, as: UInt8.self) != b.load(fromByteOffset: index, as: UInt8.self) {
+            return false
+        }
+        return true
+    }
+
     /// The frame's `type`.
     func frameType() throws(FrameError) -> String {
-        guard entries.contains(where: { $0.key == "type" }) else {
+        guard range("type") != nil else {
             throw FrameError(.malformedFrame, "frame has no \"type\" key")
         }
         return try text("type")
@@ -113,51 +208,50 @@ struct FrameFields {
 
     /// The same fields, named after the frame type for the error messages.
     func named(_ name: String) -> FrameFields {
-        FrameFields(name: name, raw: raw, body: body, entries: entries)
+        FrameFields(name: name, raw: raw, body: body, entries: entries, end: end)
     }
 
-    private init(
-        name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [(key: String, range: Range<Int>)]
-    ) {
+    private init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [Entry], end: Int) {
         self.name = name
         self.raw = raw
         self.body = body
         self.entries = entries
+        self.end = end
     }
 
-    func range(_ key: String) -> Range<Int>? {
-        entries.first { $0.key == key }?.range
+    func range(_ key: StaticString) -> Range<Int>? {
+        entries.first { matches($0.key, key) }?.value
     }
 
-    func missing(_ key: String) -> FrameError {
+    func missing(_ key: StaticString) -> FrameError {
         FrameError(.malformedFrame, "\(name): key \"\(key)\" is missing")
     }
 
-    func mistyped(_ key: String, _ expected: String, _ head: CBORReader.Head) -> FrameError {
+    func mistyped(_ key: StaticString, _ expected: String, _ head: CBORReader.Head) -> FrameError {
         FrameError(.malformedFrame, "\(name): key \"\(key)\" must be \(expected), not \(head.kindDescription)")
     }
 
     /// The head of `key`'s value and a reader just past it, or `nil` when the key is absent.
-    func head(_ key: String) -> (CBORReader.Head, CBORReader)? {
+    func head(_ key: StaticString) -> (CBORReader.Head, CBORReader)? {
         guard let range = range(key) else { return nil }
         var reader = CBORReader(raw, offset: range.lowerBound)
         guard let head = try? reader.readHead() else { return nil }  // checked well-formed already
         return (head, reader)
     }
 
-    func optionalUInt(_ key: String) throws(FrameError) -> UInt64? {
+    func optionalUInt(_ key: StaticString) throws(FrameError) -> UInt64? {
         guard let (head, _) = head(key) else { return nil }
         guard head.major == 0 else { throw mistyped(key, "an unsigned integer", head) }
         return head.argument
     }
 
-    func uint(_ key: String) throws(FrameError) -> UInt64 {
+    func uint(_ key: StaticString) throws(FrameError) -> UInt64 {
         guard let value = try optionalUInt(key) else { throw missing(key) }
         return value
     }
 
     /// An unsigned integer that must fit `Int` (statuses, limits).
-    func int(_ key: String) throws(FrameError) -> Int {
+    func int(_ key: StaticString) throws(FrameError) -> Int {
         let value = try uint(key)
         guard let int = Int(exactly: value) else {
             throw FrameError(.malformedFrame, "\(name): key \"\(key)\" is out of range (\(value))")
@@ -165,7 +259,7 @@ struct FrameFields {
         return int
     }
 
-    func optionalText(_ key: String) throws(FrameError) -> String? {
+    func optionalText(_ key: StaticString) throws(FrameError) -> String? {
         guard let (head, found) = head(key) else { return nil }
         var reader = found
         guard head.major == 3 else { throw mistyped(key, "text", head) }
@@ -176,14 +270,14 @@ struct FrameFields {
         }
     }
 
-    func text(_ key: String) throws(FrameError) -> String {
+    func text(_ key: StaticString) throws(FrameError) -> String {
         guard let value = try optionalText(key) else { throw missing(key) }
         return value
     }
 
     /// Visits the elements of the array under `key`; `nil` when the key is absent.
     func optionalArray<Element>(
-        _ key: String,
+        _ key: StaticString,
         _ expected: String,
         _ element: (inout CBORReader, Int) throws(FrameError) -> Element
     ) throws(FrameError) -> [Element]? {
@@ -199,7 +293,7 @@ struct FrameFields {
         return elements
     }
 
-    func optionalTextArray(_ key: String) throws(FrameError) -> [String]? {
+    func optionalTextArray(_ key: StaticString) throws(FrameError) -> [String]? {
         try optionalArray(key, "an array of text") { (reader, position) throws(FrameError) in
             guard position < ProtocolLimits.maxFrameArrayItems else {
                 throw FrameError(
@@ -216,13 +310,13 @@ struct FrameFields {
         }
     }
 
-    func textArray(_ key: String) throws(FrameError) -> [String] {
+    func textArray(_ key: StaticString) throws(FrameError) -> [String] {
         guard let value = try optionalTextArray(key) else { throw missing(key) }
         return value
     }
 
     /// The map under `key` as a message: a slice of the frame, not decoded.
-    func optionalMessage(_ key: String) throws(FrameError) -> EncodedValueSet? {
+    func optionalMessage(_ key: StaticString) throws(FrameError) -> EncodedValueSet? {
         guard let range = range(key), let (head, _) = head(key) else { return nil }
         guard head.major == 5 else { throw mistyped(key, "a map (a ValueSet)", head) }
         let slice = body.getSlice(at: body.readerIndex + range.lowerBound, length: range.count)!
@@ -235,19 +329,19 @@ struct FrameFields {
         return EncodedValueSet(uncheckedBytes: slice)
     }
 
-    func message(_ key: String) throws(FrameError) -> EncodedValueSet {
+    func message(_ key: StaticString) throws(FrameError) -> EncodedValueSet {
         guard let value = try optionalMessage(key) else { throw missing(key) }
         return value
     }
 
     /// The fields of the map under `key`.
-    func map(_ key: String) throws(FrameError) -> FrameFields {
+    func map(_ key: StaticString) throws(FrameError) -> FrameFields {
         guard let range = range(key) else { throw missing(key) }
         return try FrameFields(name: "\(name).\(key)", raw: raw, body: body, at: range.lowerBound)
     }
 
     /// The fields of each map in the array under `key`.
-    func arrayOfMaps(_ key: String) throws(FrameError) -> [FrameFields] {
+    func arrayOfMaps(_ key: StaticString) throws(FrameError) -> [FrameFields] {
         let maps = try optionalArray(key, "an array of maps") { (reader, position) throws(FrameError) in
             let start = reader.offset
             try? reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)

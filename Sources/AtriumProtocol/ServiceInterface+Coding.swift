@@ -47,7 +47,7 @@ extension ByteBuffer {
 }
 
 extension FrameFields {
-    func optionalBool(_ key: String) throws(FrameError) -> Bool? {
+    func optionalBool(_ key: StaticString) throws(FrameError) -> Bool? {
         guard let (head, _) = head(key) else { return nil }
         guard head.major == 7, head.argument == 20 || head.argument == 21 else {
             throw mistyped(key, "true or false", head)

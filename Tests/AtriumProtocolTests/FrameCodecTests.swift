@@ -368,6 +368,49 @@ struct FrameCodecTests {
         #expect(clientFrameError(bytes: deep)?.message == "frame nests deeper than 512 levels, the hard limit")
     }
 
+    /// Keys are found by their bytes when they are plain ASCII, and compared as text otherwise:
+    /// a key in chunks, a key that is not ASCII, two keys that are the same text in two spellings.
+    @Test func keysAreFoundAndComparedAsText() throws {
+        func text(_ string: String) -> [UInt8] { [0x60 + UInt8(string.utf8.count)] + Array(string.utf8) }
+        // {"type": "ping", "id": 7, "é": 1}: an unknown key that is not ASCII is passed over.
+        let accented = [0xa3] + text("type") + text("ping") + text("id") + [0x07] + text("é") + [0x01]
+        #expect(try ClientFrame(body: ByteBuffer(bytes: accented)) == .ping(id: 7))
+        // "type" as an indefinite-length text string in two chunks, "ty" and "pe".
+        let chunked = [0xa2, 0x7f] + text("ty") + text("pe") + [0xff] + text("ping") + text("id") + [0x07]
+        #expect(try ClientFrame(body: ByteBuffer(bytes: chunked)) == .ping(id: 7))
+        // "é" precomposed and decomposed are the same key.
+        let twice =
+            [0xa4] + text("type") + text("ping") + text("id") + [0x07] + text("\u{e9}") + [0x01]
+            + text("e\u{301}") + [0x02]
+        #expect(clientFrameError(bytes: twice)?.message == #"frame has the key "é" twice"#)
+        // Past 16 keys (the set's turn), a repeated key is still found.
+        var many: [UInt8] = [0xb8, 20] + text("type") + text("ping") + text("id") + [0x07]
+        for index in 0..<17 { many += text("k\(index)") + [0x00] }
+        many += text("k3") + [0x00]
+        #expect(clientFrameError(bytes: many)?.message == #"frame has the key "k3" twice"#)
+    }
+
+    /// A frame that is not well-formed is refused as such, whatever its fields break first.
+    @Test func whatAFrameBreaksAsAWholeComesFirst() {
+        // An integer key, then the frame ends inside a text string.
+        #expect(
+            clientFrameError(bytes: [0xa2, 0x01, 0x02, 0x61])?.message.hasPrefix(
+                "frame is not well-formed CBOR: unexpected end of input") == true)
+        // A key twice, then a break where none may stand.
+        let twice: [UInt8] = [0xa3, 0x61, 0x61, 0x01, 0x61, 0x61, 0x02, 0xff]
+        #expect(clientFrameError(bytes: twice)?.message.hasPrefix("frame is not well-formed CBOR: a break") == true)
+        // Not a map, and more than one item.
+        #expect(clientFrameError(bytes: [0x01, 0x02])?.message == "frame holds more than one CBOR item")
+        #expect(clientFrameError(bytes: [0xa0, 0x01])?.message == "frame holds more than one CBOR item")
+        // 512 levels of containers, the frame's map included, are allowed; 513 are not.
+        let ping: [UInt8] =
+            [0x64] + Array("type".utf8) + [0x64] + Array("ping".utf8) + [0x62] + Array("id".utf8) + [0x07]
+        let limit = [0xa3] + ping + [0x61, 0x78] + Array(repeating: UInt8(0x81), count: 511) + [0x00]
+        #expect(clientFrameError(bytes: limit) == nil)
+        let deep = [0xa3] + ping + [0x61, 0x78] + Array(repeating: UInt8(0x81), count: 512) + [0x00]
+        #expect(clientFrameError(bytes: deep)?.message == "frame nests deeper than 512 levels, the hard limit")
+    }
+
     @Test func aMessageThatIsNotAValueSetStillMakesAFrame() throws {
         // {"type": "request", "channel": 1, "id": 2, "message": {"bad": null}}: a status-1 matter.
         var body: [UInt8] = (["type": "request", "channel": 1, "id": 2] as ValueSet).cborBytes()
