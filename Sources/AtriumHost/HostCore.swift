@@ -31,6 +31,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     let configuration: HostConfiguration
     /// `configuration.responseTimeout`, as the event loops count time.
     let responseTimeout: TimeAmount
+    /// How often at most a connection's timer looks for what is overdue: a 16th of the
+    /// response timeout, at most a second. What is overdue is answered that much late at most.
+    let answerCheckInterval: TimeAmount
     let logger: Logger
     /// The packages, swapped whole by ``reload(_:)``: readers take the snapshot of the moment.
     let registry = Mutex(PackageRegistry())
@@ -137,6 +140,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         localPeer = LocalPeer(group: configuration.socketGroup.flatMap { getgrnam($0)?.pointee.gr_gid })
         self.configuration = configuration
         responseTimeout = TimeAmount(configuration.responseTimeout)
+        answerCheckInterval = min(.nanoseconds(responseTimeout.nanoseconds / 16), .seconds(1))
         self.logger = logger
         self.group = group ?? MultiThreadedEventLoopGroup.singleton
         admission = configuration.admission

@@ -181,8 +181,12 @@ struct FrameFields {
     private func matches(_ key: Key, _ name: StaticString) -> Bool {
         switch key {
         case .ascii(let range):
-            return range.count == name.utf8CodeUnitCount
-                && Self.equalBytes(raw.baseAddress! + range.lowerBound, name.utf8Start, range.count)
+            // `withUTF8Buffer`: a one-character literal may be held as a scalar, not as bytes.
+            return name.withUTF8Buffer { utf8 in
+                range.count == utf8.count
+                    && (utf8.isEmpty
+                        || Self.equalBytes(raw.baseAddress! + range.lowerBound, utf8.baseAddress!, utf8.count))
+            }
         case .text(let text):
             return text == name.description
         }

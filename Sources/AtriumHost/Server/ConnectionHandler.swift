@@ -298,6 +298,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// deadline and set again for the next when it fires: a request answered in time costs
     /// no timer of its own, made and cancelled (each would cost the loop's timer queue a
     /// search and a few allocations).
+    ///
+    /// Set again, it waits at least ``HostCore/answerCheckInterval``: a firing looks at every
+    /// entry of the slot, so a service that keeps thousands of messages waiting on a client
+    /// that never answers (each with its own deadline) costs a look at them that often, not at
+    /// each deadline. What is overdue is answered that much late at most.
     private func expectAnswers(by deadline: NIODeadline) {
         if let armed = answerTimerDeadline, armed <= deadline { return }
         guard !isRemoved, let context else { return }
@@ -313,9 +318,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         answerTimer = nil
         answerTimerDeadline = nil
         guard !isRemoved, let slot = link?.slot else { return }
-        let overdue = slot.book.withLock { $0.takeOverdue(at: .now()) }
+        let now = NIODeadline.now()
+        let overdue = slot.book.withLock { $0.takeOverdue(at: now) }
         core.answerOverdue(overdue, on: self)
-        if let next = overdue.next { expectAnswers(by: next) }
+        if let next = overdue.next { expectAnswers(by: max(next, now + core.answerCheckInterval)) }
     }
 
     // MARK: - Half-close and backpressure

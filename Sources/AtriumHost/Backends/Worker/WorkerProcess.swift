@@ -368,9 +368,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
     /// then handled as a crash.
     private func kill(generation: Int, reason: String?) {
         let process = state.withLock { state -> ChildProcess? in
-            guard state.generation == generation else { return nil }
+            // Between a worker's end and the next start there is no process: nothing to kill,
+            // and no reason to leave for the next worker's end.
+            guard state.generation == generation, let process = state.process else { return nil }
             if let reason, state.killReason == nil { state.killReason = reason }
-            return state.process
+            return process
         }
         Self.kill(process)
     }
@@ -768,8 +770,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
             link.send(.answered(id: request))
         }
         guard timedOut else { return }
-        let silent = silentTimeouts.wrappingAdd(1, ordering: .relaxed).newValue
-        noteSilence(silent, generation: state.withLock { $0.generation })
+        // Counted for the worker the request went to, and only while it runs: a timeout of a
+        // worker that has ended since says nothing about the next one. Under the lock that
+        // ends a worker (and resets the count), so the two cannot interleave.
+        let counted = state.withLock { state -> (Int, Int)? in
+            guard state.openChannels.contains(channel) else { return nil }
+            return (silentTimeouts.wrappingAdd(1, ordering: .relaxed).newValue, state.generation)
+        }
+        if let (silent, generation) = counted { noteSilence(silent, generation: generation) }
     }
 
     /// A worker that lets request after request (or open) time out without answering any is
