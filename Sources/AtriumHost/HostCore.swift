@@ -431,7 +431,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         // The connection's timer answers the backend at the deadline if the client has not.
         link.run { connection in
-            connection.sendServiceRequest(id, number: number, message: message, deadline: deadline)
+            connection.sendServiceRequest(id, number: number, message: message)
         }
         return .success(id)
     }

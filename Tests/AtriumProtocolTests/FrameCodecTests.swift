@@ -378,6 +378,9 @@ struct FrameCodecTests {
         // "type" as an indefinite-length text string in two chunks, "ty" and "pe".
         let chunked = [0xa2, 0x7f] + text("ty") + text("pe") + [0xff] + text("ping") + text("id") + [0x07]
         #expect(try ClientFrame(body: ByteBuffer(bytes: chunked)) == .ping(id: 7))
+        // A key that is not UTF-8 ("a", then a lone continuation byte) is refused.
+        let notUTF8 = [0xa2] + text("type") + text("ping") + [0x62, 0x61, 0x80, 0x01]
+        #expect(clientFrameError(bytes: notUTF8)?.message == "frame: text string is not valid UTF-8")
         // "é" precomposed and decomposed are the same key.
         let twice =
             [0xa4] + text("type") + text("ping") + text("id") + [0x07] + text("\u{e9}") + [0x01]

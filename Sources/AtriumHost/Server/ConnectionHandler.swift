@@ -1053,8 +1053,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     /// A backend's own message to the client, sent unless its channel closed meanwhile (the
     /// backend was then answered as the channel closed).
-    func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer, deadline: NIODeadline) {
-        guard let slot = link?.slot, slot.book.withLock({ $0.outgoing[id] != nil }) else { return }
+    func sendServiceRequest(_ id: UInt64, number: UInt64, message: ByteBuffer) {
+        guard let slot = link?.slot, let deadline = slot.book.withLock({ $0.outgoing[id]?.deadline }) else { return }
         guard !machine.inputClosed else {
             // The client half-closed: it can answer nothing more (see answerOutgoingAfterInputClosed).
             answerOutgoingAfterInputClosed()

@@ -98,8 +98,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     private let state = Mutex(State())
-    /// Requests (and opens) timed out since the worker last answered one. Apart from `state`:
-    /// every answer reads it, and only a timeout writes it, so answers take no lock for it.
+    /// Requests (and opens) timed out since the worker last answered one. Counted up and reset
+    /// at a worker's end under `state`'s lock; an answer resets it without the lock (and only
+    /// when a timeout has counted since), so answers take no lock for it.
     private let silentTimeouts = Atomic<Int>(0)
 
     var health: BackendHealth {
