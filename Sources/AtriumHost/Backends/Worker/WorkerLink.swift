@@ -1,40 +1,87 @@
 import AtriumProtocol
 import NIOCore
 
-/// One socket between the host and a worker, as the host writes to it. A frame is encoded
-/// here and written as bytes: no frame value passes through the channel's pipeline, which
-/// would box it and cast it back once per frame. Frames written on the channel's own event
-/// loop go out together, with one flush per turn of the loop: a burst of requests costs one
-/// write, not one each. Frames from other threads are flushed at once.
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// One socket between the host and a worker, as the host writes to it.
+///
+/// Frames are encoded into one buffer of the link's, on the channel's event loop, and the
+/// buffer goes out once per turn of the loop: a burst of requests costs one write, not one
+/// each, and no frame is boxed into the pipeline or given a buffer of its own. The write is a
+/// `send` on the socket itself while the channel holds nothing unwritten; what the socket does
+/// not take at once (the worker is not reading), or any failure, is handed to the channel,
+/// which waits for the socket to take it, counts it against the high-water mark, or closes
+/// the link on the error, and every later write goes through the channel until it has written
+/// all it was handed, so bytes go out in the order they were sent. Frames sent from other
+/// threads are sent from the loop.
 final class WorkerLink: @unchecked Sendable {
     let channel: any Channel
-    /// Whether a flush is due at the end of this turn of the loop. Touched only on the
-    /// channel's event loop (checked before every use), hence the unchecked Sendable.
+    /// The socket `channel` was made on. Written directly only on the loop, while the channel is
+    /// active: a channel closes its socket on its loop, so the descriptor is then still its own.
+    private let descriptor: Int32
+    // What follows is touched only on the channel's event loop (checked before every use),
+    // hence the unchecked Sendable.
+    /// Frames sent this turn of the loop and not written yet.
+    private var output: ByteBuffer
+    /// Whether a write is due at the end of this turn of the loop.
     private var flushScheduled = false
+    /// Writes handed to the channel that it has not finished: while there are any, every
+    /// write goes through the channel, behind them.
+    private var handedToChannel = 0
 
-    init(_ channel: any Channel) {
+    private static let initialCapacity = 4096
+    /// The most the link keeps between turns of the loop.
+    private static let keptCapacity = 64 << 10
+
+    init(_ channel: any Channel, descriptor: Int32) {
         self.channel = channel
+        self.descriptor = descriptor
+        output = channel.allocator.buffer(capacity: Self.initialCapacity)
     }
 
     func send(_ frame: WorkerFrame) {
-        let bytes = Self.encoded(frame, allocator: channel.allocator)
         guard channel.eventLoop.inEventLoop else {
-            channel.writeAndFlush(bytes, promise: nil)
+            channel.eventLoop.execute { self.send(frame) }
             return
         }
-        channel.write(bytes, promise: nil)
+        output.writeFrame(frame)
         guard !flushScheduled else { return }
         flushScheduled = true
-        channel.eventLoop.execute {
-            self.flushScheduled = false
-            self.channel.flush()
-        }
+        channel.eventLoop.execute { self.flush() }
     }
 
-    /// `frame` with its length prefix.
-    static func encoded(_ frame: WorkerFrame, allocator: ByteBufferAllocator) -> ByteBuffer {
-        var bytes = allocator.buffer(for: frame)
-        bytes.writeFrame(frame)
-        return bytes
+    private func flush() {
+        flushScheduled = false
+        guard output.readableBytes > 0 else { return }
+        if handedToChannel == 0, channel.isActive {
+            while output.readableBytes > 0 {
+                let written = output.withUnsafeReadableBytes {
+                    Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                }
+                if written > 0 {
+                    output.moveReaderIndex(forwardBy: written)
+                } else if written < 0, errno == EINTR {
+                    continue
+                } else {
+                    // Full (EAGAIN), or failed: the channel takes the rest, and waits or closes.
+                    break
+                }
+            }
+            if output.readableBytes == 0 {
+                // Kept for the next turn, unless a large message made it large.
+                if output.capacity > Self.keptCapacity {
+                    output = channel.allocator.buffer(capacity: Self.initialCapacity)
+                } else {
+                    output.clear()
+                }
+                return
+            }
+        }
+        let rest = output
+        output = channel.allocator.buffer(capacity: Self.initialCapacity)
+        handedToChannel += 1
+        channel.writeAndFlush(rest).whenComplete { _ in self.handedToChannel -= 1 }
     }
 }

@@ -341,6 +341,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 }
                 .withConnectedSocket(descriptor)
         }
+        let descriptors = hostEnds
         EventLoopFuture.whenAllComplete(connections, on: loops[0]).whenSuccess { [self] results in
             let channels = results.compactMap { try? $0.get() }
             guard channels.count == results.count else {
@@ -350,13 +351,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 Self.kill(process)
                 return
             }
+            let links = zip(channels, descriptors).map { WorkerLink($0, descriptor: $1) }
             let current = state.withLock { state -> Bool in
                 guard state.generation == generation, !state.shuttingDown else { return false }
-                state.links = channels.map(WorkerLink.init)
+                state.links = links
                 return true
             }
             if current {
-                channels[0].writeAndFlush(WorkerLink.encoded(start, allocator: channels[0].allocator), promise: nil)
+                links[0].send(start)
             } else {
                 for channel in channels { channel.close(promise: nil) }
                 Self.kill(process)

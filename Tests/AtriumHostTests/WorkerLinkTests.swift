@@ -1,0 +1,112 @@
+import AtriumProtocol
+import AtriumValues
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import AtriumHost
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The host's end of a worker's socket: written directly while the socket takes what it is
+/// given, through the channel once it does not, and never out of order.
+struct WorkerLinkTests {
+    /// A link on one end of a socket pair, and the other end (blocking), as a worker holds it.
+    private static func linked(on group: MultiThreadedEventLoopGroup) async throws -> (WorkerLink, Int32) {
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        let channel = try await ClientBootstrap(group: group).withConnectedSocket(pair[0]).get()
+        return (WorkerLink(channel, descriptor: pair[0]), pair[1])
+    }
+
+    /// Reads frames from `descriptor` until `count` have come or the socket ends.
+    private static func readFrames(_ descriptor: Int32, count: Int) throws -> [WorkerFrame] {
+        let decoder = FrameDecoder<WorkerFrame>(maxFrameBytes: 1 << 20)
+        var input = ByteBuffer()
+        var frames: [WorkerFrame] = []
+        while frames.count < count {
+            let read = input.writeWithUnsafeMutableBytes(minimumWritableBytes: 64 << 10) {
+                Glibc.read(descriptor, $0.baseAddress, $0.count)
+            }
+            guard read > 0 else { break }
+            while let frame = try decoder.decodeFrame(from: &input) { frames.append(frame) }
+            input.discardReadBytes()
+        }
+        return frames
+    }
+
+    /// The id a test frame carries.
+    private static func id(_ frame: WorkerFrame) -> UInt64? {
+        switch frame {
+        case .answered(let id), .request(_, let id, _): id
+        default: nil
+        }
+    }
+
+    @Test func framesArriveInOrderWhetherTheSocketTakesThemOrTheChannelHoldsThem() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let (link, worker) = try await Self.linked(on: group)
+        defer { close(worker) }
+        let loop = link.channel.eventLoop
+        // 4 MiB while nothing reads the other end: more than a socket pair holds, so the
+        // channel holds the rest. Small and large frames, from the loop in bursts and from
+        // another thread between them.
+        let big = EncodedValueSet(["Bytes": .bytes(Array(repeating: 5, count: 256 << 10))])
+        var next: UInt64 = 0
+        for burst in 0..<16 {
+            let first = next
+            try await loop.submit {
+                for offset in 0..<UInt64(8) {
+                    link.send(.answered(id: first + offset))
+                }
+                link.send(.request(channel: 1, id: first + 8, message: big))
+            }.get()
+            next += 9
+            link.send(.answered(id: next))
+            next += 1
+            if burst == 8 {
+                // Halfway (2 MiB), the channel holds what the socket did not take.
+                #expect(try await loop.submit { !link.channel.isWritable }.get())
+            }
+        }
+        let sent = Int(next)
+        let frames = try await Task.detached { try Self.readFrames(worker, count: sent) }.value
+        #expect(frames.compactMap(Self.id) == Array(0..<next))
+        // Once the channel has written all it held, the link writes directly again, behind it.
+        let last = next
+        try await loop.submit { link.send(.answered(id: last)) }.get()
+        let after = try await Task.detached { try Self.readFrames(worker, count: 1) }.value
+        #expect(after.compactMap(Self.id) == [last])
+        try await link.channel.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test func aClosedLinkWritesNothingToTheDescriptorItHad() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let (link, worker) = try await Self.linked(on: group)
+        defer { close(worker) }
+        try await link.channel.close()
+        // The descriptor is free now, and the next socket made takes it (most often: other
+        // tests may make descriptors meanwhile). Nothing sent on the closed link may reach it.
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer {
+            close(pair[0])
+            close(pair[1])
+        }
+        try await link.channel.eventLoop.submit { link.send(.answered(id: 1)) }.get()
+        try await link.channel.eventLoop.submit {}.get()
+        var byte: UInt8 = 0
+        for end in pair {
+            let peer = end == pair[0] ? pair[1] : pair[0]
+            #expect(recv(peer, &byte, 1, Int32(MSG_DONTWAIT)) == -1 && errno == EAGAIN, "the frame reached \(end)")
+        }
+        // And the worker's end sees its socket end, with nothing before it.
+        let frames = try await Task.detached { try Self.readFrames(worker, count: 1) }.value
+        #expect(frames.isEmpty)
+        try await group.shutdownGracefully()
+    }
+}
