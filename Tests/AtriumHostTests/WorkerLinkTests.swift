@@ -84,6 +84,27 @@ struct WorkerLinkTests {
         try await group.shutdownGracefully()
     }
 
+    @Test func aWorkerThatDoesNotReadPutsTheLinkOverItsMarkWithinTheTurn() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let (link, worker) = try await Self.linked(on: group)
+        defer { close(worker) }
+        let big = EncodedValueSet(["Bytes": .bytes(Array(repeating: 5, count: 256 << 10))])
+        // 2 MiB in one turn of the loop, nothing reading: what the socket does not take is the
+        // channel's, counted against its high-water mark, before the turn ends. WorkerProcess
+        // gives no more work to a link over its mark, so it must be seen as the frames come.
+        let (before, after) = try await link.channel.eventLoop.submit {
+            let before = link.channel.isWritable
+            for id in 0..<UInt64(8) { link.send(.request(channel: 1, id: id, message: big)) }
+            return (before, link.channel.isWritable)
+        }.get()
+        #expect(before)
+        #expect(!after)
+        let frames = try await Task.detached { try Self.readFrames(worker, count: 8) }.value
+        #expect(frames.compactMap(Self.id) == Array(0..<8))
+        try await link.channel.close()
+        try await group.shutdownGracefully()
+    }
+
     @Test func aClosedLinkWritesNothingToTheDescriptorItHad() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let (link, worker) = try await Self.linked(on: group)

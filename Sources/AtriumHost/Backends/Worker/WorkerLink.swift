@@ -8,8 +8,9 @@ import NIOCore
 /// One socket between the host and a worker, as the host writes to it.
 ///
 /// Frames are encoded into one buffer of the link's, on the channel's event loop, and the
-/// buffer goes out once per turn of the loop: a burst of requests costs one write, not one
-/// each, and no frame is boxed into the pipeline or given a buffer of its own. The write is a
+/// buffer goes out once per turn of the loop (sooner once it holds 64 KiB, or while the
+/// channel holds bytes): a burst of requests costs one write, not one each, and no frame is
+/// boxed into the pipeline or given a buffer of its own. The write is a
 /// `send` on the socket itself while the channel holds nothing unwritten; what the socket does
 /// not take at once (the worker is not reading), or any failure, is handed to the channel,
 /// which waits for the socket to take it, counts it against the high-water mark, or closes
@@ -32,7 +33,7 @@ final class WorkerLink: @unchecked Sendable {
     private var handedToChannel = 0
 
     private static let initialCapacity = 4096
-    /// The most the link keeps between turns of the loop.
+    /// The most the link keeps between turns of the loop, and holds in one before writing.
     private static let keptCapacity = 64 << 10
 
     init(_ channel: any Channel, descriptor: Int32) {
@@ -47,13 +48,25 @@ final class WorkerLink: @unchecked Sendable {
             return
         }
         output.writeFrame(frame)
+        // While the channel holds bytes (the worker is slow to read), or once a turn has sent
+        // much, frames are written at once: the channel counts what it holds against its
+        // high-water mark as each frame comes, and the worker is given no more work, within
+        // the turn, once it is over.
+        if handedToChannel > 0 || output.readableBytes >= Self.keptCapacity {
+            write()
+            return
+        }
         guard !flushScheduled else { return }
         flushScheduled = true
-        channel.eventLoop.execute { self.flush() }
+        channel.eventLoop.execute {
+            self.flushScheduled = false
+            self.write()
+        }
     }
 
-    private func flush() {
-        flushScheduled = false
+    /// Writes what `output` holds: on the socket while the channel holds nothing, else (and
+    /// what the socket does not take) through the channel.
+    private func write() {
         guard output.readableBytes > 0 else { return }
         if handedToChannel == 0, channel.isActive {
             while output.readableBytes > 0 {

@@ -890,11 +890,8 @@ final class WorkerLinkHandler: ChannelDuplexHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         let writable = context.channel.isWritable
         worker.linkWritabilityChanged(writable: writable, generation: generation, link: link)
-        if writable {
-            context.read()
-        } else {
-            context.flush()
-        }
+        // Every write to the link is flushed as it is made (``WorkerLink``): nothing to flush.
+        if writable { context.read() }
         context.fireChannelWritabilityChanged()
     }
 
