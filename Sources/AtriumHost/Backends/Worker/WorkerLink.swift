@@ -68,29 +68,16 @@ final class WorkerLink: @unchecked Sendable {
     /// what the socket does not take) through the channel.
     private func write() {
         guard output.readableBytes > 0 else { return }
-        if handedToChannel == 0, channel.isActive {
-            while output.readableBytes > 0 {
-                let written = output.withUnsafeReadableBytes {
-                    Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-                }
-                if written > 0 {
-                    output.moveReaderIndex(forwardBy: written)
-                } else if written < 0, errno == EINTR {
-                    continue
-                } else {
-                    // Full (EAGAIN), or failed: the channel takes the rest, and waits or closes.
-                    break
-                }
+        // What the socket does not take (it is full, or failed) goes to the channel below,
+        // which waits for the socket or closes the link.
+        if handedToChannel == 0, channel.isActive, output.sendWithoutWaiting(on: descriptor) == 0 {
+            // Kept for the next turn, unless a large message made it large.
+            if output.capacity > Self.keptCapacity {
+                output = channel.allocator.buffer(capacity: Self.initialCapacity)
+            } else {
+                output.clear()
             }
-            if output.readableBytes == 0 {
-                // Kept for the next turn, unless a large message made it large.
-                if output.capacity > Self.keptCapacity {
-                    output = channel.allocator.buffer(capacity: Self.initialCapacity)
-                } else {
-                    output.clear()
-                }
-                return
-            }
+            return
         }
         let rest = output
         output = channel.allocator.buffer(capacity: Self.initialCapacity)

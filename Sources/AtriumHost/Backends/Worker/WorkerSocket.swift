@@ -86,26 +86,17 @@ final class WorkerSocket: @unchecked Sendable {
         }
         // Bytes the writer holds go first: later ones wait behind them.
         guard !writerBusy else { return }
-        while buffer.readableBytes > 0 {
-            let written = buffer.withUnsafeReadableBytes {
-                Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-            }
-            if written > 0 {
-                buffer.moveReaderIndex(forwardBy: written)
-            } else if written < 0, errno == EINTR {
-                continue
-            } else if written < 0, errno == EAGAIN || errno == EWOULDBLOCK {
-                startWriterIfNeeded()
-                condition.broadcast()
-                return
-            } else {
-                broken = true
-                buffer.clear()
-                condition.broadcast()
-                return
-            }
+        let error = buffer.sendWithoutWaiting(on: descriptor)
+        if error == 0 {
+            buffer.clear()
+        } else if isFull(error) {
+            startWriterIfNeeded()
+            condition.broadcast()
+        } else {
+            broken = true
+            buffer.clear()
+            condition.broadcast()
         }
-        buffer.clear()
     }
 
     /// The thread that waits for the socket to take what it did not take at once. Called with
@@ -137,16 +128,8 @@ final class WorkerSocket: @unchecked Sendable {
             while taken.readableBytes > 0, !failed {
                 var ready = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
                 _ = poll(&ready, 1, -1)
-                let written = taken.withUnsafeReadableBytes {
-                    Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-                }
-                if written > 0 {
-                    taken.moveReaderIndex(forwardBy: written)
-                } else if written < 0, errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK {
-                    continue
-                } else {
-                    failed = true
-                }
+                let error = taken.sendWithoutWaiting(on: descriptor)
+                failed = error != 0 && !isFull(error)
             }
             condition.lock()
             writerBusy = false
