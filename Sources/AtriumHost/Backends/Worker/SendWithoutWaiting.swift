@@ -28,6 +28,6 @@ extension ByteBuffer {
 }
 
 /// Whether `error`, from ``NIOCore/ByteBuffer/sendWithoutWaiting(on:)``, says the socket is full.
-func isFull(_ error: Int32) -> Bool {
+func socketIsFull(_ error: Int32) -> Bool {
     error == EAGAIN || error == EWOULDBLOCK
 }

@@ -89,7 +89,7 @@ final class WorkerSocket: @unchecked Sendable {
         let error = buffer.sendWithoutWaiting(on: descriptor)
         if error == 0 {
             buffer.clear()
-        } else if isFull(error) {
+        } else if socketIsFull(error) {
             startWriterIfNeeded()
             condition.broadcast()
         } else {
@@ -129,7 +129,7 @@ final class WorkerSocket: @unchecked Sendable {
                 var ready = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
                 _ = poll(&ready, 1, -1)
                 let error = taken.sendWithoutWaiting(on: descriptor)
-                failed = error != 0 && !isFull(error)
+                failed = error != 0 && !socketIsFull(error)
             }
             condition.lock()
             writerBusy = false
