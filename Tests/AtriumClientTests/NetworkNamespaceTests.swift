@@ -157,6 +157,16 @@ final class BackgroundProgram: @unchecked Sendable {
 
     func append(_ data: Data) { lock.withLock { collected.append(data) } }
 
+    /// Whether the program's output meets `condition` within `seconds`: for a line the program
+    /// logs when something happens that another process may see first.
+    func says(within seconds: Double = 15, _ condition: (String) -> Bool) async -> Bool {
+        for _ in 0..<Int(seconds * 20) {
+            if condition(output) { return true }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return condition(output)
+    }
+
     /// The TCP port from atriumd's "listening on tcp ADDRESS:PORT", once it is ready (20 s).
     func port(on address: String) async -> Int? {
         for _ in 0..<400 {
