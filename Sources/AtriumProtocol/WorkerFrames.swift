@@ -2,7 +2,7 @@ import AtriumValues
 package import NIOCore
 
 /// What the host and a worker process (a package's plugin, run apart from the host) say to
-/// each other over their socket pair: the framing of CONTRACT section 1 (a 4-byte length,
+/// each other over their links (a pipe each way): the framing of CONTRACT section 1 (a 4-byte length,
 /// then one CBOR map with a `type`), with frames of their own. Not a public protocol: both
 /// ends are `atriumd`, so the two always match.
 ///

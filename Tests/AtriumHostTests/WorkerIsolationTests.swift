@@ -223,7 +223,7 @@ import Testing
     @Test func bigAnswersFromAWorkerKeepFlowingWhileTheHostHoldsMoreForIt() async throws {
         // Echo in a worker: twelve requests of 900 kB at once. The host holds more for the
         // worker than its high-water mark, so it stops reading the worker until the worker has
-        // read; the worker's answers fill the socket meanwhile. Neither may wait for the other.
+        // read; the worker's answers fill its pipe meanwhile. Neither may wait for the other.
         let echo = """
             { "manifestVersion": 1, "package": "atrium.tests.echo.worker", "library": "libEcho.so",
               "isolation": "process", "services": [{ "name": "atrium.echo", "supportsRemoteSystems": true }] }
@@ -379,7 +379,7 @@ import Testing
         let child = pid_t(try #require(try answer.decoded["Child"]?.int))
         #expect(Self.isAlive(child))
         try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Crash": "exit"]))))
-        // The child keeps the worker's sockets open: the host finds the worker's end all the
+        // The child keeps the worker's pipes open: the host finds the worker's end all the
         // same (within a second or two), answers, and ends the child with it.
         #expect(try await client.response(timeout: .seconds(10)).status == .appUnavailable)
         // The worker is gone, and so is the child it left behind (within 5 s).

@@ -1,5 +1,6 @@
 import AtriumProtocol
 import AtriumValues
+import CAtriumSystem
 import Foundation
 import NIOCore
 import NIOPosix
@@ -11,21 +12,28 @@ import Testing
     import Glibc
 #endif
 
-/// The host's end of a worker's socket: written directly while the socket takes what it is
-/// given, through the channel once it does not, and never out of order.
+/// The host's end of a worker's link: written directly while the pipe takes what it is given,
+/// through the channel once it does not, and never out of order.
 struct WorkerLinkTests {
-    /// Runs `body` with a link on one end of a socket pair and the other end (blocking), as a
-    /// worker holds it; closes both and the loop after, whether `body` throws or not.
+    /// Runs `body` with a link on a pipe toward the worker and one back, as the host holds them,
+    /// and the read end of the first (blocking), as a worker holds it; closes every end and the
+    /// loop after, whether `body` throws or not.
     private static func withLink(_ body: (WorkerLink, Int32) async throws -> Void) async throws {
-        var pair: [Int32] = [-1, -1]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
-        defer { close(pair[1]) }
+        var towardWorker: [Int32] = [-1, -1]
+        var towardHost: [Int32] = [-1, -1]
+        try #require(atrium_make_pipe(&towardWorker) == 0)
+        try #require(atrium_make_pipe(&towardHost) == 0)
+        defer {
+            close(towardWorker[0])
+            close(towardHost[1])
+        }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         var failure: (any Error)?
         do {
-            // The channel owns the descriptor from here, and closes it with the loop.
-            let channel = try await ClientBootstrap(group: group).withConnectedSocket(pair[0]).get()
-            try await body(WorkerLink(channel, descriptor: pair[0]), pair[1])
+            // The channel owns the host's ends from here, and closes them with the loop.
+            let channel = try await NIOPipeBootstrap(group: group)
+                .takingOwnershipOfDescriptors(input: towardHost[0], output: towardWorker[1]).get()
+            try await body(WorkerLink(channel, descriptor: towardWorker[1]), towardWorker[0])
         } catch {
             failure = error
         }
@@ -33,7 +41,7 @@ struct WorkerLinkTests {
         if let failure { throw failure }
     }
 
-    /// Reads frames from `descriptor` until `count` have come or the socket ends.
+    /// Reads frames from `descriptor` until `count` have come or the pipe ends.
     private static func readFrames(_ descriptor: Int32, count: Int) throws -> [WorkerFrame] {
         let decoder = FrameDecoder<WorkerFrame>(maxFrameBytes: 1 << 20)
         var input = ByteBuffer()
@@ -60,7 +68,7 @@ struct WorkerLinkTests {
     @Test func framesArriveInOrderWhetherTheSocketTakesThemOrTheChannelHoldsThem() async throws {
         try await Self.withLink { link, worker in
             let loop = link.channel.eventLoop
-            // 4 MiB while nothing reads the other end: more than a socket pair holds, so the
+            // 4 MiB while nothing reads the other end: more than a pipe holds, so the
             // channel holds the rest. Small and large frames, from the loop in bursts and from
             // another thread between them.
             let big = EncodedValueSet(["Bytes": .bytes(Array(repeating: 5, count: 256 << 10))])
@@ -77,7 +85,7 @@ struct WorkerLinkTests {
                 link.send(.answered(id: next))
                 next += 1
                 if burst == 8 {
-                    // Halfway (2 MiB), the channel holds what the socket did not take.
+                    // Halfway (2 MiB), the channel holds what the pipe did not take.
                     #expect(try await loop.submit { !link.channel.isWritable }.get())
                 }
             }
@@ -95,7 +103,7 @@ struct WorkerLinkTests {
     @Test func aWorkerThatDoesNotReadPutsTheLinkOverItsMarkWithinTheTurn() async throws {
         try await Self.withLink { link, worker in
             let big = EncodedValueSet(["Bytes": .bytes(Array(repeating: 5, count: 256 << 10))])
-            // 2 MiB in one turn of the loop, nothing reading: what the socket does not take is the
+            // 2 MiB in one turn of the loop, nothing reading: what the pipe does not take is the
             // channel's, counted against its high-water mark, before the turn ends. WorkerProcess
             // gives no more work to a link over its mark, so it must be seen as the frames come.
             let (before, after) = try await link.channel.eventLoop.submit {
@@ -113,22 +121,20 @@ struct WorkerLinkTests {
     @Test func aClosedLinkWritesNothingToTheDescriptorItHad() async throws {
         try await Self.withLink { link, worker in
             try await link.channel.close()
-            // The descriptor is free now, and the next socket made takes it (most often: other
-            // tests may make descriptors meanwhile). Nothing sent on the closed link may reach it.
-            var pair: [Int32] = [-1, -1]
-            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+            // The two descriptors are free now, and the next pipe made takes them (most often:
+            // other tests may make descriptors meanwhile). Nothing sent on the closed link may
+            // reach it.
+            var pipe: [Int32] = [-1, -1]
+            try #require(atrium_make_pipe(&pipe) == 0)
             defer {
-                close(pair[0])
-                close(pair[1])
+                close(pipe[0])
+                close(pipe[1])
             }
             try await link.channel.eventLoop.submit { link.send(.answered(id: 1)) }.get()
             try await link.channel.eventLoop.submit {}.get()
-            var byte: UInt8 = 0
-            for end in pair {
-                let peer = end == pair[0] ? pair[1] : pair[0]
-                #expect(recv(peer, &byte, 1, Int32(MSG_DONTWAIT)) == -1 && errno == EAGAIN, "the frame reached \(end)")
-            }
-            // And the worker's end sees its socket end, with nothing before it.
+            var waiting = pollfd(fd: pipe[0], events: Int16(POLLIN), revents: 0)
+            #expect(poll(&waiting, 1, 0) == 0, "the frame reached the pipe made after the link closed")
+            // And the worker's end sees its pipe end, with nothing before it.
             let frames = try await Task.detached { try Self.readFrames(worker, count: 1) }.value
             #expect(frames.isEmpty)
         }

@@ -16,12 +16,17 @@ int atrium_release_free_memory(void);
  * (8 per core), there is no glibc, or malloc is AddressSanitizer's. */
 int atrium_limit_malloc_arenas(int count);
 
-/* Passes `count` open descriptors (0 to 16) over the Unix socket `socket` (SCM_RIGHTS), with
+/* Makes a pipe whose two ends are close-on-exec from the start (pipe2 with O_CLOEXEC, which
+ * Swift's Glibc module does not offer): ends[0] reads, ends[1] writes. Returns 0, or -1 with
+ * errno set. */
+int atrium_make_pipe(int ends[2]);
+
+/* Passes `count` open descriptors (0 to 32) over the Unix socket `socket` (SCM_RIGHTS), with
  * one byte of data. Returns 0, or -1 with errno set. */
 int atrium_send_descriptors(int socket, const int *descriptors, int count);
 
 /* Receives the descriptors of one atrium_send_descriptors message from `socket` (blocking),
- * at most `max` (at most 16), made close-on-exec. Returns how many, or -1 with errno set. */
+ * at most `max` (at most 32), made close-on-exec. Returns how many, or -1 with errno set. */
 int atrium_receive_descriptors(int socket, int *descriptors, int max);
 
 /* Starts the program at `path` with `argv` and `envp` (each NULL-terminated) in a session of

@@ -27,7 +27,7 @@
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
  *     until none is left, then aborts, "garble" (in a worker process) writes to each of the
- *     worker's sockets to the host the start of a frame longer than any host takes, then
+ *     worker's pipes to the host the start of a frame longer than any host takes, then
  *     waits for ever;
  *   - a request {"Uid": anything} answers {"Uid": the process's user id};
  *   - a request {"Fork": anything} starts a child process that waits for ever, and answers
@@ -37,10 +37,10 @@
  *     {"AfterClosed": anything} answers {"AfterClosed": how many requests arrived on a
  *     channel after its `closed`} (which the host must never let happen);
  *   - a request {"Forge": n}, in a worker process, writes n frames the worker must never send
- *     (an unknown type, and an answer to request 0) straight to one of the worker's sockets
- *     to the host (the first Unix stream socket among its descriptors), as a hostile plugin
+ *     (an unknown type, and an answer to request 0) straight to one of the worker's pipes
+ *     to the host (the first pipe's write end above standard error), as a hostile plugin
  *     could, then answers {"Forged": how many it wrote}, or {"Forged": -1} when it found no
- *     such socket.
+ *     such pipe.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -48,32 +48,38 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 #include "atrium_plugin.h"
 
-/* Whether descriptor fd is, in a worker process, one of its sockets to the host: an unnamed
- * Unix stream socket (one end of a socket pair) whose peer is the parent process. In process,
- * the host's own sockets are named or TCP, and none passes. */
-static int is_host_socket(int fd) {
-    struct stat status;
-    if (fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) return 0;
-    int domain = 0, type = 0;
-    socklen_t length = sizeof domain;
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) != 0 || domain != AF_UNIX) return 0;
-    length = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type != SOCK_STREAM) return 0;
-    struct sockaddr_un name;
-    length = sizeof name;
-    if (getsockname(fd, (struct sockaddr *)&name, &length) != 0 || length > sizeof(sa_family_t)) return 0;
-    struct ucred peer;
-    length = sizeof peer;
-    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) == 0 && peer.pid == getppid();
+/* Whether this process is a worker process of atriumd's (started `atriumd --worker ...`). */
+static int in_worker(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    char arguments[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t length = fd < 0 ? -1 : read(fd, arguments, sizeof arguments - 1);
+    if (fd >= 0) close(fd);
+    known = 0;
+    if (length > 0) arguments[length] = 0;
+    for (ssize_t at = 0; at < length; at += (ssize_t)strlen(arguments + at) + 1) {
+        if (strcmp(arguments + at, "--worker") == 0) known = 1;
+    }
+    return known;
 }
 
-/* Writes all of bytes to fd, whatever the socket takes at a time; 0 when it cannot. */
+/* Whether descriptor fd is, in a worker process, one of its pipes to the host: the write end
+ * of a pipe above standard error (standard output and error are pipes to the host's log). In
+ * process, none passes: the host's own pipes are not the plugin's to write. */
+static int is_host_pipe(int fd) {
+    struct stat status;
+    if (fd <= 2 || !in_worker() || fstat(fd, &status) != 0 || !S_ISFIFO(status.st_mode)) return 0;
+    int flags = fcntl(fd, F_GETFL);
+    return flags >= 0 && (flags & O_ACCMODE) == O_WRONLY;
+}
+
+/* Writes all of bytes to fd, whatever the pipe takes at a time; 0 when it cannot. */
 static int write_all(int fd, const uint8_t *bytes, size_t count) {
     size_t sent = 0;
     while (sent < count) {
@@ -197,13 +203,13 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
             0, 0, 0, 26, 0xa3, 0x64, 't', 'y', 'p', 'e', 0x67, 'r', 'e', 's', 'p', 'o', 'n', 'd',
             0x62, 'i', 'd', 0x00, 0x66, 's', 't', 'a', 't', 'u', 's', 0x00,
         };
-        int socket_fd = -1;
-        for (int fd = 0; fd < 1024 && socket_fd < 0; fd++) {
-            if (is_host_socket(fd)) socket_fd = fd;
+        int pipe_fd = -1;
+        for (int fd = 0; fd < 1024 && pipe_fd < 0; fd++) {
+            if (is_host_pipe(fd)) pipe_fd = fd;
         }
-        int64_t forged = socket_fd < 0 ? -1 : 0;
-        for (int64_t n = 0; n < forge && socket_fd >= 0; n++) {
-            if (!write_all(socket_fd, frames, sizeof frames)) break;
+        int64_t forged = pipe_fd < 0 ? -1 : 0;
+        for (int64_t n = 0; n < forge && pipe_fd >= 0; n++) {
+            if (!write_all(pipe_fd, frames, sizeof frames)) break;
             forged++;
         }
         host->builder_put_int(host, out, "Forged", forged);
@@ -226,7 +232,7 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
             static const uint8_t garbled[] = {0xff, 0xff, 0xff, 0xff, 0xa1};
             int garbled_any = 0;
             for (int fd = 0; fd < 1024; fd++) {
-                if (is_host_socket(fd) && write_all(fd, garbled, sizeof garbled)) garbled_any = 1;
+                if (is_host_pipe(fd) && write_all(fd, garbled, sizeof garbled)) garbled_any = 1;
             }
             if (garbled_any) {
                 for (;;) pause();

@@ -12,14 +12,14 @@ import NIOCore
 #endif
 
 /// The host as a plugin in a worker process sees it: each call of the host table becomes a
-/// frame to `atriumd` over the worker's socket (``WorkerFrame``). Answers and the plugin's
+/// frame to `atriumd` over the worker's link (``WorkerFrame``). Answers and the plugin's
 /// closes go out at once; `send`, `close_channel` and `launch_uri` wait for the host's reply,
-/// as they do in process. The one thread that may not wait is the one that reads the socket,
+/// as they do in process. The one thread that may not wait is the one that reads the link,
 /// where a plugin's nonblocking `request` runs (ATRIUM_PLUGIN_NONBLOCKING): there, those
 /// three are refused at once (the reply could never be read), and the log says so.
 final class WorkerHost: BackendHost, @unchecked Sendable {
     /// The links to the host, by number.
-    private let links: [WorkerSocket]
+    private let links: [WorkerPipes]
     let maxQueuedPerService = Int.max
     /// Requests handed to the plugin and not answered yet: the link each came on, by id.
     private let pending = NIOLockedValueBox<[UInt64: Int]>([:])
@@ -35,24 +35,24 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         var frame: WorkerFrame?
     }
 
-    init(links: [WorkerSocket], logger: Logger) {
+    init(links: [WorkerPipes], logger: Logger) {
         self.links = links
         self.logger = logger
     }
 
-    private func socket(_ link: Int) -> WorkerSocket? {
+    private func pipes(_ link: Int) -> WorkerPipes? {
         links.indices.contains(link) ? links[link] : nil
     }
 
     /// Sends `frame` on link `link`.
     func write(_ frame: WorkerFrame, on link: Int) {
-        socket(link)?.send(frame)
+        pipes(link)?.send(frame)
     }
 
     /// Sends `frame` on link `link`, then runs `then` once it has gone out (or could not):
     /// for the last thing a worker says before it exits.
     func write(_ frame: WorkerFrame, on link: Int, then: @escaping @Sendable () -> Void) {
-        socket(link)?.sendNow(frame)
+        pipes(link)?.sendNow(frame)
         then()
     }
 

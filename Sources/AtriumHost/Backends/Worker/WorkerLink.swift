@@ -5,22 +5,25 @@ import NIOCore
     import Glibc
 #endif
 
-/// One socket between the host and a worker, as the host writes to it.
+/// One link between the host and a worker, as the host writes to it: a pipe each way (a pipe
+/// costs less a round trip than a Unix socket, BENCHMARKS.md), which `channel` reads and writes
+/// as one.
 ///
 /// Frames are encoded into one buffer of the link's, on the channel's event loop, and the
 /// buffer goes out once per turn of the loop (sooner once it holds 64 KiB, or while the
 /// channel holds bytes): a burst of requests costs one write, not one each, and no frame is
 /// boxed into the pipeline or given a buffer of its own. The write is a
-/// `send` on the socket itself while the channel holds nothing unwritten; what the socket does
+/// `write` on the pipe itself while the channel holds nothing unwritten; what the pipe does
 /// not take at once (the worker is not reading), or any failure, is handed to the channel,
-/// which waits for the socket to take it, counts it against the high-water mark, or closes
+/// which waits for the pipe to take it, counts it against the high-water mark, or closes
 /// the link on the error, and every later write goes through the channel until it has written
 /// all it was handed, so bytes go out in the order they were sent. Frames sent from other
 /// threads are sent from the loop.
 final class WorkerLink: @unchecked Sendable {
     let channel: any Channel
-    /// The socket `channel` was made on. Written directly only on the loop, while the channel is
-    /// active: a channel closes its socket on its loop, so the descriptor is then still its own.
+    /// The write end of the pipe toward the worker, which `channel` owns. Written directly only
+    /// on the loop, while the channel is active: a channel closes its descriptors on its loop,
+    /// so the descriptor is then still its own.
     private let descriptor: Int32
     // What follows is touched only on the channel's event loop (checked before every use),
     // hence the unchecked Sendable.
@@ -64,13 +67,13 @@ final class WorkerLink: @unchecked Sendable {
         }
     }
 
-    /// Writes what `output` holds: on the socket while the channel holds nothing, else (and
-    /// what the socket does not take) through the channel.
+    /// Writes what `output` holds: on the pipe while the channel holds nothing, else (and
+    /// what the pipe does not take) through the channel.
     private func write() {
         guard output.readableBytes > 0 else { return }
-        // What the socket does not take (it is full, or failed) goes to the channel below,
-        // which waits for the socket or closes the link.
-        if handedToChannel == 0, channel.isActive, output.sendWithoutWaiting(on: descriptor) == 0 {
+        // What the pipe does not take (it is full, or failed) goes to the channel below,
+        // which waits for the pipe or closes the link.
+        if handedToChannel == 0, channel.isActive, output.writeWithoutWaiting(to: descriptor) == 0 {
             // Kept for the next turn, unless a large message made it large.
             if output.capacity > Self.keptCapacity {
                 output = channel.allocator.buffer(capacity: Self.initialCapacity)

@@ -11,10 +11,11 @@ import NIOCore
     import Glibc
 #endif
 
-/// The worker process's side: `atriumd --worker` runs this with its first socket to the host
-/// as standard input. The first thing on it is a message carrying the other sockets: one link
-/// per event loop of the host, so that a request never leaves its connection's loop on the
-/// host's side; each link gets a thread of the worker's own that reads it (``WorkerSocket``).
+/// The worker process's side: `atriumd --worker` runs this with a socket to the host as
+/// standard input, which carries the worker's ends of its links to the host and nothing else:
+/// one link per event loop of the host, so that a request never leaves its connection's loop on
+/// the host's side, each a pipe to read and a pipe to write; each link gets a thread of the
+/// worker's own that reads it (``WorkerPipes``).
 /// Then the worker reads `start` (on link 0), sets its limits, loads the plugin through the
 /// same C ABI as in process, answers `ready`, and carries calls both ways until the host says
 /// `shutdown` or goes away. A channel's frames all travel on one link, in order.
@@ -24,33 +25,31 @@ public enum WorkerMain {
         // atriumd ignores SIGHUP (it reloads on it); a worker and what it starts do not.
         signal(SIGHUP, SIG_DFL)
         // A write to a closed pipe or socket is an error to the plugin (EPIPE), as in process
-        // (where SwiftNIO has SIGPIPE ignored), not the worker's death.
+        // (where SwiftNIO has SIGPIPE ignored), and to the links' writers, not the worker's death.
         signal(SIGPIPE, SIG_IGN)
-        var passed = [Int32](repeating: -1, count: 16)
+        var passed = [Int32](repeating: -1, count: 32)
         let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
-        guard count >= 0, Int(count) == links - 1 else {
-            logger.error("worker: expected \(links - 1) sockets from the host on standard input, got \(count)")
+        guard count >= 0, Int(count) == 2 * links else {
+            logger.error("worker: expected \(2 * links) pipe ends from the host on standard input, got \(count)")
             return 70
         }
-        // The first link moves off standard input (to a descriptor children do not inherit),
-        // and standard input becomes /dev/null: a plugin that reads or writes it, or a
-        // program it starts, cannot touch the link.
-        let first = fcntl(0, F_DUPFD_CLOEXEC, 3)
+        // Standard input becomes /dev/null: a plugin that reads or writes it, or a program it
+        // starts, reaches nothing of the host's.
         let null = open("/dev/null", O_RDWR)
-        guard first >= 0, null >= 0, dup2(null, 0) == 0 else {
-            logger.error("worker: cannot move the first link off standard input (errno \(errno))")
+        guard null >= 0, dup2(null, 0) == 0 else {
+            logger.error("worker: cannot replace standard input (errno \(errno))")
             return 70
         }
         if null != 0 { close(null) }
-        let sockets = ([first] + passed.prefix(Int(count))).map(WorkerSocket.init)
+        let pipes = (0..<links).map { WorkerPipes(input: passed[2 * $0], output: passed[2 * $0 + 1]) }
         let done = DispatchSemaphore(value: 0)
-        let dispatcher = WorkerDispatcher(logger: logger, done: done, links: sockets.count)
-        dispatcher.host = WorkerHost(links: sockets, logger: logger)
+        let dispatcher = WorkerDispatcher(logger: logger, done: done, links: pipes.count)
+        dispatcher.host = WorkerHost(links: pipes, logger: logger)
         // A thread per link reads it; the host closing any link ends the worker.
-        for (index, socket) in sockets.enumerated() {
+        for (index, link) in pipes.enumerated() {
             let thread = Thread {
                 atrium_name_this_thread("atrium-link-\(index)")
-                let failure = socket.run(maxFrameBytes: Int(UInt32.max >> 1)) { frame in
+                let failure = link.run(maxFrameBytes: Int(UInt32.max >> 1)) { frame in
                     dispatcher.received(frame, link: index)
                 }
                 if let failure { logger.error("worker: \(failure)") }

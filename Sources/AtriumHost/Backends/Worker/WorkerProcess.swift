@@ -14,7 +14,7 @@ import Synchronization
 #endif
 
 /// A package whose plugin runs in a worker process of its own (`"isolation": "process"`):
-/// the host's side of the worker's socket. Calls on the seam become frames to the worker
+/// the host's side of the worker's links. Calls on the seam become frames to the worker
 /// (``WorkerFrame``); the worker's frames become calls on the host's side of the seam, checked
 /// as any backend's are.
 ///
@@ -24,7 +24,7 @@ import Synchronization
 /// in flight are capped; opens, launches and requests it does not answer time out, and three
 /// requests in a row that time out with no answer between them mark it as hung.
 ///
-/// A worker that dies (a signal, an exit, its socket closing, or killed as hung) takes only
+/// A worker that dies (a signal, an exit, a link closing, or killed as hung) takes only
 /// its own package's work with it: the package's channels are closed with status Unknown,
 /// its requests in flight are answered AppUnavailable (6), and the log names the package and
 /// the signal or exit status. The host then starts a new worker after a delay that doubles
@@ -134,7 +134,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         self.executable = executable
         self.core = core
         self.group = group
-        // At most 16 links (what one message passes over); loops past that share them.
+        // At most 16 links (two pipe ends each: 32 is what one message passes over to the
+        // worker); loops past that share them.
         loops = Array(Array(group.makeIterator()).prefix(16))
         var logger = logger
         logger[metadataKey: "package"] = "\(manifest.package)"
@@ -204,19 +205,37 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     /// Starts a worker process; returns why it could not.
     private func launchWorker() -> String? {
-        // One socket pair per event loop of the host: the first is the worker's standard input,
-        // and carries the others over to it before anything else.
-        var hostEnds: [Int32] = []
+        // A link per event loop of the host, each a pipe toward the worker and one toward the
+        // host (a round trip over pipes costs less than over a Unix socket: BENCHMARKS.md). The
+        // worker's standard input is one end of a socket pair, which carries the worker's ends
+        // of every link over to it before anything else, and nothing after.
+        var control: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &control) == 0 else {
+            return "cannot make a socket pair for the worker: errno \(errno)"
+        }
+        // For each link, the host's ends (it reads `input` and writes `output`).
+        var hostEnds: [(input: Int32, output: Int32)] = []
+        // For each link, the worker's ends, in the order they are passed: what it reads, what it
+        // writes.
         var workerEnds: [Int32] = []
-        func closeAll() { for descriptor in hostEnds + workerEnds { close(descriptor) } }
+        func closeAll() {
+            for descriptor in control + hostEnds.flatMap({ [$0.input, $0.output] }) + workerEnds { close(descriptor) }
+        }
         for _ in loops.indices {
-            var pair: [Int32] = [-1, -1]
-            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            var towardWorker: [Int32] = [-1, -1]
+            var towardHost: [Int32] = [-1, -1]
+            guard atrium_make_pipe(&towardWorker) == 0 else {
                 closeAll()
-                return "cannot make a socket pair for the worker: errno \(errno)"
+                return "cannot make a pipe for the worker: errno \(errno)"
             }
-            hostEnds.append(pair[0])
-            workerEnds.append(pair[1])
+            guard atrium_make_pipe(&towardHost) == 0 else {
+                close(towardWorker[0])
+                close(towardWorker[1])
+                closeAll()
+                return "cannot make a pipe for the worker: errno \(errno)"
+            }
+            hostEnds.append((input: towardHost[0], output: towardWorker[1]))
+            workerEnds += [towardWorker[0], towardHost[1]]
         }
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
         // worker's address space, which its memory limit counts, near what it really uses.
@@ -254,10 +273,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
         let process: ChildProcess
         do {
-            // The worker's first end becomes its standard input.
+            // The control socket's end becomes the worker's standard input.
             process = try ChildProcess(
                 executable: executable, arguments: ["--worker", "--worker-links", "\(loops.count)"],
-                environment: environment, input: workerEnds[0], output: output[1], error: output[1],
+                environment: environment, input: control[1], output: output[1], error: output[1],
                 // What the plugin started goes with its worker.
                 killGroupWhenItEnds: true
             ) { [self] ended in
@@ -284,19 +303,21 @@ final class WorkerProcess: ServiceBackend, Sendable {
             close(output[1])
             return "the host is shutting down"
         }
-        // The other links go over the first before anything else does.
-        let extra = Array(workerEnds.dropFirst())
-        let passed = extra.withUnsafeBufferPointer {
-            atrium_send_descriptors(hostEnds[0], $0.baseAddress, Int32($0.count))
+        // The worker's ends of the links go over the control socket, the only thing it carries.
+        let passed = workerEnds.withUnsafeBufferPointer {
+            atrium_send_descriptors(control[0], $0.baseAddress, Int32($0.count))
         }
         // The worker has its copies: with the host's closed, the worker closing its ends (or
-        // dying) closes the links at once, and the output pipe ends with the worker.
-        for descriptor in workerEnds { close(descriptor) }
+        // dying) ends the links at once, and the output pipe ends with the worker.
+        for descriptor in workerEnds + control { close(descriptor) }
         close(output[1])
         logger.info("worker process started (pid \(process.processIdentifier))")
         OutputLog.attach(output[0], name: "worker \(process.processIdentifier)", logger: logger)
         guard passed == 0 else {
-            for descriptor in hostEnds { close(descriptor) }
+            for link in hostEnds {
+                close(link.input)
+                close(link.output)
+            }
             Self.kill(process)
             return nil
         }
@@ -324,8 +345,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
             cpuSeconds: UInt64(limits.cpuSeconds ?? 0), user: manifest.workerUser)
         // Nothing here waits: a restart may be made from anywhere. A worker that cannot be
         // talked to is killed, and its end handled as any other. Each link lives on its loop.
-        let connections = hostEnds.enumerated().map { index, descriptor in
-            ClientBootstrap(group: loops[index])
+        let connections = hostEnds.enumerated().map { index, ends in
+            NIOPipeBootstrap(group: loops[index])
                 .channelOption(
                     .writeBufferWaterMark, value: .init(low: Self.outputLowWater, high: Self.outputHighWater)
                 )
@@ -339,13 +360,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
                                 maxFrameBytes: core.limits.maxFrameBytes))
                     }
                 }
-                .withConnectedSocket(descriptor)
+                // The channel owns both ends from here, and closes them when it closes. (It
+                // refuses only a regular file's descriptors, which these are not.)
+                .takingOwnershipOfDescriptors(input: ends.input, output: ends.output)
         }
-        let descriptors = hostEnds
+        let descriptors = hostEnds.map(\.output)
         EventLoopFuture.whenAllComplete(connections, on: loops[0]).whenSuccess { [self] results in
             let channels = results.compactMap { try? $0.get() }
             guard channels.count == results.count else {
-                // NIO closed the descriptors it could not use.
                 logger.error("cannot talk to the worker process")
                 for channel in channels { channel.close(promise: nil) }
                 Self.kill(process)
@@ -380,7 +402,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         Self.kill(process)
     }
 
-    /// The worker's socket closed: if the process is still there (it closed the socket, or
+    /// A link to the worker closed: if the process is still there (it closed its end, or
     /// broke the framing), it is killed, and its end is handled as a crash.
     func linkClosed(generation: Int) {
         kill(generation: generation, reason: nil)
@@ -407,7 +429,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         group.next().scheduleTask(in: .init(timeout)) { [self] in
             let still = state.withLock { $0.generation == generation && $0.blocked.contains(link) }
             if still {
-                kill(generation: generation, reason: "stopped reading its socket for \(describe(timeout))")
+                kill(generation: generation, reason: "stopped reading its link for \(describe(timeout))")
             }
         }
     }
@@ -847,7 +869,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 }
 
-/// The host's end of a worker's socket: it splits the bytes into frames and hands each to the
+/// The host's end of a worker's link: it splits the bytes into frames and hands each to the
 /// ``WorkerProcess`` (no frame value travels the pipeline, see ``WorkerLink``); a worker that
 /// breaks the framing is handled as crashed. While the host's output to the worker is over its
 /// high-water mark, the worker is not read (what it sends makes the host write replies).

@@ -6,10 +6,10 @@ import NIOCore
     import Glibc
 #endif
 
-/// One link to the host as the worker process holds it: a socket that a thread of its own
-/// reads (waiting in `poll`), and that any thread writes. No event loop: a request costs the
-/// worker one `poll`, one `read`, the plugin's call and one `write` (BENCHMARKS.md, "Worker
-/// processes").
+/// One link to the host as the worker process holds it: a pipe from the host that a thread of
+/// its own reads (blocking in `read`), and a pipe to the host that any thread writes. No event
+/// loop: a request costs the worker one `read`, the plugin's call and one `write` (BENCHMARKS.md,
+/// "Worker processes").
 ///
 /// Frames written while the reading thread handles what one `read` brought (a batch) go out
 /// together when the batch ends, after the frames written before them: a plugin's answers to a
@@ -17,11 +17,14 @@ import NIOCore
 ///
 /// Writing never blocks the reading thread: the host stops reading a worker whose input it has
 /// not drained (its own output to the worker over the high-water mark), and a worker blocked
-/// in a write would then never drain it. Writes are nonblocking; what the socket does not take
-/// at once goes to a writer thread, which waits for the socket to take it while the reading
+/// in a write would then never drain it. Writes are nonblocking; what the pipe does not take
+/// at once goes to a writer thread, which waits for the pipe to take it while the reading
 /// thread reads on.
-final class WorkerSocket: @unchecked Sendable {
-    let descriptor: Int32
+final class WorkerPipes: @unchecked Sendable {
+    /// The read end of the pipe from the host.
+    let input: Int32
+    /// The write end of the pipe to the host.
+    let output: Int32
     /// Guards everything below; the writer thread waits on it.
     private let condition = NSCondition()
     private var buffer = ByteBuffer()
@@ -35,12 +38,15 @@ final class WorkerSocket: @unchecked Sendable {
     /// The reading thread, once it runs (never changes after).
     private var reader: pthread_t?
 
-    init(_ descriptor: Int32) {
-        self.descriptor = descriptor
-        // The host made the pair; reads on this end block, whatever flags it came with (writes
-        // say MSG_DONTWAIT themselves).
-        let flags = fcntl(descriptor, F_GETFL)
-        if flags >= 0, flags & O_NONBLOCK != 0 { _ = fcntl(descriptor, F_SETFL, flags & ~O_NONBLOCK) }
+    init(input: Int32, output: Int32) {
+        self.input = input
+        self.output = output
+        // Reads block and writes do not, whatever flags the host's pipes came with: the two ends
+        // are this worker's alone, so their flags are too.
+        let reading = fcntl(input, F_GETFL)
+        if reading >= 0, reading & O_NONBLOCK != 0 { _ = fcntl(input, F_SETFL, reading & ~O_NONBLOCK) }
+        let writing = fcntl(output, F_GETFL)
+        if writing >= 0, writing & O_NONBLOCK == 0 { _ = fcntl(output, F_SETFL, writing | O_NONBLOCK) }
     }
 
     private func locked<Result>(_ body: () -> Result) -> Result {
@@ -49,7 +55,7 @@ final class WorkerSocket: @unchecked Sendable {
         return body()
     }
 
-    /// Whether the calling thread is the one reading this socket, where nothing may wait for
+    /// Whether the calling thread is the one reading this link, where nothing may wait for
     /// the host's reply (it is the thread that would read it).
     var isReadingThread: Bool {
         guard let reader = locked({ reader }) else { return false }
@@ -65,7 +71,7 @@ final class WorkerSocket: @unchecked Sendable {
     }
 
     /// Sends `frame` and everything before it, batch or not, and waits (at most 5 seconds) until
-    /// the socket has taken it all: for the last thing a worker says before it exits.
+    /// the pipe has taken it all: for the last thing a worker says before it exits.
     func sendNow(_ frame: WorkerFrame) {
         condition.lock()
         defer { condition.unlock() }
@@ -77,7 +83,7 @@ final class WorkerSocket: @unchecked Sendable {
         }
     }
 
-    /// Writes what `buffer` holds as far as the socket takes it without waiting; the rest is
+    /// Writes what `buffer` holds as far as the pipe takes it without waiting; the rest is
     /// the writer thread's. Called with the lock held.
     private func flushLocked() {
         guard !broken, buffer.readableBytes > 0 else {
@@ -86,10 +92,10 @@ final class WorkerSocket: @unchecked Sendable {
         }
         // Bytes the writer holds go first: later ones wait behind them.
         guard !writerBusy else { return }
-        let error = buffer.sendWithoutWaiting(on: descriptor)
+        let error = buffer.writeWithoutWaiting(to: output)
         if error == 0 {
             buffer.clear()
-        } else if socketIsFull(error) {
+        } else if pipeIsFull(error) {
             startWriterIfNeeded()
             condition.broadcast()
         } else {
@@ -99,7 +105,7 @@ final class WorkerSocket: @unchecked Sendable {
         }
     }
 
-    /// The thread that waits for the socket to take what it did not take at once. Called with
+    /// The thread that waits for the pipe to take what it did not take at once. Called with
     /// the lock held.
     private func startWriterIfNeeded() {
         guard !writerStarted else { return }
@@ -126,10 +132,10 @@ final class WorkerSocket: @unchecked Sendable {
             condition.unlock()
             var failed = false
             while taken.readableBytes > 0, !failed {
-                var ready = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+                var ready = pollfd(fd: output, events: Int16(POLLOUT), revents: 0)
                 _ = poll(&ready, 1, -1)
-                let error = taken.sendWithoutWaiting(on: descriptor)
-                failed = error != 0 && !socketIsFull(error)
+                let error = taken.writeWithoutWaiting(to: output)
+                failed = error != 0 && !pipeIsFull(error)
             }
             condition.lock()
             writerBusy = false
@@ -142,27 +148,20 @@ final class WorkerSocket: @unchecked Sendable {
     }
 
     /// Reads frames and hands each to `received`, on the calling thread, until the host closes
-    /// the socket (nil) or something breaks (the reason).
+    /// its end of the pipe (nil) or something breaks (the reason).
     func run(maxFrameBytes: Int, _ received: (WorkerFrame) -> Void) -> String? {
         locked { reader = pthread_self() }
         let decoder = FrameDecoder<WorkerFrame>(maxFrameBytes: maxFrameBytes)
-        var input = ByteBufferAllocator().buffer(capacity: 64 << 10)
+        var bytes = ByteBufferAllocator().buffer(capacity: 64 << 10)
         while true {
             var failure: Int32 = 0
-            let count = input.writeWithUnsafeMutableBytes(minimumWritableBytes: 16 << 10) { space -> Int in
+            let count = bytes.writeWithUnsafeMutableBytes(minimumWritableBytes: 16 << 10) { space -> Int in
                 while true {
-                    // Waits in poll, not in read: a thread asleep in a Unix socket's read is
-                    // woken each time the host reads what this worker wrote (the kernel tells
-                    // the socket's writers there is room, and a read's wait does not tell
-                    // that from data), which cost a context switch in and out per request.
-                    // poll sleeps until there is something to read (or the socket ends).
-                    var ready = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                    if poll(&ready, 1, -1) < 0 {
-                        if errno == EINTR { continue }
-                        failure = errno
-                        return 0
-                    }
-                    let count = read(descriptor, space.baseAddress, space.count)
+                    // Blocks in read: only the host writing to this pipe (or closing it) wakes
+                    // the thread. (A thread blocked reading a Unix socket was also woken each
+                    // time the host read what this worker wrote, which cost a switch in and out
+                    // a request, and made it wait in poll first: one more system call.)
+                    let count = read(input, space.baseAddress, space.count)
                     if count >= 0 { return count }
                     if errno != EINTR {
                         failure = errno
@@ -170,10 +169,10 @@ final class WorkerSocket: @unchecked Sendable {
                     }
                 }
             }
-            if failure != 0 { return "reading the host's socket failed: errno \(failure)" }
+            if failure != 0 { return "reading the host's pipe failed: errno \(failure)" }
             if count == 0 {
-                return input.readableBytes == 0
-                    ? nil : "the host closed the socket \(input.readableBytes) bytes into a frame"
+                return bytes.readableBytes == 0
+                    ? nil : "the host closed its pipe \(bytes.readableBytes) bytes into a frame"
             }
             locked { batching = true }
             defer {
@@ -183,12 +182,12 @@ final class WorkerSocket: @unchecked Sendable {
                 }
             }
             do {
-                while let frame = try decoder.decodeFrame(from: &input) { received(frame) }
+                while let frame = try decoder.decodeFrame(from: &bytes) { received(frame) }
             } catch {
                 return "a frame from the host is not readable: \(error)"
             }
-            if locked({ broken }) { return "writing to the host's socket failed" }
-            input.discardReadBytes()
+            if locked({ broken }) { return "writing to the host's pipe failed" }
+            bytes.discardReadBytes()
         }
     }
 }
