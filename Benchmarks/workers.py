@@ -3,7 +3,9 @@
 (`"isolation": "process"`), served by the same release atriumd, in alternating rounds; a
 worker's memory when idle; and the time from a worker's crash to its package answering again.
 Beside them, the floor under what a worker adds: two bare processes passing a message back and
-forth over a socketpair (Benchmarks/ipcfloor.c, built with cc).
+forth over a pipe each way, as a worker's links do (Benchmarks/ipcfloor.c, built with cc), and
+for comparison over a Unix socket pair (the links before) and through shared memory with a
+futex and an eventfd to wake each side (a ring's least cost).
 
     Benchmarks/workers.py [--pinned] [--duration SECONDS] [--previous ATRIUMD]
 
@@ -107,10 +109,12 @@ def main():
             lambda package, connections, pipeline: bench(
                 port, connections, pipeline, arguments.duration / ROUNDS, pin, ["--package", package]),
             "atrium.examples.echo", WORKER_ECHO)
-        floor = ipc_floor(pin)
-        if floor is not None:
+        floors = ipc_floors(pin)
+        if floors is not None:
             print(f"\n- The floor under the sequential difference: two bare processes passing 100 bytes back and "
-                  f"forth over a socketpair (Benchmarks/ipcfloor.c), {mode}: {floor:.1f} µs a round trip")
+                  f"forth over a pipe each way (Benchmarks/ipcfloor.c), {mode}: {floors['pipes']:.1f} µs a round "
+                  f"trip; over a Unix socket pair {floors['socketpair']:.1f} µs, through shared memory (futex and "
+                  f"eventfd) {floors['ring']:.1f} µs")
         (worker_pid,) = worker_pids(host.pid)
         time.sleep(1)
         print(f"\n## A worker's memory and restarts ({mode})\n")
@@ -130,18 +134,19 @@ def main():
         shutil.rmtree(folder)
 
 
-def ipc_floor(pin):
-    """Microseconds a round trip between two bare processes over a socketpair (ipcfloor.c, built
-    with cc), or None without a C compiler."""
+def ipc_floors(pin):
+    """Microseconds a round trip between two bare processes (ipcfloor.c, built with cc), by the
+    way the bytes travel (pipes, socketpair, ring), or None without a C compiler."""
     compiler = shutil.which("cc")
     if compiler is None:
-        print("\n- (no C compiler: the socketpair floor is not measured)")
+        print("\n- (no C compiler: the floor is not measured)")
         return None
     with tempfile.TemporaryDirectory(prefix="atrium-ipcfloor-") as folder:
         program = os.path.join(folder, "ipcfloor")
         subprocess.run([compiler, "-O2", "-o", program, os.path.join(ROOT, "Benchmarks", "ipcfloor.c")], check=True)
-        output = subprocess.run(pin + [program, "100000"], capture_output=True, text=True, check=True).stdout
-    return float(output)
+        return {mode: float(subprocess.run(pin + [program, "100000", mode], capture_output=True, text=True,
+                                           check=True).stdout)
+                for mode in ["pipes", "socketpair", "ring"]}
 
 
 def pair_table(heading, a, b, ratio, measure, first, second):
