@@ -47,6 +47,11 @@ public final class AtriumServer: Service, Sendable {
         self.onReady = onReady
         // SIGHUP reloads the manifests once the host runs; until then it must not end it.
         signal(SIGHUP, SIG_IGN)
+        // A write to a pipe whose reader is gone (a worker's link, a launch handler's input) is
+        // an error to the writer, never the host's death. SwiftNIO ignores SIGPIPE too, but
+        // only once it makes its first socket or pipe channel; a worker's link writes to its
+        // pipe directly.
+        signal(SIGPIPE, SIG_IGN)
         manifests = try ManifestDirectory.load(
             configuration.manifestFolders, skipMissing: configuration.skipMissingManifestFolders,
             strictModes: configuration.strictModes)

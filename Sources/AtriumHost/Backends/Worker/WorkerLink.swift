@@ -14,19 +14,26 @@ import NIOCore
 /// channel holds bytes): a burst of requests costs one write, not one each, and no frame is
 /// boxed into the pipeline or given a buffer of its own. The write is a
 /// `write` on the pipe itself while the channel holds nothing unwritten; what the pipe does
-/// not take at once (the worker is not reading), or any failure, is handed to the channel,
-/// which waits for the pipe to take it, counts it against the high-water mark, or closes
-/// the link on the error, and every later write goes through the channel until it has written
-/// all it was handed, so bytes go out in the order they were sent. Frames sent from other
-/// threads are sent from the loop.
+/// not take at once (the worker is not reading) is handed to the channel, which waits for the
+/// pipe to take it and counts it against the high-water mark, and every later write goes
+/// through the channel until it has written all it was handed, so bytes go out in the order
+/// they were sent. A write that fails (the worker closed its end: `EPIPE`) closes the link,
+/// which the host handles as the worker's end. Frames sent from other threads are sent from
+/// the loop.
 final class WorkerLink: @unchecked Sendable {
     let channel: any Channel
-    /// The write end of the pipe toward the worker, which `channel` owns. Written directly only
-    /// on the loop, while the channel is active: a channel closes its descriptors on its loop,
-    /// so the descriptor is then still its own.
-    private let descriptor: Int32
     // What follows is touched only on the channel's event loop (checked before every use),
     // hence the unchecked Sendable.
+    /// The link's own copy of the write end of the pipe toward the worker (the channel has the
+    /// other), written directly only here, on the loop, and closed here when the channel
+    /// closes; -1 once closed. A copy, because the channel closes its write end by itself when
+    /// the worker closes the pipe's read end (and, its reading end still open, goes on as half
+    /// a link): a number closed under the link could belong to any other descriptor of the
+    /// host by its next write.
+    private var descriptor: Int32
+    /// The descriptor the link writes to directly, -1 once the channel has closed (for tests;
+    /// on the loop).
+    var writtenDescriptor: Int32 { descriptor }
     /// Frames sent this turn of the loop and not written yet.
     private var output: ByteBuffer
     /// Whether a write is due at the end of this turn of the loop.
@@ -39,10 +46,18 @@ final class WorkerLink: @unchecked Sendable {
     /// The most the link keeps between turns of the loop, and holds in one before writing.
     private static let keptCapacity = 64 << 10
 
+    /// A link on `channel`, writing directly to `descriptor`: a copy of the write end of the
+    /// pipe toward the worker that is the link's from here (it closes it when the channel
+    /// closes).
     init(_ channel: any Channel, descriptor: Int32) {
         self.channel = channel
         self.descriptor = descriptor
         output = channel.allocator.buffer(capacity: Self.initialCapacity)
+        // On the channel's loop, once it has closed (at once if it has already).
+        channel.closeFuture.whenComplete { _ in
+            close(self.descriptor)
+            self.descriptor = -1
+        }
     }
 
     func send(_ frame: WorkerFrame) {
@@ -68,23 +83,33 @@ final class WorkerLink: @unchecked Sendable {
     }
 
     /// Writes what `output` holds: on the pipe while the channel holds nothing, else (and
-    /// what the pipe does not take) through the channel.
+    /// what the pipe does not take) through the channel. A write that fails closes the link.
     private func write() {
         guard output.readableBytes > 0 else { return }
-        // What the pipe does not take (it is full, or failed) goes to the channel below,
-        // which waits for the pipe or closes the link.
-        if handedToChannel == 0, channel.isActive, output.writeWithoutWaiting(to: descriptor) == 0 {
-            // Kept for the next turn, unless a large message made it large.
-            if output.capacity > Self.keptCapacity {
-                output = channel.allocator.buffer(capacity: Self.initialCapacity)
-            } else {
-                output.clear()
+        if handedToChannel == 0, descriptor >= 0, channel.isActive {
+            let error = output.writeWithoutWaiting(to: descriptor)
+            if error == 0 {
+                // Kept for the next turn, unless a large message made it large.
+                if output.capacity > Self.keptCapacity {
+                    output = channel.allocator.buffer(capacity: Self.initialCapacity)
+                } else {
+                    output.clear()
+                }
+                return
             }
-            return
+            guard pipeIsFull(error) else {
+                output.clear()
+                channel.close(promise: nil)
+                return
+            }
         }
+        // What the pipe did not take waits in the channel for the pipe to take it.
         let rest = output
         output = channel.allocator.buffer(capacity: Self.initialCapacity)
         handedToChannel += 1
-        channel.writeAndFlush(rest).whenComplete { _ in self.handedToChannel -= 1 }
+        channel.writeAndFlush(rest).whenComplete { result in
+            self.handedToChannel -= 1
+            if case .failure = result { self.channel.close(promise: nil) }
+        }
     }
 }

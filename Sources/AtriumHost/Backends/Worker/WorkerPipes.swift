@@ -9,7 +9,7 @@ import NIOCore
 /// One link to the host as the worker process holds it: a pipe from the host that a thread of
 /// its own reads (blocking in `read`), and a pipe to the host that any thread writes. No event
 /// loop: a request costs the worker one `read`, the plugin's call and one `write` (BENCHMARKS.md,
-/// "Worker processes").
+/// "The worker's links as pipes").
 ///
 /// Frames written while the reading thread handles what one `read` brought (a batch) go out
 /// together when the batch ends, after the frames written before them: a plugin's answers to a

@@ -213,13 +213,16 @@ final class WorkerProcess: ServiceBackend, Sendable {
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &control) == 0 else {
             return "cannot make a socket pair for the worker: errno \(errno)"
         }
-        // For each link, the host's ends (it reads `input` and writes `output`).
-        var hostEnds: [(input: Int32, output: Int32)] = []
+        // For each link, the host's ends (it reads `input` and writes `output`), and a copy of
+        // `output` for the link to write directly (``WorkerLink``).
+        var hostEnds: [(input: Int32, output: Int32, copy: Int32)] = []
         // For each link, the worker's ends, in the order they are passed: what it reads, what it
         // writes.
         var workerEnds: [Int32] = []
         func closeAll() {
-            for descriptor in control + hostEnds.flatMap({ [$0.input, $0.output] }) + workerEnds { close(descriptor) }
+            for descriptor in control + hostEnds.flatMap({ [$0.input, $0.output, $0.copy] }) + workerEnds {
+                close(descriptor)
+            }
         }
         for _ in loops.indices {
             var towardWorker: [Int32] = [-1, -1]
@@ -228,13 +231,14 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 closeAll()
                 return "cannot make a pipe for the worker: errno \(errno)"
             }
-            guard atrium_make_pipe(&towardHost) == 0 else {
-                close(towardWorker[0])
-                close(towardWorker[1])
+            let copy = fcntl(towardWorker[1], F_DUPFD_CLOEXEC, 3)
+            guard copy >= 0, atrium_make_pipe(&towardHost) == 0 else {
+                let error = errno
+                for descriptor in towardWorker + (copy >= 0 ? [copy] : []) { close(descriptor) }
                 closeAll()
-                return "cannot make a pipe for the worker: errno \(errno)"
+                return "cannot make a pipe for the worker: errno \(error)"
             }
-            hostEnds.append((input: towardHost[0], output: towardWorker[1]))
+            hostEnds.append((input: towardHost[0], output: towardWorker[1], copy: copy))
             workerEnds += [towardWorker[0], towardHost[1]]
         }
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
@@ -248,12 +252,10 @@ final class WorkerProcess: ServiceBackend, Sendable {
         // What the worker (its plugin included) prints goes to the host's log through a pipe,
         // escaped, cut and counted as a program's output is: never raw into the log.
         var output: [Int32] = [-1, -1]
-        guard pipe(&output) == 0 else {
+        guard atrium_make_pipe(&output) == 0 else {
             closeAll()
             return "cannot make a pipe for the worker's output: errno \(errno)"
         }
-        _ = fcntl(output[0], F_SETFD, FD_CLOEXEC)
-        _ = fcntl(output[1], F_SETFD, FD_CLOEXEC)
         let generation = state.withLock { state -> Int? in
             guard !state.shuttingDown else { return nil }
             state.generation += 1
@@ -317,6 +319,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
             for link in hostEnds {
                 close(link.input)
                 close(link.output)
+                close(link.copy)
             }
             Self.kill(process)
             return nil
@@ -343,9 +346,15 @@ final class WorkerProcess: ServiceBackend, Sendable {
             package: package, library: library.path, config: manifest.configJSON, concurrent: manifest.concurrent,
             memoryBytes: UInt64(limits.memoryMB ?? 0) << 20, openFiles: UInt64(limits.openFiles ?? 0),
             cpuSeconds: UInt64(limits.cpuSeconds ?? 0), user: manifest.workerUser)
+        // Which pipes the host's ends are, taken before NIO has them: NIO gives back the ends of
+        // a channel it could not make, and closes those of one it made and then could not set
+        // up. Only an end still on its own pipe is closed after a failure (a closed number may
+        // be another's by then).
+        let identities = hostEnds.map { (input: fileIdentity($0.input), output: fileIdentity($0.output)) }
+        let ends = hostEnds
         // Nothing here waits: a restart may be made from anywhere. A worker that cannot be
         // talked to is killed, and its end handled as any other. Each link lives on its loop.
-        let connections = hostEnds.enumerated().map { index, ends in
+        let connections = ends.enumerated().map { index, link in
             NIOPipeBootstrap(group: loops[index])
                 .channelOption(
                     .writeBufferWaterMark, value: .init(low: Self.outputLowWater, high: Self.outputHighWater)
@@ -360,20 +369,29 @@ final class WorkerProcess: ServiceBackend, Sendable {
                                 maxFrameBytes: core.limits.maxFrameBytes))
                     }
                 }
-                // The channel owns both ends from here, and closes them when it closes. (It
-                // refuses only a regular file's descriptors, which these are not.)
-                .takingOwnershipOfDescriptors(input: ends.input, output: ends.output)
+                // The channel owns both ends from here, and closes them when it closes.
+                .takingOwnershipOfDescriptors(input: link.input, output: link.output)
         }
-        let descriptors = hostEnds.map(\.output)
         EventLoopFuture.whenAllComplete(connections, on: loops[0]).whenSuccess { [self] results in
             let channels = results.compactMap { try? $0.get() }
             guard channels.count == results.count else {
                 logger.error("cannot talk to the worker process")
                 for channel in channels { channel.close(promise: nil) }
+                for (index, result) in results.enumerated() {
+                    close(ends[index].copy)
+                    guard case .failure = result else { continue }
+                    if let identity = identities[index].input, fileIdentity(ends[index].input) == identity {
+                        close(ends[index].input)
+                    }
+                    if let identity = identities[index].output, fileIdentity(ends[index].output) == identity {
+                        close(ends[index].output)
+                    }
+                }
                 Self.kill(process)
                 return
             }
-            let links = zip(channels, descriptors).map { WorkerLink($0, descriptor: $1) }
+            // Each link owns its copy from here.
+            let links = zip(channels, ends).map { WorkerLink($0, descriptor: $1.copy) }
             let current = state.withLock { state -> Bool in
                 guard state.generation == generation, !state.shuttingDown else { return false }
                 state.links = links
@@ -934,4 +952,11 @@ func signalName(_ signal: Int32) -> String {
         SIGPIPE: "SIGPIPE", SIGALRM: "SIGALRM", SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGXFSZ: "SIGXFSZ",
     ]
     return names[signal] ?? "signal \(signal)"
+}
+
+/// Which file `descriptor` is open on (its device and inode), or nil when it is not open.
+private func fileIdentity(_ descriptor: Int32) -> [UInt64]? {
+    var status = stat()
+    guard fstat(descriptor, &status) == 0 else { return nil }
+    return [UInt64(status.st_dev), UInt64(status.st_ino)]
 }

@@ -9,7 +9,9 @@ extension ByteBuffer {
     /// as the pipe takes it without waiting, and moves the reader index past what went. Returns 0
     /// when all of it went, else the errno that stopped it: `EAGAIN` (or `EWOULDBLOCK`) when the
     /// pipe is full, anything else when it failed (`EPIPE`: the reading end is closed; the host
-    /// and its workers ignore SIGPIPE, so that is an error here, not a signal).
+    /// (``AtriumServer``) and its workers (``WorkerMain``) ignore SIGPIPE, so that is an error
+    /// here, not a signal, unless a worker's plugin sets SIGPIPE back, which ends only its own
+    /// worker).
     mutating func writeWithoutWaiting(to descriptor: Int32) -> Int32 {
         while readableBytes > 0 {
             let written = withUnsafeReadableBytes {
