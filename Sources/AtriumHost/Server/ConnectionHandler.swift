@@ -99,6 +99,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Whether frames are being read now: writes then wait for `channelReadComplete` and go
     /// out with one flush (a pipelining client's answers travel together).
     private var inReadBurst = false
+    /// Whether frames were written and not flushed yet: a flush is due at the end of the read,
+    /// or of the turn of the loop (``write(_:)``).
     private var flushPending = false
 
     /// How many handlers exist, open connections or not: what shutdown reports, so that a
@@ -1209,15 +1211,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: - Writing
 
+    /// Writes `frame`, flushed with the other frames of this turn of the loop: at the end of
+    /// the read when it answers what the client sent (``channelReadComplete(context:)``), else
+    /// once the loop has handled what else is ready (answers from a worker's link, a plugin's
+    /// queue or a timer come in bursts too: one flush, one system call, for all of a burst).
     func write(_ frame: HostFrame) {
         guard !isClosed, let context else { return }
-        let bytes = encoded(frame, context: context)
-        if inReadBurst {
-            context.write(wrapOutboundOut(bytes), promise: nil)
-            flushPending = true
-        } else {
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
-        }
+        context.write(wrapOutboundOut(encoded(frame, context: context)), promise: nil)
+        guard !flushPending else { return }
+        flushPending = true
+        guard !inReadBurst else { return }
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute { handler.value.flushIfPending() }
+    }
+
+    /// Flushes what ``write(_:)`` left unflushed, if anything.
+    private func flushIfPending() {
+        guard flushPending else { return }
+        flushPending = false
+        context?.flush()
     }
 
     /// `frame` with its length prefix, counted with `--metrics`.
@@ -1254,6 +1266,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             promise?.succeed()
             return
         }
+        // What was written in this turn goes out first (a closing channel fails what it holds
+        // unflushed).
+        flushIfPending()
         context.close().whenComplete { _ in promise?.succeed() }
     }
 }
