@@ -99,8 +99,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Whether frames are being read now: writes then wait for `channelReadComplete` and go
     /// out with one flush (a pipelining client's answers travel together).
     private var inReadBurst = false
-    /// Whether frames were written and not flushed yet: a flush is due at the end of the read,
-    /// or of the turn of the loop (``write(_:)``).
+    /// Whether frames were written and not flushed yet: a flush is due at the end of a read
+    /// (``write(_:)``).
     private var flushPending = false
 
     /// How many handlers exist, open connections or not: what shutdown reports, so that a
@@ -1211,22 +1211,22 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     // MARK: - Writing
 
-    /// Writes `frame`, flushed with the other frames of this turn of the loop: at the end of
-    /// the read when it answers what the client sent (``channelReadComplete(context:)``), else
-    /// once the loop has handled what else is ready (answers from a worker's link, a plugin's
-    /// queue or a timer come in bursts too: one flush, one system call, for all of a burst).
+    /// Writes `frame`, and flushes it: at the end of the read when it answers what the client
+    /// sent (``channelReadComplete(context:)``), once the frames of the read are handled when it
+    /// is an answer a worker's link brought (``FlushesAfterRead``), else at once.
     func write(_ frame: HostFrame) {
         guard !isClosed, let context else { return }
         context.write(wrapOutboundOut(encoded(frame, context: context)), promise: nil)
         guard !flushPending else { return }
-        flushPending = true
-        guard !inReadBurst else { return }
-        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        context.eventLoop.execute { handler.value.flushIfPending() }
+        if inReadBurst || FlushesAfterRead.flushLater(self) {
+            flushPending = true
+        } else {
+            context.flush()
+        }
     }
 
     /// Flushes what ``write(_:)`` left unflushed, if anything.
-    private func flushIfPending() {
+    func flushIfPending() {
         guard flushPending else { return }
         flushPending = false
         context?.flush()
@@ -1272,3 +1272,5 @@ final class ConnectionHandler: ChannelDuplexHandler {
         context.close().whenComplete { _ in promise?.succeed() }
     }
 }
+
+extension ConnectionHandler: FlushedLater {}

@@ -912,8 +912,11 @@ final class WorkerLinkHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !broken else { return }
         do {
-            try input.read(unwrapInboundIn(data)) { frame in
-                worker.received(frame, generation: generation, link: link)
+            // The answers of one read go out to each client with one flush.
+            try FlushesAfterRead.collecting { () throws(FrameError) in
+                try input.read(unwrapInboundIn(data)) { frame in
+                    worker.received(frame, generation: generation, link: link)
+                }
             }
         } catch {
             // A worker that breaks the framing is treated as crashed.
