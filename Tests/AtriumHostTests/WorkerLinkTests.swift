@@ -174,10 +174,12 @@ struct WorkerLinkTests {
             // end.
             let number = try await link.channel.eventLoop.submit { link.writtenDescriptor }.get()
             let pipe = try #require(Self.identity(number))
+            // The same pipe: SwiftNIO may close its end as soon as the worker's is closed.
+            let channelsEnd = try #require(Self.identity(worker.channelsEnd))
+            #expect(channelsEnd == pipe)
             worker.close()
             // The loop has seen the pipe's error once SwiftNIO has closed its write end
             // (bounded: 5 s).
-            let channelsEnd = try #require(Self.identity(worker.channelsEnd))
             let deadline = ContinuousClock.now + .seconds(5)
             while Self.identity(worker.channelsEnd) == channelsEnd, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(5))
