@@ -25,9 +25,15 @@ final class FlushesAfterRead: @unchecked Sendable {
         flushes.reading = true
         defer {
             flushes.reading = false
-            let written = flushes.written
-            flushes.written.removeAll(keepingCapacity: true)
-            for connection in written { connection.flushIfPending() }
+            if !flushes.written.isEmpty {
+                // Taken whole, so that a flush that leads to more writes finds an empty list (and
+                // flushes those at once), then given back empty: its storage serves the next read.
+                var written: [any FlushedLater] = []
+                swap(&written, &flushes.written)
+                for connection in written { connection.flushIfPending() }
+                written.removeAll(keepingCapacity: true)
+                flushes.written = written
+            }
         }
         return try body()
     }
