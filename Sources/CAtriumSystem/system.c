@@ -108,17 +108,14 @@ int atrium_make_pipe(int ends[2]) {
     return pipe2(ends, O_CLOEXEC);
 }
 
-/* The most descriptors one message passes: two for each of a worker's links, at most 16 links. */
-#define ATRIUM_MAX_PASSED 32
-
 int atrium_send_descriptors(int socket, const int *descriptors, int count) {
-    if (count < 0 || count > ATRIUM_MAX_PASSED) {
+    if (count < 0 || count > ATRIUM_MAX_PASSED_DESCRIPTORS) {
         errno = EINVAL;
         return -1;
     }
     char byte = 'F';
     struct iovec data = {.iov_base = &byte, .iov_len = 1};
-    char control[CMSG_SPACE(ATRIUM_MAX_PASSED * sizeof(int))];
+    char control[CMSG_SPACE(ATRIUM_MAX_PASSED_DESCRIPTORS * sizeof(int))];
     memset(control, 0, sizeof control);
     struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
                              .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int))};
@@ -140,13 +137,13 @@ int atrium_send_descriptors(int socket, const int *descriptors, int count) {
 }
 
 int atrium_receive_descriptors(int socket, int *descriptors, int max) {
-    if (max < 1 || max > ATRIUM_MAX_PASSED) {
+    if (max < 1 || max > ATRIUM_MAX_PASSED_DESCRIPTORS) {
         errno = EINVAL;
         return -1;
     }
     char byte = 0;
     struct iovec data = {.iov_base = &byte, .iov_len = 1};
-    char control[CMSG_SPACE(ATRIUM_MAX_PASSED * sizeof(int))];
+    char control[CMSG_SPACE(ATRIUM_MAX_PASSED_DESCRIPTORS * sizeof(int))];
     struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
                              .msg_controllen = sizeof control};
     ssize_t received;

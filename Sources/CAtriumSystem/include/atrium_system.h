@@ -21,12 +21,18 @@ int atrium_limit_malloc_arenas(int count);
  * errno set. */
 int atrium_make_pipe(int ends[2]);
 
-/* Passes `count` open descriptors (0 to 32) over the Unix socket `socket` (SCM_RIGHTS), with
+/* The most descriptors one atrium_send_descriptors message passes: two for each of a worker's
+ * links, at most 16 links. */
+#define ATRIUM_MAX_PASSED_DESCRIPTORS 32
+
+/* Passes `count` open descriptors (0 to ATRIUM_MAX_PASSED_DESCRIPTORS) over the Unix socket
+ * `socket` (SCM_RIGHTS), with
  * one byte of data. Returns 0, or -1 with errno set. */
 int atrium_send_descriptors(int socket, const int *descriptors, int count);
 
 /* Receives the descriptors of one atrium_send_descriptors message from `socket` (blocking),
- * at most `max` (at most 32), made close-on-exec. Returns how many, or -1 with errno set. */
+ * at most `max` (at most ATRIUM_MAX_PASSED_DESCRIPTORS), made close-on-exec. Returns how many,
+ * or -1 with errno set. */
 int atrium_receive_descriptors(int socket, int *descriptors, int max);
 
 /* Starts the program at `path` with `argv` and `envp` (each NULL-terminated) in a session of

@@ -27,7 +27,7 @@ public enum WorkerMain {
         // A write to a closed pipe or socket is an error to the plugin (EPIPE), as in process
         // (where SwiftNIO has SIGPIPE ignored), and to the links' writers, not the worker's death.
         signal(SIGPIPE, SIG_IGN)
-        var passed = [Int32](repeating: -1, count: 32)
+        var passed = [Int32](repeating: -1, count: Int(ATRIUM_MAX_PASSED_DESCRIPTORS))
         let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
         guard count >= 0, Int(count) == 2 * links else {
             logger.error("worker: expected \(2 * links) pipe ends from the host on standard input, got \(count)")

@@ -134,9 +134,9 @@ final class WorkerProcess: ServiceBackend, Sendable {
         self.executable = executable
         self.core = core
         self.group = group
-        // At most 16 links (two pipe ends each: 32 is what one message passes over to the
-        // worker); loops past that share them.
-        loops = Array(Array(group.makeIterator()).prefix(16))
+        // At most as many links as one message can pass the worker the ends of (two each);
+        // loops past that share them.
+        loops = Array(Array(group.makeIterator()).prefix(Int(ATRIUM_MAX_PASSED_DESCRIPTORS) / 2))
         var logger = logger
         logger[metadataKey: "package"] = "\(manifest.package)"
         self.logger = logger
