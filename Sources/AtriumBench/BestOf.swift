@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// What the measured bodies return, added up, so that the optimiser cannot drop their work.
 /// Also an input the optimiser cannot know, for a body that needs one (`sink & 1`).
 nonisolated(unsafe) public var benchmarkSink: Int64 = 0
@@ -6,10 +10,17 @@ nonisolated(unsafe) public var benchmarkSink: Int64 = 0
 /// rounds of `iterations` calls (the best is the round least disturbed by other work on the
 /// machine), after a tenth of that to warm up. Inlinable, so that each benchmark's body is
 /// called as directly as if this were written in it.
+///
+/// With `ATRIUM_BENCH_COUNTING=1` in the environment, every body runs a thousandth as many
+/// times in one round: for counting instructions under `valgrind --tool=callgrind`, which are
+/// the same from run to run however busy the machine is (BENCHMARKS.md says how).
 @inlinable
 public func bestNanoseconds<Result: BinaryInteger>(
     iterations: Int, rounds: Int = 9, _ body: () throws -> Result
 ) rethrows -> Double {
+    let counting = benchmarkCounting
+    let iterations = counting ? max(iterations / 1000, 10) : iterations
+    let rounds = counting ? 1 : rounds
     for _ in 0..<iterations / 10 { benchmarkSink &+= Int64(truncatingIfNeeded: try body()) }
     var best = Double.infinity
     let clock = ContinuousClock()
@@ -22,3 +33,6 @@ public func bestNanoseconds<Result: BinaryInteger>(
     }
     return best
 }
+
+/// Whether the benchmarks run for counting instructions (`ATRIUM_BENCH_COUNTING=1`).
+public let benchmarkCounting: Bool = getenv("ATRIUM_BENCH_COUNTING").map { String(cString: $0) == "1" } ?? false

@@ -154,9 +154,6 @@ extension ByteBuffer {
     /// Appends `frame` with its length prefix.
     @inlinable
     public mutating func writeFrame(_ frame: some AtriumFrame) {
-        let start = writerIndex
-        writeInteger(UInt32(0))
-        frame.encode(into: &self)
-        setInteger(UInt32(writerIndex - start - 4), at: start, endianness: .big)
+        frame.encodeFramed(into: &self)
     }
 }

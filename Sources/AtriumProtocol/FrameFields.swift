@@ -8,7 +8,8 @@ import NIOCore
 /// One pass over the frame finds its keys and where each value lies, checking that the map is
 /// well-formed as it goes; a key is kept as where its bytes are (every key a frame defines is
 /// short ASCII), and looked up by comparing bytes, so reading a frame makes no string for its
-/// keys. Only a refused frame is walked twice, to say what it breaks first (see `parse`).
+/// keys, and its entries hold no reference (copying or dropping them counts nothing). Only a
+/// refused frame is walked twice, to say what it breaks first (see `parse`).
 struct FrameFields {
     /// `request`, or `welcome.limits` for a nested map: the prefix of every error message.
     let name: String
@@ -24,11 +25,12 @@ struct FrameFields {
         var value: Range<Int>
     }
 
-    /// A key: where its bytes are, for a definite-length ASCII text string; else (text that
-    /// is not ASCII, or sent in chunks) the text itself, compared as Swift compares strings.
-    enum Key {
-        case ascii(Range<Int>)
-        case text(String)
+    /// A key: where its bytes are in `raw`, for a definite-length ASCII text string; else (text
+    /// that is not ASCII, or sent in chunks) where the whole key item lies, head included, read
+    /// again as a `String` when it is compared, as Swift compares strings.
+    struct Key {
+        var range: Range<Int>
+        var isASCII: Bool
     }
 
     /// Checks that `body` is exactly one well-formed CBOR map with text keys, then hands its
@@ -110,6 +112,7 @@ struct FrameFields {
                         "\(name) has more than \(ProtocolLimits.maxFrameKeys) keys, the hard limit"
                     )
                 }
+                let keyStart = reader.offset
                 let keyHead = try reader.readHead()
                 guard keyHead.major == 3 else {
                     throw FrameError(
@@ -117,7 +120,7 @@ struct FrameFields {
                         "\(name) keys must be text, but key \(position) is \(keyHead.kindDescription)"
                     )
                 }
-                let key = try Self.readKey(keyHead, &reader)
+                let key = try Self.readKey(keyHead, at: keyStart, &reader)
                 let duplicate: Bool
                 if entries.count < 16 {
                     duplicate = entries.contains { Self.same($0.key, key, raw) }
@@ -145,51 +148,59 @@ struct FrameFields {
         }
     }
 
-    /// Reads a key whose head has been read: its place when it is definite-length ASCII,
-    /// else its text (checked UTF-8).
-    private static func readKey(_ head: CBORReader.Head, _ reader: inout CBORReader) throws(ValueSetError) -> Key {
+    /// Reads a key whose head, which starts at `start`, has been read: its place when it is
+    /// definite-length ASCII, else the place of the whole item once its text has been read
+    /// (checked UTF-8).
+    private static func readKey(
+        _ head: CBORReader.Head, at start: Int, _ reader: inout CBORReader
+    ) throws(ValueSetError) -> Key {
         if !head.isIndefinite {
-            let start = reader.offset
+            let textStart = reader.offset
             let bytes = try reader.readSpan(head.argument)
-            if !bytes.contains(where: { $0 >= 0x80 }) {
-                return .ascii(start..<reader.offset)
+            if Self.isASCII(bytes) {
+                return Key(range: textStart..<reader.offset, isASCII: true)
             }
-            reader.offset = start
+            reader.offset = textStart
         }
-        return .text(try reader.readText(head))
+        _ = try reader.readText(head)
+        return Key(range: start..<reader.offset, isASCII: false)
+    }
+
+    @inline(__always)
+    private static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        for byte in bytes where byte >= 0x80 { return false }
+        return true
     }
 
     /// A key's text.
     private static func text(of key: Key, _ raw: UnsafeRawBufferPointer) -> String {
-        switch key {
-        case .ascii(let range): return String(decoding: raw[range], as: UTF8.self)
-        case .text(let text): return text
-        }
+        if key.isASCII { return String(decoding: raw[key.range], as: UTF8.self) }
+        // Read once already, whole and valid: this reads it again.
+        var reader = CBORReader(raw, offset: key.range.lowerBound)
+        guard let head = try? reader.readHead(), let text = try? reader.readText(head) else { return "" }
+        return text
     }
 
     /// Whether two keys are the same key: ASCII byte for byte, anything else as Swift's
     /// strings compare (canonical equivalence).
     private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer) -> Bool {
-        if case .ascii(let x) = a, case .ascii(let y) = b {
-            return x.count == y.count
-                && Self.equalBytes(raw.baseAddress! + x.lowerBound, raw.baseAddress! + y.lowerBound, x.count)
+        if a.isASCII, b.isASCII {
+            return a.range.count == b.range.count
+                && Self.equalBytes(
+                    raw.baseAddress! + a.range.lowerBound, raw.baseAddress! + b.range.lowerBound, a.range.count)
         }
         return text(of: a, raw) == text(of: b, raw)
     }
 
-    /// Whether `key` is the field `name` (an ASCII name this module reads).
-    private func matches(_ key: Key, _ name: StaticString) -> Bool {
-        switch key {
-        case .ascii(let range):
-            // `withUTF8Buffer`: a one-character literal may be held as a scalar, not as bytes.
-            return name.withUTF8Buffer { utf8 in
-                range.count == utf8.count
-                    && (utf8.isEmpty
-                        || Self.equalBytes(raw.baseAddress! + range.lowerBound, utf8.baseAddress!, utf8.count))
-            }
-        case .text(let text):
-            return text == name.description
+    /// Whether `key` is the field whose name is `utf8` (an ASCII name this module reads).
+    @inline(__always)
+    private func matches(_ key: Key, _ utf8: UnsafeRawBufferPointer) -> Bool {
+        if key.isASCII {
+            return key.range.count == utf8.count
+                && (utf8.isEmpty
+                    || Self.equalBytes(raw.baseAddress! + key.range.lowerBound, utf8.baseAddress!, utf8.count))
         }
+        return Self.text(of: key, raw) == String(decoding: utf8, as: UTF8.self)
     }
 
     /// Whether `count` bytes at `a` and `b` are the same (keys are a few bytes long).
@@ -204,10 +215,10 @@ struct FrameFields {
 
     /// The frame's `type`.
     func frameType() throws(FrameError) -> String {
-        guard range("type") != nil else {
+        guard let type = try optionalText("type") else {
             throw FrameError(.malformedFrame, "frame has no \"type\" key")
         }
-        return try text("type")
+        return type
     }
 
     /// The same fields, named after the frame type for the error messages.
@@ -223,8 +234,13 @@ struct FrameFields {
         self.end = end
     }
 
+    /// Where the value of `key` lies, or nil when the frame has no such key.
     func range(_ key: StaticString) -> Range<Int>? {
-        entries.first { matches($0.key, key) }?.value
+        // `withUTF8Buffer`: a one-character literal may be held as a scalar, not as bytes.
+        key.withUTF8Buffer { utf8 in
+            for entry in entries where matches(entry.key, UnsafeRawBufferPointer(utf8)) { return entry.value }
+            return nil
+        }
     }
 
     func missing(_ key: StaticString) -> FrameError {
@@ -321,7 +337,9 @@ struct FrameFields {
 
     /// The map under `key` as a message: a slice of the frame, not decoded.
     func optionalMessage(_ key: StaticString) throws(FrameError) -> EncodedValueSet? {
-        guard let range = range(key), let (head, _) = head(key) else { return nil }
+        guard let range = range(key) else { return nil }
+        var reader = CBORReader(raw, offset: range.lowerBound)
+        guard let head = try? reader.readHead() else { return nil }  // checked well-formed already
         guard head.major == 5 else { throw mistyped(key, "a map (a ValueSet)", head) }
         let slice = body.getSlice(at: body.readerIndex + range.lowerBound, length: range.count)!
         // A slice keeps the whole read buffer alive. When the frame is much larger than its

@@ -4,6 +4,39 @@ public import NIOCore
 // MARK: - Writing
 
 extension ByteBuffer {
+    /// Writes `frame`'s body in one piece: its size counted first (a pass that only adds), then
+    /// written into memory reserved once, instead of a capacity check for every byte.
+    /// With `lengthPrefixed`, the frame's 4-byte length goes first, in the same piece.
+    mutating func writeSized(_ frame: some FrameBody, lengthPrefixed: Bool = false) {
+        var size = CBORSizeCounter()
+        frame.encodeBody(into: &size)
+        let prefix = lengthPrefixed ? 4 : 0
+        writeWithUnsafeMutableBytes(minimumWritableBytes: prefix + size.count) { memory in
+            var writer = UnsafeCBORWriter(memory)
+            if lengthPrefixed { writer.writeCBORInteger(UInt32(truncatingIfNeeded: size.count)) }
+            frame.encodeBody(into: &writer)
+            precondition(
+                writer.count == prefix + size.count, "a frame wrote \(writer.count - prefix) bytes, not \(size.count)")
+            return writer.count
+        }
+    }
+}
+
+/// A frame body written to any ``CBOROutput``: counted, then written (``ByteBuffer/writeSized(_:)``).
+protocol FrameBody {
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output)
+}
+
+/// A ``CBOROutput`` that writes nothing and counts the bytes.
+struct CBORSizeCounter: CBOROutput {
+    var count = 0
+
+    mutating func writeCBORByte(_ byte: UInt8) { count += 1 }
+    mutating func writeCBORBytes(_ bytes: UnsafeRawBufferPointer) { count += bytes.count }
+    mutating func writeCBORInteger<T: FixedWidthInteger>(_ value: T) { count += MemoryLayout<T>.size }
+}
+
+extension CBOROutput {
     /// Starts a frame map of `count` keys, `type` included, and writes the type.
     mutating func writeFrameHeader(_ type: StaticString, keys count: Int) {
         writeHead(major: 5, argument: UInt64(count))
@@ -23,8 +56,7 @@ extension ByteBuffer {
 
     mutating func writeKey(_ key: StaticString, _ message: EncodedValueSet) {
         writeText(key)
-        var bytes = message.buffer
-        writeBuffer(&bytes)
+        message.buffer.withUnsafeReadableBytes { writeCBORBytes($0) }
     }
 
     mutating func writeKey(_ key: StaticString, _ texts: [String]) {
@@ -34,11 +66,13 @@ extension ByteBuffer {
     }
 }
 
-/// The number of keys that are present.
-func count(_ optionals: Bool...) -> Int { optionals.reduce(0) { $0 + ($1 ? 1 : 0) } }
+/// The number of keys that are present (not variadic: a variadic call makes an array).
+func count(_ a: Bool, _ b: Bool = false, _ c: Bool = false, _ d: Bool = false) -> Int {
+    (a ? 1 : 0) + (b ? 1 : 0) + (c ? 1 : 0) + (d ? 1 : 0)
+}
 
 extension RequestFrame {
-    func encode(into buffer: inout ByteBuffer) {
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         buffer.writeFrameHeader("request", keys: 4)
         buffer.writeKey("channel", channel)
         buffer.writeKey("id", id)
@@ -53,7 +87,7 @@ extension RequestFrame {
 }
 
 extension ResponseFrame {
-    func encode(into buffer: inout ByteBuffer) {
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         buffer.writeFrameHeader("response", keys: 5 + count(error != nil))
         buffer.writeKey("channel", channel)
         buffer.writeKey("id", id)
@@ -74,7 +108,7 @@ extension ResponseFrame {
     }
 }
 
-extension ClientFrame {
+extension ClientFrame: FrameBody {
     public var type: String {
         switch self {
         case .hello: "hello"
@@ -92,7 +126,11 @@ extension ClientFrame {
         }
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeSized(self) }
+
+    public func encodeFramed(into buffer: inout ByteBuffer) { buffer.writeSized(self, lengthPrefixed: true) }
+
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         switch self {
         case .hello(let hello):
             buffer.writeFrameHeader("hello", keys: 3 + count(hello.clientName != nil, hello.token != nil))
@@ -106,9 +144,9 @@ extension ClientFrame {
             buffer.writeKey("service", open.service)
             buffer.writeKey("package", open.package)
         case .request(let request):
-            request.encode(into: &buffer)
+            request.encodeBody(into: &buffer)
         case .response(let response):
-            response.encode(into: &buffer)
+            response.encodeBody(into: &buffer)
         case .close(let channel):
             buffer.writeFrameHeader("close", keys: 2)
             buffer.writeKey("channel", channel)
@@ -213,7 +251,7 @@ extension ClientFrame {
     }
 }
 
-extension HostFrame {
+extension HostFrame: FrameBody {
     public var carriedBytes: Int {
         switch self {
         case .response(let response): response.message.buffer.readableBytes
@@ -240,7 +278,11 @@ extension HostFrame {
         }
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeSized(self) }
+
+    public func encodeFramed(into buffer: inout ByteBuffer) { buffer.writeSized(self, lengthPrefixed: true) }
+
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         switch self {
         case .welcome(let welcome):
             buffer.writeFrameHeader(
@@ -266,9 +308,9 @@ extension HostFrame {
             buffer.writeKey("status", opened.status.wireValue)
             if let error = opened.error { buffer.writeKey("error", error) }
         case .response(let response):
-            response.encode(into: &buffer)
+            response.encodeBody(into: &buffer)
         case .request(let request):
-            request.encode(into: &buffer)
+            request.encodeBody(into: &buffer)
         case .closed(let closed):
             buffer.writeFrameHeader("closed", keys: 3)
             buffer.writeKey("channel", closed.channel)

@@ -250,6 +250,8 @@ public protocol AtriumFrame: Sendable, Hashable {
     init(body: ByteBuffer) throws(FrameError)
     /// Appends the frame body.
     func encode(into buffer: inout ByteBuffer)
+    /// Appends the frame with its 4-byte length prefix (``ByteBuffer/writeFrame(_:)``).
+    func encodeFramed(into buffer: inout ByteBuffer)
     /// The frame's `type`.
     var type: String { get }
     /// How many bytes of a message (or a launch's data) the frame carries: what its encoding
@@ -259,6 +261,13 @@ public protocol AtriumFrame: Sendable, Hashable {
 
 extension AtriumFrame {
     public var carriedBytes: Int { 0 }
+
+    public func encodeFramed(into buffer: inout ByteBuffer) {
+        let start = buffer.writerIndex
+        buffer.writeInteger(UInt32(0))
+        encode(into: &buffer)
+        buffer.setInteger(UInt32(buffer.writerIndex - start - 4), at: start, endianness: .big)
+    }
 }
 
 extension ByteBufferAllocator {

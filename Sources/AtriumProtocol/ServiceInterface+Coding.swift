@@ -5,7 +5,7 @@ import NIOCore
 // `interfaces` key, an array of maps `{service, commandKey, commands: [{command, description?,
 // additionalFields?, fields: [{name, type, of?, optional?, description?}]}]}`.
 
-extension ByteBuffer {
+extension CBOROutput {
     mutating func writeKey(_ key: StaticString, _ flag: Bool) {
         writeText(key)
         writeHead(major: 7, argument: flag ? 21 : 20)

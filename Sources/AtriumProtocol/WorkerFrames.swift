@@ -10,7 +10,7 @@ package import NIOCore
 /// host's channel id, `id` a request's id (host-made for clients' requests, host-made for
 /// the plugin's messages too, as `sent` returns it), `call` a worker-made id that pairs a
 /// worker's call with the host's reply.
-package enum WorkerFrame: AtriumFrame {
+package enum WorkerFrame: AtriumFrame, FrameBody {
     // → worker
     /// The first frame: what to load and how. The limits are RLIMIT values the worker sets on
     /// itself before it loads anything (0: not set); `user`, whom it becomes before loading.
@@ -82,7 +82,11 @@ package enum WorkerFrame: AtriumFrame {
         }
     }
 
-    package func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeSized(self) }
+
+    package func encodeFramed(into buffer: inout ByteBuffer) { buffer.writeSized(self, lengthPrefixed: true) }
+
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         switch self {
         case .start(let package, let library, let config, let concurrent, let memory, let files, let cpu, let user):
             buffer.writeFrameHeader("start", keys: 8 + count(user != nil))

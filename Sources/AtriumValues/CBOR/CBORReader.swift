@@ -18,8 +18,10 @@ package struct CBORReader {
         package var argument: UInt64
 
         /// Whether this head opens an indefinite-length string, array or map.
+        @inlinable
         package var isIndefinite: Bool { info == 31 && major >= 2 && major <= 5 }
         /// Whether this head is the "break" stop code.
+        @inlinable
         package var isBreak: Bool { major == 7 && info == 31 }
     }
 
@@ -27,11 +29,12 @@ package struct CBORReader {
     /// The position of the next byte to read.
     package var offset: Int
     /// The end of what may be read: the input's end or the budget's, whichever comes first.
-    let limit: Int
+    @usableFromInline let limit: Int
     /// Whether `limit` is the budget's end rather than the input's.
-    let limitIsBudget: Bool
+    @usableFromInline let limitIsBudget: Bool
 
     /// A reader over `bytes`, starting at `offset`, that may read at most `budget` bytes.
+    @inlinable
     package init(_ bytes: UnsafeRawBufferPointer, offset: Int = 0, budget: Int = .max) {
         self.bytes = bytes
         self.offset = offset
@@ -41,9 +44,11 @@ package struct CBORReader {
     }
 
     /// The bytes left to read before the limit.
+    @inlinable
     package var remaining: Int { limit - offset }
 
     /// Whether every byte up to the limit has been read.
+    @inlinable
     package var isAtEnd: Bool { offset >= limit }
 
     /// An error at the current position.
@@ -52,8 +57,15 @@ package struct CBORReader {
     }
 
     /// Throws unless `count` more bytes may be read.
+    @inlinable @inline(__always)
     package func need(_ count: UInt64) throws(ValueSetError) {
         guard count > UInt64(remaining) else { return }
+        try notEnough(count)
+    }
+
+    /// The error of ``need(_:)``, kept out of line so that the check itself is a comparison.
+    @usableFromInline @inline(never)
+    func notEnough(_ count: UInt64) throws(ValueSetError) {
         if limitIsBudget {
             throw error(.tooLarge, "the value is longer than the limit of \(limit) bytes")
         }
@@ -61,10 +73,12 @@ package struct CBORReader {
     }
 
     /// The next byte, without consuming it, or `nil` at the limit.
+    @inlinable
     package func peekByte() -> UInt8? {
         offset < limit ? bytes[offset] : nil
     }
 
+    @inlinable
     package mutating func readByte() throws(ValueSetError) -> UInt8 {
         try need(1)
         defer { offset += 1 }
@@ -72,6 +86,7 @@ package struct CBORReader {
     }
 
     /// Consumes `count` bytes and returns them in place.
+    @inlinable
     package mutating func readSpan(_ count: UInt64) throws(ValueSetError) -> UnsafeRawBufferPointer {
         try need(count)
         let start = offset
@@ -82,7 +97,23 @@ package struct CBORReader {
     /// Reads one head. Rejects reserved additional information (28 to 30) and an indefinite
     /// length on the major types that cannot have one. A break comes back as a head with
     /// ``Head/isBreak``; the caller decides whether one may stand there.
+    @inlinable @inline(__always)
     package mutating func readHead() throws(ValueSetError) -> Head {
+        // Most heads are one byte (a small integer, a short string's or a small map's length).
+        if offset < limit {
+            let initial = bytes[offset]
+            if initial & 0x1f < 24 {
+                offset += 1
+                return Head(major: initial >> 5, info: initial & 0x1f, argument: UInt64(initial & 0x1f))
+            }
+        }
+        return try readLongerHead()
+    }
+
+    /// ``readHead()`` for a head whose argument follows its first byte, or one that is not
+    /// well-formed.
+    @usableFromInline @inline(never)
+    mutating func readLongerHead() throws(ValueSetError) -> Head {
         let initial = try readByte()
         let major = initial >> 5
         let info = initial & 0x1f
@@ -118,6 +149,7 @@ package struct CBORReader {
     }
 
     /// Consumes a break if one is next. Used to end indefinite-length items.
+    @inlinable
     package mutating func consumeBreak() -> Bool {
         if peekByte() == 0xff {
             offset += 1
