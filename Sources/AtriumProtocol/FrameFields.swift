@@ -1,4 +1,4 @@
-import AtriumValues
+@_spi(CBOR) import AtriumValues
 import NIOCore
 
 /// The keys of one CBOR map inside a frame, with typed readers that say exactly which key
@@ -157,19 +157,13 @@ struct FrameFields {
         if !head.isIndefinite {
             let textStart = reader.offset
             let bytes = try reader.readSpan(head.argument)
-            if Self.isASCII(bytes) {
+            if isASCII(bytes) {
                 return Key(range: textStart..<reader.offset, isASCII: true)
             }
             reader.offset = textStart
         }
         _ = try reader.readText(head)
         return Key(range: start..<reader.offset, isASCII: false)
-    }
-
-    @inline(__always)
-    private static func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        for byte in bytes where byte >= 0x80 { return false }
-        return true
     }
 
     /// A key's text.

@@ -1,4 +1,4 @@
-import AtriumValues
+@_spi(CBOR) import AtriumValues
 import NIOCore
 
 // A service's interface in an `apps` answer (docs/PROTOCOL.md): under an app's optional

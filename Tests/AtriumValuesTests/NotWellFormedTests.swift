@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import AtriumValues
+@_spi(CBOR) @testable import AtriumValues
 
 /// The 568 byte sequences of the CBOR test vectors that are not well-formed: every one is
 /// refused with an error, by the value decoder and by the well-formedness check that frames

@@ -7,27 +7,34 @@
 ///
 /// Limits: `budget` caps how many bytes the item may span; reading past it throws `tooLarge`
 /// at the point where the budget is crossed, not after.
-package struct CBORReader {
+@_spi(CBOR) public struct CBORReader {
     /// An initial byte and its argument.
-    package struct Head {
+    public struct Head {
         /// Major type, 0 to 7.
-        package var major: UInt8
+        public var major: UInt8
         /// Additional information, 0 to 31.
-        package var info: UInt8
+        public var info: UInt8
         /// The argument: a value, a length, a count, a tag number, or a float's bits.
-        package var argument: UInt64
+        public var argument: UInt64
+
+        @inlinable
+        public init(major: UInt8, info: UInt8, argument: UInt64) {
+            self.major = major
+            self.info = info
+            self.argument = argument
+        }
 
         /// Whether this head opens an indefinite-length string, array or map.
         @inlinable
-        package var isIndefinite: Bool { info == 31 && major >= 2 && major <= 5 }
+        public var isIndefinite: Bool { info == 31 && major >= 2 && major <= 5 }
         /// Whether this head is the "break" stop code.
         @inlinable
-        package var isBreak: Bool { major == 7 && info == 31 }
+        public var isBreak: Bool { major == 7 && info == 31 }
     }
 
-    package let bytes: UnsafeRawBufferPointer
+    public let bytes: UnsafeRawBufferPointer
     /// The position of the next byte to read.
-    package var offset: Int
+    public var offset: Int
     /// The end of what may be read: the input's end or the budget's, whichever comes first.
     @usableFromInline let limit: Int
     /// Whether `limit` is the budget's end rather than the input's.
@@ -35,7 +42,7 @@ package struct CBORReader {
 
     /// A reader over `bytes`, starting at `offset`, that may read at most `budget` bytes.
     @inlinable
-    package init(_ bytes: UnsafeRawBufferPointer, offset: Int = 0, budget: Int = .max) {
+    public init(_ bytes: UnsafeRawBufferPointer, offset: Int = 0, budget: Int = .max) {
         self.bytes = bytes
         self.offset = offset
         let budgetEnd = budget >= bytes.count - offset ? bytes.count : offset + budget
@@ -45,20 +52,20 @@ package struct CBORReader {
 
     /// The bytes left to read before the limit.
     @inlinable
-    package var remaining: Int { limit - offset }
+    public var remaining: Int { limit - offset }
 
     /// Whether every byte up to the limit has been read.
     @inlinable
-    package var isAtEnd: Bool { offset >= limit }
+    public var isAtEnd: Bool { offset >= limit }
 
     /// An error at the current position.
-    package func error(_ code: ValueSetError.Code, _ reason: String) -> ValueSetError {
+    public func error(_ code: ValueSetError.Code, _ reason: String) -> ValueSetError {
         ValueSetError(code, reason, offset: offset)
     }
 
     /// Throws unless `count` more bytes may be read.
     @inlinable @inline(__always)
-    package func need(_ count: UInt64) throws(ValueSetError) {
+    public func need(_ count: UInt64) throws(ValueSetError) {
         guard count > UInt64(remaining) else { return }
         try notEnough(count)
     }
@@ -74,12 +81,12 @@ package struct CBORReader {
 
     /// The next byte, without consuming it, or `nil` at the limit.
     @inlinable
-    package func peekByte() -> UInt8? {
+    public func peekByte() -> UInt8? {
         offset < limit ? bytes[offset] : nil
     }
 
     @inlinable
-    package mutating func readByte() throws(ValueSetError) -> UInt8 {
+    public mutating func readByte() throws(ValueSetError) -> UInt8 {
         try need(1)
         defer { offset += 1 }
         return bytes[offset]
@@ -87,7 +94,7 @@ package struct CBORReader {
 
     /// Consumes `count` bytes and returns them in place.
     @inlinable
-    package mutating func readSpan(_ count: UInt64) throws(ValueSetError) -> UnsafeRawBufferPointer {
+    public mutating func readSpan(_ count: UInt64) throws(ValueSetError) -> UnsafeRawBufferPointer {
         try need(count)
         let start = offset
         offset += Int(count)
@@ -98,7 +105,7 @@ package struct CBORReader {
     /// length on the major types that cannot have one. A break comes back as a head with
     /// ``Head/isBreak``; the caller decides whether one may stand there.
     @inlinable @inline(__always)
-    package mutating func readHead() throws(ValueSetError) -> Head {
+    public mutating func readHead() throws(ValueSetError) -> Head {
         // Most heads are one byte (a small integer, a short string's or a small map's length).
         if offset < limit {
             let initial = bytes[offset]
@@ -150,7 +157,7 @@ package struct CBORReader {
 
     /// Consumes a break if one is next. Used to end indefinite-length items.
     @inlinable
-    package mutating func consumeBreak() -> Bool {
+    public mutating func consumeBreak() -> Bool {
         if peekByte() == 0xff {
             offset += 1
             return true
@@ -160,7 +167,7 @@ package struct CBORReader {
 
     /// Skips one whole data item, checking that it is well-formed, and allowing containers
     /// (and tags) to nest at most `maxDepth` levels below the current one.
-    package mutating func skipItem(maxDepth: Int) throws(ValueSetError) {
+    public mutating func skipItem(maxDepth: Int) throws(ValueSetError) {
         let head = try readHead()
         switch head.major {
         case 0, 1:
@@ -202,7 +209,7 @@ package struct CBORReader {
     }
 
     /// Skips the content of a string whose head has been read.
-    package mutating func skipString(_ head: Head) throws(ValueSetError) {
+    public mutating func skipString(_ head: Head) throws(ValueSetError) {
         if head.isIndefinite {
             while !consumeBreak() {
                 _ = try readChunk(of: head.major)
@@ -214,7 +221,7 @@ package struct CBORReader {
 
     /// Reads one chunk of an indefinite-length string of `major` type: it must be a
     /// definite-length string of the same major type.
-    package mutating func readChunk(of major: UInt8) throws(ValueSetError) -> UnsafeRawBufferPointer {
+    public mutating func readChunk(of major: UInt8) throws(ValueSetError) -> UnsafeRawBufferPointer {
         let chunk = try readHead()
         guard chunk.major == major, !chunk.isIndefinite else {
             offset -= 1
@@ -228,7 +235,7 @@ package struct CBORReader {
     }
 
     /// Rejects the two-byte form of a simple value below 32, which is not well-formed.
-    package func checkSimple(_ head: Head) throws(ValueSetError) {
+    public func checkSimple(_ head: Head) throws(ValueSetError) {
         if head.info == 24 && head.argument < 32 {
             throw error(.notWellFormed, "simple value \(head.argument) in the two-byte form (0xf8)")
         }
@@ -238,7 +245,7 @@ package struct CBORReader {
 extension CBORReader {
     /// Reads a text string whose head has been read, definite or in chunks, checking that it
     /// (each chunk, as RFC 8949 requires) is valid UTF-8.
-    package mutating func readText(_ head: Head) throws(ValueSetError) -> String {
+    public mutating func readText(_ head: Head) throws(ValueSetError) -> String {
         if !head.isIndefinite {
             return try utf8(try readSpan(head.argument))
         }
@@ -267,7 +274,7 @@ extension CBORReader {
 
 extension CBORReader.Head {
     /// What this head stands for, for error messages: `an integer`, `null`, `tag 0`, ...
-    package var kindDescription: String {
+    @_spi(CBOR) public var kindDescription: String {
         switch major {
         case 0, 1: return "an integer"
         case 2: return "a byte string"

@@ -201,7 +201,7 @@ struct MapKeys {
 
         var isASCII: Bool {
             switch self {
-            case .bytes(let span): !span.contains { $0 >= 0x80 }
+            case .bytes(let span): AtriumValues.isASCII(span)
             case .text(let text): text.utf8.allSatisfy { $0 < 0x80 }
             }
         }
@@ -213,27 +213,45 @@ struct MapKeys {
         func hash(into hasher: inout Hasher) { hasher.combine(bytes: bytes) }
     }
 
-    private var small: [UnsafeRawBufferPointer] = []
+    /// The first few ASCII keys, in place: most maps have no more, and need no allocation.
+    private var small = InlineArray<8, UnsafeRawBufferPointer>(repeating: UnsafeRawBufferPointer(start: nil, count: 0))
+    private var smallCount = 0
     private var spans: Set<Span> = []
     private var texts: Set<String>?
 
     /// Adds `key`; false when an equal key was there already.
     mutating func insert(_ key: Key) -> Bool {
         if texts == nil, case .bytes(let span) = key, key.isASCII {
-            if spans.isEmpty && small.count < 8 {
-                if small.contains(where: { $0.elementsEqual(span) }) { return false }
-                small.append(span)
+            if spans.isEmpty && smallCount < small.count {
+                for index in 0..<smallCount where Self.same(small[index], span) { return false }
+                small[smallCount] = span
+                smallCount += 1
                 return true
             }
-            if spans.isEmpty { spans = Set(small.map(Span.init)) }
+            if spans.isEmpty { spans = Set((0..<smallCount).map { Span(bytes: small[$0]) }) }
             return spans.insert(Span(bytes: span)).inserted
         }
         if texts == nil {
-            texts = Set(small.map { String(decoding: $0, as: UTF8.self) })
+            texts = Set((0..<smallCount).map { String(decoding: small[$0], as: UTF8.self) })
             for span in spans { texts!.insert(String(decoding: span.bytes, as: UTF8.self)) }
         }
         return texts!.insert(key.text).inserted
     }
+
+    /// Whether two keys' bytes are the same (keys are a few bytes long).
+    @inline(__always)
+    private static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        for index in 0..<a.count where a[index] != b[index] { return false }
+        return true
+    }
+}
+
+/// Whether every byte of `bytes` is ASCII (below 0x80).
+@_spi(CBOR) @inlinable
+public func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    for byte in bytes where byte >= 0x80 { return false }
+    return true
 }
 
 /// Whether `bytes` are valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past
