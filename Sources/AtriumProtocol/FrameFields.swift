@@ -16,6 +16,9 @@ struct FrameFields {
     let raw: UnsafeRawBufferPointer
     let body: ByteBuffer
     let entries: [Entry]
+    /// The text of each key that is not ASCII or came in chunks (none, in any frame this
+    /// module writes), read once, by ``Key/text``.
+    let keyTexts: [String]
     /// Where the map ends in `raw`.
     let end: Int
 
@@ -26,11 +29,13 @@ struct FrameFields {
     }
 
     /// A key: where its bytes are in `raw`, for a definite-length ASCII text string; else (text
-    /// that is not ASCII, or sent in chunks) where the whole key item lies, head included, read
-    /// again as a `String` when it is compared, as Swift compares strings.
+    /// that is not ASCII, or sent in chunks) its place in `keyTexts`, compared as Swift compares
+    /// strings.
     struct Key {
         var range: Range<Int>
-        var isASCII: Bool
+        /// -1 for an ASCII key.
+        var text: Int
+        var isASCII: Bool { text < 0 }
     }
 
     /// Checks that `body` is exactly one well-formed CBOR map with text keys, then hands its
@@ -97,6 +102,7 @@ struct FrameFields {
                 throw FrameError(.malformedFrame, "\(name) must be a CBOR map, not \(head.kindDescription)")
             }
             var entries: [Entry] = []
+            var keyTexts: [String] = []
             if !head.isIndefinite {
                 entries.reserveCapacity(Int(min(head.argument, 16)))
             }
@@ -112,7 +118,6 @@ struct FrameFields {
                         "\(name) has more than \(ProtocolLimits.maxFrameKeys) keys, the hard limit"
                     )
                 }
-                let keyStart = reader.offset
                 let keyHead = try reader.readHead()
                 guard keyHead.major == 3 else {
                     throw FrameError(
@@ -120,22 +125,23 @@ struct FrameFields {
                         "\(name) keys must be text, but key \(position) is \(keyHead.kindDescription)"
                     )
                 }
-                let key = try Self.readKey(keyHead, at: keyStart, &reader)
+                let key = try Self.readKey(keyHead, &reader, texts: &keyTexts)
                 let duplicate: Bool
                 if entries.count < 16 {
-                    duplicate = entries.contains { Self.same($0.key, key, raw) }
+                    duplicate = entries.contains { Self.same($0.key, key, raw, keyTexts) }
                 } else {
-                    if seen.isEmpty { seen = Set(entries.map { Self.text(of: $0.key, raw) }) }
-                    duplicate = !seen.insert(Self.text(of: key, raw)).inserted
+                    if seen.isEmpty { seen = Set(entries.map { Self.text(of: $0.key, raw, keyTexts) }) }
+                    duplicate = !seen.insert(Self.text(of: key, raw, keyTexts)).inserted
                 }
                 if duplicate {
-                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(Self.text(of: key, raw))) twice")
+                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(Self.text(of: key, raw, keyTexts))) twice")
                 }
                 let start = reader.offset
                 try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting - 1)
                 entries.append(Entry(key: key, value: start..<reader.offset))
             }
             self.entries = entries
+            self.keyTexts = keyTexts
             end = reader.offset
         } catch let error as FrameError {
             throw error
@@ -148,42 +154,37 @@ struct FrameFields {
         }
     }
 
-    /// Reads a key whose head, which starts at `start`, has been read: its place when it is
-    /// definite-length ASCII, else the place of the whole item once its text has been read
-    /// (checked UTF-8).
+    /// Reads a key whose head has been read: its place when it is definite-length ASCII, else
+    /// its text (checked UTF-8), kept in `texts`.
     private static func readKey(
-        _ head: CBORReader.Head, at start: Int, _ reader: inout CBORReader
+        _ head: CBORReader.Head, _ reader: inout CBORReader, texts: inout [String]
     ) throws(ValueSetError) -> Key {
         if !head.isIndefinite {
-            let textStart = reader.offset
+            let start = reader.offset
             let bytes = try reader.readSpan(head.argument)
             if isASCII(bytes) {
-                return Key(range: textStart..<reader.offset, isASCII: true)
+                return Key(range: start..<reader.offset, text: -1)
             }
-            reader.offset = textStart
+            reader.offset = start
         }
-        _ = try reader.readText(head)
-        return Key(range: start..<reader.offset, isASCII: false)
+        texts.append(try reader.readText(head))
+        return Key(range: 0..<0, text: texts.count - 1)
     }
 
     /// A key's text.
-    private static func text(of key: Key, _ raw: UnsafeRawBufferPointer) -> String {
-        if key.isASCII { return String(decoding: raw[key.range], as: UTF8.self) }
-        // Read once already, whole and valid: this reads it again.
-        var reader = CBORReader(raw, offset: key.range.lowerBound)
-        guard let head = try? reader.readHead(), let text = try? reader.readText(head) else { return "" }
-        return text
+    private static func text(of key: Key, _ raw: UnsafeRawBufferPointer, _ texts: [String]) -> String {
+        key.isASCII ? String(decoding: raw[key.range], as: UTF8.self) : texts[key.text]
     }
 
     /// Whether two keys are the same key: ASCII byte for byte, anything else as Swift's
     /// strings compare (canonical equivalence).
-    private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer) -> Bool {
+    private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer, _ texts: [String]) -> Bool {
         if a.isASCII, b.isASCII {
             return a.range.count == b.range.count
                 && Self.equalBytes(
                     raw.baseAddress! + a.range.lowerBound, raw.baseAddress! + b.range.lowerBound, a.range.count)
         }
-        return text(of: a, raw) == text(of: b, raw)
+        return text(of: a, raw, texts) == text(of: b, raw, texts)
     }
 
     /// Whether `key` is the field whose name is `utf8` (an ASCII name this module reads).
@@ -194,7 +195,7 @@ struct FrameFields {
                 && (utf8.isEmpty
                     || Self.equalBytes(raw.baseAddress! + key.range.lowerBound, utf8.baseAddress!, utf8.count))
         }
-        return Self.text(of: key, raw) == String(decoding: utf8, as: UTF8.self)
+        return keyTexts[key.text] == String(decoding: utf8, as: UTF8.self)
     }
 
     /// Whether `count` bytes at `a` and `b` are the same (keys are a few bytes long).
@@ -217,14 +218,17 @@ struct FrameFields {
 
     /// The same fields, named after the frame type for the error messages.
     func named(_ name: String) -> FrameFields {
-        FrameFields(name: name, raw: raw, body: body, entries: entries, end: end)
+        FrameFields(name: name, raw: raw, body: body, entries: entries, keyTexts: keyTexts, end: end)
     }
 
-    private init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [Entry], end: Int) {
+    private init(
+        name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [Entry], keyTexts: [String], end: Int
+    ) {
         self.name = name
         self.raw = raw
         self.body = body
         self.entries = entries
+        self.keyTexts = keyTexts
         self.end = end
     }
 
