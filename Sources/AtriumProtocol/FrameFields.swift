@@ -17,7 +17,7 @@ struct FrameFields {
     let body: ByteBuffer
     let entries: [Entry]
     /// The text of each key that is not ASCII or came in chunks (none, in any frame this
-    /// module writes), read once, by ``Key/text``.
+    /// module writes), read once; a key's ``Key/text`` is its index here.
     let keyTexts: [String]
     /// Where the map ends in `raw`.
     let end: Int
