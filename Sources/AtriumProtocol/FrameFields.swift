@@ -180,9 +180,7 @@ struct FrameFields {
     /// strings compare (canonical equivalence).
     private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer, _ texts: [String]) -> Bool {
         if a.isASCII, b.isASCII {
-            return a.range.count == b.range.count
-                && Self.equalBytes(
-                    raw.baseAddress! + a.range.lowerBound, raw.baseAddress! + b.range.lowerBound, a.range.count)
+            return sameBytes(UnsafeRawBufferPointer(rebasing: raw[a.range]), UnsafeRawBufferPointer(rebasing: raw[b.range]))
         }
         return text(of: a, raw, texts) == text(of: b, raw, texts)
     }
@@ -191,21 +189,9 @@ struct FrameFields {
     @inline(__always)
     private func matches(_ key: Key, _ utf8: UnsafeRawBufferPointer) -> Bool {
         if key.isASCII {
-            return key.range.count == utf8.count
-                && (utf8.isEmpty
-                    || Self.equalBytes(raw.baseAddress! + key.range.lowerBound, utf8.baseAddress!, utf8.count))
+            return sameBytes(UnsafeRawBufferPointer(rebasing: raw[key.range]), utf8)
         }
         return keyTexts[key.text] == String(decoding: utf8, as: UTF8.self)
-    }
-
-    /// Whether `count` bytes at `a` and `b` are the same (keys are a few bytes long).
-    @inline(__always)
-    private static func equalBytes(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
-        for index in 0..<count
-        where a.load(fromByteOffset: index, as: UInt8.self) != b.load(fromByteOffset: index, as: UInt8.self) {
-            return false
-        }
-        return true
     }
 
     /// The frame's `type`.
@@ -251,7 +237,11 @@ struct FrameFields {
 
     /// The head of `key`'s value and a reader just past it, or `nil` when the key is absent.
     func head(_ key: StaticString) -> (CBORReader.Head, CBORReader)? {
-        guard let range = range(key) else { return nil }
+        range(key).flatMap(head(at:))
+    }
+
+    /// The head of the value at `range` and a reader just past it.
+    private func head(at range: Range<Int>) -> (CBORReader.Head, CBORReader)? {
         var reader = CBORReader(raw, offset: range.lowerBound)
         guard let head = try? reader.readHead() else { return nil }  // checked well-formed already
         return (head, reader)
@@ -335,9 +325,7 @@ struct FrameFields {
 
     /// The map under `key` as a message: a slice of the frame, not decoded.
     func optionalMessage(_ key: StaticString) throws(FrameError) -> EncodedValueSet? {
-        guard let range = range(key) else { return nil }
-        var reader = CBORReader(raw, offset: range.lowerBound)
-        guard let head = try? reader.readHead() else { return nil }  // checked well-formed already
+        guard let range = range(key), let (head, _) = head(at: range) else { return nil }
         guard head.major == 5 else { throw mistyped(key, "a map (a ValueSet)", head) }
         let slice = body.getSlice(at: body.readerIndex + range.lowerBound, length: range.count)!
         // A slice keeps the whole read buffer alive. When the frame is much larger than its

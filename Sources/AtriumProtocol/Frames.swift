@@ -261,13 +261,6 @@ public protocol AtriumFrame: Sendable, Hashable {
 
 extension AtriumFrame {
     public var carriedBytes: Int { 0 }
-
-    public func encodeFramed(into buffer: inout ByteBuffer) {
-        let start = buffer.writerIndex
-        buffer.writeInteger(UInt32(0))
-        encode(into: &buffer)
-        buffer.setInteger(UInt32(buffer.writerIndex - start - 4), at: start, endianness: .big)
-    }
 }
 
 extension ByteBufferAllocator {

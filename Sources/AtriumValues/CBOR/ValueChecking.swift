@@ -223,7 +223,7 @@ struct MapKeys {
     mutating func insert(_ key: Key) -> Bool {
         if texts == nil, case .bytes(let span) = key, key.isASCII {
             if spans.isEmpty && smallCount < small.count {
-                for index in 0..<smallCount where Self.same(small[index], span) { return false }
+                for index in 0..<smallCount where sameBytes(small[index], span) { return false }
                 small[smallCount] = span
                 smallCount += 1
                 return true
@@ -237,20 +237,20 @@ struct MapKeys {
         }
         return texts!.insert(key.text).inserted
     }
-
-    /// Whether two keys' bytes are the same (keys are a few bytes long).
-    @inline(__always)
-    private static func same(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
-        guard a.count == b.count else { return false }
-        for index in 0..<a.count where a[index] != b[index] { return false }
-        return true
-    }
 }
 
 /// Whether every byte of `bytes` is ASCII (below 0x80).
 @_spi(CBOR) @inlinable
 public func isASCII(_ bytes: UnsafeRawBufferPointer) -> Bool {
     for byte in bytes where byte >= 0x80 { return false }
+    return true
+}
+
+/// Whether `a` and `b` hold the same bytes (map and frame keys: a few bytes long).
+@_spi(CBOR) @inlinable
+public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+    guard a.count == b.count else { return false }
+    for index in 0..<a.count where a[index] != b[index] { return false }
     return true
 }
 
