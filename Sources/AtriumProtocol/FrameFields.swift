@@ -11,8 +11,9 @@ import NIOCore
 /// keys, and its entries hold no reference (copying or dropping them counts nothing). Only a
 /// refused frame is walked twice, to say what it breaks first (see `parse`).
 struct FrameFields {
-    /// `request`, or `welcome.limits` for a nested map: the prefix of every error message.
-    let name: String
+    /// The prefix of every error message for a nested map (`welcome.limits`); nil for a
+    /// frame, whose errors are prefixed with its type (see ``name``).
+    private let given: String?
     let raw: UnsafeRawBufferPointer
     let body: ByteBuffer
     let entries: [Entry]
@@ -51,7 +52,7 @@ struct FrameFields {
             Swift.Result { () throws(FrameError) -> Result in
                 let fields: FrameFields
                 do throws(FrameError) {
-                    fields = try FrameFields(name: "frame", raw: raw, body: body, at: 0)
+                    fields = try FrameFields(name: nil, raw: raw, body: body, at: 0)
                 } catch {
                     // A frame that is not well-formed CBOR, or more than one item, is refused
                     // as such, whatever its fields break before that point.
@@ -90,9 +91,11 @@ struct FrameFields {
     }
 
     /// The fields of the map at `offset`, checked well-formed as they are read (values within
-    /// the frame nesting limit below the map).
-    init(name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, at offset: Int) throws(FrameError) {
-        self.name = name
+    /// the frame nesting limit below the map). `name` prefixes the error messages of a nested
+    /// map; a frame's (nil) are prefixed with its type.
+    init(name given: String?, raw: UnsafeRawBufferPointer, body: ByteBuffer, at offset: Int) throws(FrameError) {
+        let name = given ?? "frame"
+        self.given = given
         self.raw = raw
         self.body = body
         var reader = CBORReader(raw, offset: offset)
@@ -202,29 +205,28 @@ struct FrameFields {
         return type
     }
 
-    /// The same fields, named after the frame type for the error messages.
-    func named(_ name: String) -> FrameFields {
-        FrameFields(name: name, raw: raw, body: body, entries: entries, keyTexts: keyTexts, end: end)
-    }
-
-    private init(
-        name: String, raw: UnsafeRawBufferPointer, body: ByteBuffer, entries: [Entry], keyTexts: [String], end: Int
-    ) {
-        self.name = name
-        self.raw = raw
-        self.body = body
-        self.entries = entries
-        self.keyTexts = keyTexts
-        self.end = end
+    /// The prefix of every error message: `request`, say, for a frame (its type, read only
+    /// when an error needs it; `frame` while it has none that is text), or `welcome.limits`
+    /// for a nested map.
+    var name: String {
+        if let given { return given }
+        guard let (head, found) = head("type"), head.major == 3 else { return "frame" }
+        var reader = found
+        return (try? reader.readText(head)) ?? "frame"
     }
 
     /// Where the value of `key` lies, or nil when the frame has no such key.
     func range(_ key: StaticString) -> Range<Int>? {
-        // `withUTF8Buffer`: a one-character literal may be held as a scalar, not as bytes.
-        key.withUTF8Buffer { utf8 in
-            for entry in entries where matches(entry.key, UnsafeRawBufferPointer(utf8)) { return entry.value }
-            return nil
+        // A one-character literal may be held as a scalar, not as bytes (`withUTF8Buffer`).
+        guard key.hasPointerRepresentation else {
+            return key.withUTF8Buffer { range(UnsafeRawBufferPointer($0)) }
         }
+        return range(UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
+    }
+
+    private func range(_ utf8: UnsafeRawBufferPointer) -> Range<Int>? {
+        for entry in entries where matches(entry.key, utf8) { return entry.value }
+        return nil
     }
 
     func missing(_ key: StaticString) -> FrameError {

@@ -80,7 +80,6 @@ extension RequestFrame {
     }
 
     init(_ fields: FrameFields) throws(FrameError) {
-        let fields = fields.named("request")
         self.init(
             channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"))
     }
@@ -97,7 +96,6 @@ extension ResponseFrame {
     }
 
     init(_ fields: FrameFields) throws(FrameError) {
-        let fields = fields.named("response")
         self.init(
             channel: try fields.uint("channel"),
             id: try fields.uint("id"),
@@ -192,23 +190,22 @@ extension ClientFrame: FrameBody {
     public init(body: ByteBuffer) throws(FrameError) {
         self = try FrameFields.parse(body) { (fields) throws(FrameError) -> ClientFrame in
             let type = try fields.frameType()
-            let named = fields.named(type)
             switch type {
             case "hello":
                 return .hello(
                     HelloFrame(
-                        version: try named.uint("version"),
-                        clientId: try named.text("clientId"),
-                        clientName: try named.optionalText("clientName"),
-                        token: try named.optionalText("token")
+                        version: try fields.uint("version"),
+                        clientId: try fields.text("clientId"),
+                        clientName: try fields.optionalText("clientName"),
+                        token: try fields.optionalText("token")
                     )
                 )
             case "open":
                 return .open(
                     OpenFrame(
-                        channel: try named.uint("channel"),
-                        service: try named.text("service"),
-                        package: try named.text("package")
+                        channel: try fields.uint("channel"),
+                        service: try fields.text("service"),
+                        package: try fields.text("package")
                     )
                 )
             case "request":
@@ -216,34 +213,34 @@ extension ClientFrame: FrameBody {
             case "response":
                 return .response(try ResponseFrame(fields))
             case "close":
-                return .close(channel: try named.uint("channel"))
+                return .close(channel: try fields.uint("channel"))
             case "launch":
                 return .launch(
                     LaunchFrame(
-                        id: try named.uint("id"),
-                        uri: try named.text("uri"),
-                        package: try named.optionalText("package"),
-                        fallbackUri: try named.optionalText("fallbackUri"),
-                        preferredPackages: try named.optionalTextArray("preferredPackages") ?? [],
-                        data: try named.optionalMessage("data")
+                        id: try fields.uint("id"),
+                        uri: try fields.text("uri"),
+                        package: try fields.optionalText("package"),
+                        fallbackUri: try fields.optionalText("fallbackUri"),
+                        preferredPackages: try fields.optionalTextArray("preferredPackages") ?? [],
+                        data: try fields.optionalMessage("data")
                     )
                 )
             case "apps":
-                return .apps(id: try named.uint("id"), package: try named.optionalText("package"))
+                return .apps(id: try fields.uint("id"), package: try fields.optionalText("package"))
             case "ping":
-                return .ping(id: try named.uint("id"))
+                return .ping(id: try fields.uint("id"))
             case "pair":
                 return .pair(
                     PairFrame(
-                        id: try named.uint("id"), deviceName: try named.text("deviceName"),
-                        commitment: try named.optionalText("commitment")))
+                        id: try fields.uint("id"), deviceName: try fields.text("deviceName"),
+                        commitment: try fields.optionalText("commitment")))
             case "pairReveal":
-                return .pairReveal(id: try named.uint("id"), nonce: try named.text("nonce"))
+                return .pairReveal(id: try fields.uint("id"), nonce: try fields.text("nonce"))
             case "admin":
                 return .admin(
                     AdminFrame(
-                        id: try named.uint("id"), command: try named.text("command"),
-                        arguments: try named.optionalMessage("arguments")))
+                        id: try fields.uint("id"), command: try fields.text("command"),
+                        arguments: try fields.optionalMessage("arguments")))
             default:
                 return .unknown(type: type)
             }
@@ -371,33 +368,32 @@ extension HostFrame: FrameBody {
     public init(body: ByteBuffer) throws(FrameError) {
         self = try FrameFields.parse(body) { (fields) throws(FrameError) -> HostFrame in
             let type = try fields.frameType()
-            let named = fields.named(type)
             switch type {
             case "welcome":
-                let limits = try named.map("limits")
+                let limits = try fields.map("limits")
                 return .welcome(
                     WelcomeFrame(
-                        version: try named.uint("version"),
-                        hostId: try named.text("hostId"),
-                        hostName: try named.text("hostName"),
-                        platform: try named.text("platform"),
+                        version: try fields.uint("version"),
+                        hostId: try fields.text("hostId"),
+                        hostName: try fields.text("hostName"),
+                        platform: try fields.text("platform"),
                         limits: ProtocolLimits(
                             maxMessageBytes: try limits.int("maxMessageBytes"),
                             maxFrameBytes: try limits.int("maxFrameBytes"),
                             maxChannels: try limits.int("maxChannels"),
                             maxInFlight: try limits.int("maxInFlight")
                         ),
-                        hostIdentity: try named.optionalText("hostIdentity"),
-                        kind: try named.optionalText("kind"),
-                        responseTimeoutMilliseconds: try named.optionalUInt("responseTimeoutMs")
+                        hostIdentity: try fields.optionalText("hostIdentity"),
+                        kind: try fields.optionalText("kind"),
+                        responseTimeoutMilliseconds: try fields.optionalUInt("responseTimeoutMs")
                     )
                 )
             case "opened":
                 return .opened(
                     OpenedFrame(
-                        channel: try named.uint("channel"),
-                        status: AppServiceConnectionStatus(rawValue: try named.int("status")),
-                        error: try named.optionalText("error")
+                        channel: try fields.uint("channel"),
+                        status: AppServiceConnectionStatus(rawValue: try fields.int("status")),
+                        error: try fields.optionalText("error")
                     )
                 )
             case "response":
@@ -407,21 +403,21 @@ extension HostFrame: FrameBody {
             case "closed":
                 return .closed(
                     ClosedFrame(
-                        channel: try named.uint("channel"),
-                        status: AppServiceClosedStatus(rawValue: try named.int("status"))
+                        channel: try fields.uint("channel"),
+                        status: AppServiceClosedStatus(rawValue: try fields.int("status"))
                     )
                 )
             case "launched":
                 return .launched(
                     LaunchedFrame(
-                        id: try named.uint("id"),
-                        status: RemoteLaunchUriStatus(rawValue: try named.int("status")),
-                        error: try named.optionalText("error")
+                        id: try fields.uint("id"),
+                        status: RemoteLaunchUriStatus(rawValue: try fields.int("status")),
+                        error: try fields.optionalText("error")
                     )
                 )
             case "apps":
                 var apps: [AppInfo] = []
-                for app in try named.arrayOfMaps("apps") {
+                for app in try fields.arrayOfMaps("apps") {
                     apps.append(
                         AppInfo(
                             package: try app.text("package"),
@@ -436,26 +432,26 @@ extension HostFrame: FrameBody {
                         )
                     )
                 }
-                return .apps(AppsFrame(id: try named.uint("id"), apps: apps))
+                return .apps(AppsFrame(id: try fields.uint("id"), apps: apps))
             case "pong":
-                return .pong(id: try named.uint("id"))
+                return .pong(id: try fields.uint("id"))
             case "paired":
                 return .paired(
                     PairedFrame(
-                        id: try named.uint("id"), status: PairingStatus(rawValue: try named.int("status")),
-                        error: try named.optionalText("error")))
+                        id: try fields.uint("id"), status: PairingStatus(rawValue: try fields.int("status")),
+                        error: try fields.optionalText("error")))
             case "pairNonce":
-                return .pairNonce(id: try named.uint("id"), nonce: try named.text("nonce"))
+                return .pairNonce(id: try fields.uint("id"), nonce: try fields.text("nonce"))
             case "adminResult":
                 return .adminResult(
                     AdminResultFrame(
-                        id: try named.uint("id"), status: try named.uint("status"),
-                        result: try named.optionalMessage("result"), error: try named.optionalText("error")))
+                        id: try fields.uint("id"), status: try fields.uint("status"),
+                        result: try fields.optionalMessage("result"), error: try fields.optionalText("error")))
             case "error":
                 return .error(
                     ErrorFrame(
-                        code: ProtocolErrorCode(rawValue: try named.text("code")),
-                        message: try named.text("message")
+                        code: ProtocolErrorCode(rawValue: try fields.text("code")),
+                        message: try fields.text("message")
                     )
                 )
             default:

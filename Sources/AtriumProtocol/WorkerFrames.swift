@@ -183,9 +183,8 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
     }
 
     package init(body: ByteBuffer) throws(FrameError) {
-        self = try FrameFields.parse(body) { (fields) throws(FrameError) -> WorkerFrame in
-            let type = try fields.frameType()
-            let f = fields.named(type)
+        self = try FrameFields.parse(body) { (f) throws(FrameError) -> WorkerFrame in
+            let type = try f.frameType()
             switch type {
             case "start":
                 return .start(

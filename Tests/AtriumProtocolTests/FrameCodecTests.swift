@@ -290,6 +290,31 @@ struct FrameCodecTests {
         #expect(clientFrameError(["type": "hello", "clientId": "c"])?.code == .malformedFrame)
     }
 
+    /// A nested map's errors name the path to it; a frame's name its type, on every side.
+    @Test func nestedMapsAndWorkerFramesAreNamedInErrors() {
+        func error(_ decode: (ByteBuffer) throws(FrameError) -> Void, _ body: ValueSet) -> String? {
+            do throws(FrameError) {
+                try decode(ByteBuffer(bytes: body.cborBytes()))
+                return nil
+            } catch {
+                return error.message
+            }
+        }
+        let welcome: ValueSet = [
+            "type": "welcome", "version": 1, "hostId": "h", "hostName": "n", "platform": "linux",
+            "limits": ["maxMessageBytes": "many"],
+        ]
+        #expect(
+            error({ (bytes) throws(FrameError) in _ = try HostFrame(body: bytes) }, welcome)
+                == #"welcome.limits: key "maxMessageBytes" must be an unsigned integer, not a text string"#)
+        #expect(
+            error({ (bytes) throws(FrameError) in _ = try WorkerFrame(body: bytes) }, ["type": "respond", "status": 0])
+                == #"respond: key "id" is missing"#)
+        #expect(
+            error({ (bytes) throws(FrameError) in _ = try WorkerFrame(body: bytes) }, ["type": 7, "id": 1])
+                == #"frame: key "type" must be text, not an integer"#)
+    }
+
     /// Interfaces a client cannot read (a hostile or broken host) leave the app undescribed;
     /// the answer is read all the same.
     @Test func unreadableInterfacesLeaveTheAppUndescribed() throws {
