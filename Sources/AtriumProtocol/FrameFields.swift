@@ -94,10 +94,18 @@ struct FrameFields {
     /// the frame nesting limit below the map). `name` prefixes the error messages of a nested
     /// map; a frame's (nil) are prefixed with its type.
     init(name given: String?, raw: UnsafeRawBufferPointer, body: ByteBuffer, at offset: Int) throws(FrameError) {
-        let name = given ?? "frame"
+        // Read first, stored after: nothing of `self` is set while a throw may still come.
+        (entries, keyTexts, end) = try Self.read(raw, at: offset, name: given ?? "frame")
         self.given = given
         self.raw = raw
         self.body = body
+    }
+
+    /// The entries of the map at `offset`, the texts of its keys that are not ASCII, and
+    /// where it ends.
+    private static func read(_ raw: UnsafeRawBufferPointer, at offset: Int, name: String) throws(FrameError) -> (
+        [Entry], [String], Int
+    ) {
         var reader = CBORReader(raw, offset: offset)
         do {
             let head = try reader.readHead()
@@ -143,9 +151,7 @@ struct FrameFields {
                 try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting - 1)
                 entries.append(Entry(key: key, value: start..<reader.offset))
             }
-            self.entries = entries
-            self.keyTexts = keyTexts
-            end = reader.offset
+            return (entries, keyTexts, reader.offset)
         } catch let error as FrameError {
             throw error
         } catch let error as ValueSetError {

@@ -68,6 +68,28 @@ struct ValidatorTests {
         #expect(decodingError { _ = try ValueSet(cbor: many) }?.reason == #"duplicate key "key7""#)
     }
 
+    /// Text is checked eight ASCII bytes at a time: a bad (or good) sequence anywhere, on
+    /// either side of every eight-byte boundary, is judged as the decoder judges it.
+    @Test func textIsJudgedAlikeWhereverItsNonASCIIBytesFall() {
+        let sequences: [[UInt8]] = [
+            [0xff], [0x80], [0xc3, 0xa9], [0xc3], [0xe2, 0x82, 0xac], [0xe2, 0x82], [0xed, 0xa0, 0x80],
+            [0xc0, 0xaf], [0xf0, 0x9f, 0x98, 0x80], [0xf4, 0x90, 0x80, 0x80],
+        ]
+        for sequence in sequences {
+            let valid = String(validating: sequence, as: UTF8.self) != nil
+            for before in 0..<18 {
+                for after in [0, 1, 7, 8, 9] {
+                    let utf8 = Array(repeating: UInt8(ascii: "a"), count: before) + sequence
+                        + Array(repeating: UInt8(ascii: "b"), count: after)
+                    let encoded = message(holding: [0x78, UInt8(utf8.count)] + utf8)
+                    expectAgreement(encoded)
+                    let refused = errorOf { try encoded.withUnsafeBytes { raw in try ValueSet.validate(cbor: raw) } }
+                    #expect((refused == nil) == valid, "\(hex(encoded))")
+                }
+            }
+        }
+    }
+
     func text(_ string: String) -> [UInt8] {
         let utf8 = Array(string.utf8)
         return [0x60 | UInt8(utf8.count)] + utf8

@@ -168,6 +168,7 @@
     /// Skips one whole data item, checking that it is well-formed, and allowing containers
     /// (and tags) to nest at most `maxDepth` levels below the current one.
     public mutating func skipItem(maxDepth: Int) throws(ValueSetError) {
+        if skipSmallItem() { return }
         let head = try readHead()
         switch head.major {
         case 0, 1:
@@ -190,7 +191,7 @@
             } else {
                 let perEntry: UInt64 = head.major == 5 ? 2 : 1
                 try need(head.argument)  // each item takes a byte at least: refuse impossible counts early
-                for _ in 0..<(head.argument * perEntry) {
+                for _ in 0..<(head.argument * perEntry) where !skipSmallItem() {
                     try skipItem(maxDepth: maxDepth - 1)
                 }
             }
@@ -208,6 +209,29 @@
         }
     }
 
+    /// Skips the next item when its head is one byte and it is whole within the limit: an
+    /// integer or simple value below 24, or a string shorter than 24 bytes (most of a map's keys
+    /// and many of its values). Returns false, having read nothing, for anything else, which
+    /// ``skipItem(maxDepth:)`` then reads the long way, errors and all.
+    @inline(__always)
+    mutating func skipSmallItem() -> Bool {
+        guard offset < limit else { return false }
+        let initial = bytes[offset]
+        let info = Int(initial & 0x1f)
+        guard info < 24 else { return false }
+        switch initial >> 5 {
+        case 0, 1, 7:
+            offset += 1
+            return true
+        case 2, 3:
+            guard info < limit - offset else { return false }
+            offset += 1 + info
+            return true
+        default:
+            return false
+        }
+    }
+
     /// Skips the content of a string whose head has been read.
     public mutating func skipString(_ head: Head) throws(ValueSetError) {
         if head.isIndefinite {
@@ -215,7 +239,8 @@
                 _ = try readChunk(of: head.major)
             }
         } else {
-            _ = try readSpan(head.argument)
+            try need(head.argument)
+            offset += Int(head.argument)
         }
     }
 

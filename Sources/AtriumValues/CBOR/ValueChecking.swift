@@ -259,6 +259,10 @@ public func sameBytes(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) 
 func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
     var index = 0
     let count = bytes.count
+    // ASCII, the usual text, eight bytes at a time.
+    while count - index >= 8, bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 {
+        index += 8
+    }
     while index < count {
         let lead = bytes[index]
         if lead < 0x80 {
