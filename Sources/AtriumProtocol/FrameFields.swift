@@ -358,10 +358,13 @@ struct FrameFields {
 
     /// The fields of each map in the array under `key`.
     func arrayOfMaps(_ key: StaticString) throws(FrameError) -> [FrameFields] {
+        // Once, not per map: a frame's `name` reads its `type`, which a hostile peer can make
+        // long (in a million chunks, say) while the array holds millions of maps.
+        let path = "\(name).\(key)"
         let maps = try optionalArray(key, "an array of maps") { (reader, position) throws(FrameError) in
             let start = reader.offset
             try? reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting)
-            return try FrameFields(name: "\(name).\(key)[\(position)]", raw: raw, body: body, at: start)
+            return try FrameFields(name: "\(path)[\(position)]", raw: raw, body: body, at: start)
         }
         guard let maps else { throw missing(key) }
         return maps
