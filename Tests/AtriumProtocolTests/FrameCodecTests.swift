@@ -313,6 +313,21 @@ struct FrameCodecTests {
         #expect(
             error({ (bytes) throws(FrameError) in _ = try WorkerFrame(body: bytes) }, ["type": 7, "id": 1])
                 == #"frame: key "type" must be text, not an integer"#)
+        // A type sent in chunks names the maps of an array as it does when sent whole.
+        let chunkedType: [UInt8] = [0x7f, 0x62] + Array("ap".utf8) + [0x62] + Array("ps".utf8) + [0xff]
+        let apps: [UInt8] =
+            [0xa3, 0x64] + Array("type".utf8) + chunkedType + [0x62] + Array("id".utf8) + [0x01, 0x64]
+            + Array("apps".utf8) + [0x82, 0xa0, 0xa0]
+        #expect(clientSideError(apps) == #"apps.apps[0]: key "package" is missing"#)
+    }
+
+    func clientSideError(_ body: [UInt8]) -> String? {
+        do throws(FrameError) {
+            _ = try HostFrame(body: ByteBuffer(bytes: body))
+            return nil
+        } catch {
+            return error.message
+        }
     }
 
     /// Interfaces a client cannot read (a hostile or broken host) leave the app undescribed;
