@@ -36,6 +36,12 @@ export ATRIUM_HOST_ASAN_OPTIONS="detect_leaks=1:$options"
 export LSAN_OPTIONS="suppressions=$PWD/Scripts/lsan-suppressions.txt:print_suppressions=0"
 status=0
 log=$(mktemp /tmp/atrium-test.XXXXXX)
+# What the tests make in the temporary folder goes into one folder of this run's, removed at
+# the end (as in Scripts/test.sh).
+scratch=$(mktemp -d /tmp/atrium-tests.XXXXXX)
+chmod 755 "$scratch"
+export TMPDIR="$scratch"
+trap 'rm -rf "$scratch"' EXIT
 swift test --skip-build "${flags[@]}" "$@" 2>&1 | tee "$log" || status=$?
 
 # A report is an ERROR (a memory error, or leaks); anything else in the folder is a note

@@ -17,7 +17,14 @@ done
 
 swift build
 log=$(mktemp /tmp/atrium-test.XXXXXX)
-trap 'rm -f "$log"' EXIT
+# Everything the tests make in the temporary folder (the hosts' state folders, sockets,
+# manifests, generated packages) goes into one folder of this run's, removed at the end, so
+# that no run leaves hundreds of folders in /tmp. Others may read it: a worker a test runs as
+# another user loads its plugin from there.
+scratch=$(mktemp -d /tmp/atrium-tests.XXXXXX)
+chmod 755 "$scratch"
+export TMPDIR="$scratch"
+trap 'rm -f "$log"; rm -rf "$scratch"' EXIT
 status=0
 if [ $# -eq 0 ]; then
     # The whole suite, then the tests of `atrium new`'s templates alone: they build whole Swift
