@@ -5,7 +5,9 @@ worker's memory when idle; and the time from a worker's crash to its package ans
 Beside them, the floor under what a worker adds: two bare processes passing a message back and
 forth over a pipe each way, as a worker's links do (Benchmarks/ipcfloor.c, built with cc), and
 for comparison over a Unix socket pair (the links before) and through shared memory with a
-futex and an eventfd to wake each side (a ring's least cost).
+futex and an eventfd to wake each side (a ring's least cost); and the same hop with a third
+process, as a request to a worker has one: a bare client asking a bare forwarder over TCP, which
+answers itself (direct) or through a bare answerer over pipes (relay).
 
     Benchmarks/workers.py [--pinned] [--duration SECONDS] [--previous ATRIUMD]
 
@@ -115,6 +117,11 @@ def main():
                   f"forth over a pipe each way (Benchmarks/ipcfloor.c), {mode}: {floors['pipes']:.1f} µs a round "
                   f"trip; over a Unix socket pair {floors['socketpair']:.1f} µs, through shared memory (futex and "
                   f"eventfd) {floors['ring']:.1f} µs")
+            print(f"- The same with a client: a bare client asking a bare forwarder over TCP, {mode}: "
+                  f"{floors['direct']:.1f} µs a round trip when the forwarder answers itself, "
+                  f"{floors['relay']:.1f} µs when it passes the question to a bare answerer over pipes: the hop "
+                  f"to a third process adds {floors['relay'] - floors['direct']:+.1f} µs, the floor under the "
+                  f"sequential difference above")
         (worker_pid,) = worker_pids(host.pid)
         time.sleep(1)
         print(f"\n## A worker's memory and restarts ({mode})\n")
@@ -136,7 +143,8 @@ def main():
 
 def ipc_floors(pin):
     """Microseconds a round trip between two bare processes (ipcfloor.c, built with cc), by the
-    way the bytes travel (pipes, socketpair, ring), or None without a C compiler."""
+    way the bytes travel (pipes, socketpair, ring), and through a forwarder (direct, relay), or
+    None without a C compiler."""
     compiler = shutil.which("cc")
     if compiler is None:
         print("\n- (no C compiler: the floor is not measured)")
@@ -144,9 +152,17 @@ def ipc_floors(pin):
     with tempfile.TemporaryDirectory(prefix="atrium-ipcfloor-") as folder:
         program = os.path.join(folder, "ipcfloor")
         subprocess.run([compiler, "-O2", "-o", program, os.path.join(ROOT, "Benchmarks", "ipcfloor.c")], check=True)
-        return {mode: float(subprocess.run(pin + [program, "100000", mode], capture_output=True, text=True,
-                                           check=True).stdout)
-                for mode in ["pipes", "socketpair", "ring"]}
+        def measure(mode):
+            return float(subprocess.run(pin + [program, "100000", mode], capture_output=True, text=True,
+                                        check=True).stdout)
+        floors = {mode: measure(mode) for mode in ["pipes", "socketpair", "ring"]}
+        # Their difference is the figure: measured in three alternating pairs, the median of each.
+        hops = {"direct": [], "relay": []}
+        for n in range(3):
+            for mode in ["direct", "relay"] if n % 2 == 0 else ["relay", "direct"]:
+                hops[mode].append(measure(mode))
+        floors.update({mode: statistics.median(figures) for mode, figures in hops.items()})
+        return floors
 
 
 def pair_table(heading, a, b, ratio, measure, first, second):
