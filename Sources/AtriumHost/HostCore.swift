@@ -17,6 +17,13 @@ public struct LoadedPackage: Sendable {
     /// Where the library was found.
     public var libraryPath: URL?
     let backend: (any ServiceBackend)?
+
+    /// Whether the package cannot serve until it is loaded again: its library did not load,
+    /// or its worker process crashed until it was given up. (A package of launches only has
+    /// neither a backend nor an error, and serves.)
+    var hasFailed: Bool {
+        loadError != nil || backend?.health.state == .failed
+    }
 }
 
 /// The heart of the host: the packages and their backends, the connections, and the

@@ -114,6 +114,44 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func aPackageWhoseLibraryWasMissingLoadsOnTheNextReload() async throws {
+        // The library is installed after the host started: SIGHUP (or any change in the
+        // folder) tries the package again, though its manifest is the same.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-late-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let library = folder.appendingPathComponent("libEcho.so")
+        let manifest = """
+            { "manifestVersion": 1, "package": "atrium.tests.late", "library": "\(library.path)",
+              "services": [{ "name": "atrium.echo", "supportsRemoteSystems": true }] }
+            """
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests.merging(["late.json": manifest]) { $1 }, arguments: ["--no-watch"])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await apps(client, id: 1)["atrium.tests.late"]?.state == "failed")
+        #expect(try await client.open(channel: 2, service: "atrium.echo", package: "atrium.tests.late") == .appUnavailable)
+        // A reload with the library still missing leaves it failed, and says so again.
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.logged("retried atrium.tests.late (had failed)"))
+        #expect(try await apps(client, id: 2)["atrium.tests.late"]?.state == "failed")
+
+        try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libEcho.so"), to: library)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 2))
+        #expect(try await apps(client, id: 3)["atrium.tests.late"]?.state == "ready")
+        #expect(try await client.open(channel: 3, service: "atrium.echo", package: "atrium.tests.late") == .success)
+        let answer = try await client.request(channel: 3, id: 1, ["late": true])
+        #expect(answer.status == .success)
+        #expect(try answer.decoded == ["late": true])
+        // The packages that served all along were not restarted: the first channel still answers.
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aChangedWorkerPackageGetsANewWorker() async throws {
         let manifest = WorkerIsolationTests.manifest()
         let host = try await startHost(

@@ -479,6 +479,17 @@ import Testing
         // From then on the package answers AppUnavailable at once, and says why in the log.
         #expect(try await client.open(channel: channel, service: "c", package: Self.package) == .appUnavailable)
         #expect(host.logged("crashed 5 times within 60 seconds"))
+        // Until a reload: its manifest has not changed, but it is tried again, and serves.
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await host.waitForLog("manifests reloaded (SIGHUP): retried \(Self.package) (had failed)"))
+        #expect(try await Self.openWhenBack(client, channel: channel + 1))
+        let answer = try await client.request(channel: channel + 1, id: 100, ["Int": 1])
+        #expect(answer.status == .success)
+        #expect(try answer.decoded["IntPlusOne"] == .int(2))
+        // A package that serves is not touched by the next reload.
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await host.waitForLog("manifests reloaded (SIGHUP): 4 unchanged"))
+        #expect(try await client.request(channel: channel + 1, id: 101, ["Int": 2]).decoded["IntPlusOne"] == .int(3))
         await client.close()
         #expect(await host.stop() == 0)
     }

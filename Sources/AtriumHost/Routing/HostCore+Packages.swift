@@ -28,6 +28,9 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
     public var added: [String] = []
     public var removed: [String] = []
     public var changed: [String] = []
+    /// Packages whose manifest did not change but which had failed (their library did not
+    /// load, or their worker was given up): started anew.
+    public var retried: [String] = []
     public var unchanged = 0
     /// Packages whose new manifest or library was refused: the running version stays, and why.
     public var keptRunning: [(package: String, reason: String)] = []
@@ -37,6 +40,7 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
         if !added.isEmpty { parts.append("added \(added.joined(separator: ", "))") }
         if !removed.isEmpty { parts.append("removed \(removed.joined(separator: ", "))") }
         if !changed.isEmpty { parts.append("restarted \(changed.joined(separator: ", ")) (changed)") }
+        if !retried.isEmpty { parts.append("retried \(retried.joined(separator: ", ")) (had failed)") }
         parts.append("\(unchanged) unchanged")
         for kept in keptRunning { parts.append("kept \(kept.package) as it was: \(kept.reason)") }
         return parts.joined(separator: "; ")
@@ -55,8 +59,10 @@ extension HostCore {
     /// become available, removed ones close their channels (status Canceled) and stop,
     /// changed ones (any field of the manifest) start anew and then replace the old, whose
     /// channels close. A package whose new manifest is refused, or whose new version does
-    /// not load, keeps running as it was. Connections are never dropped. Blocks while
-    /// plugins load: call it off the event loops.
+    /// not load, keeps running as it was. A package that had failed (its library did not
+    /// load, or its worker crashed until it was given up) is tried again, changed or not: it
+    /// has no channel to lose. Connections are never dropped. Blocks while plugins load: call
+    /// it off the event loops.
     @discardableResult
     public func reload(_ directory: ManifestDirectory) -> ReloadReport? {
         reloading.withLock { queues -> ReloadReport? in
@@ -69,9 +75,9 @@ extension HostCore {
             // A new version that did not load is let go too.
             var discarded = false
             var seen: Set<String> = []
-            // The new and changed packages start together.
+            // The new, changed and failed packages start together.
             let starting = directory.manifests.filter { manifest in
-                old.package(manifest.package).map { $0.manifest != manifest } ?? true
+                old.package(manifest.package).map { $0.manifest != manifest || $0.hasFailed } ?? true
             }
             let started = Dictionary(
                 zip(starting.map(\.package), makePackages(starting, libraryQueues: &queues))
@@ -83,21 +89,27 @@ extension HostCore {
                     report.added.append(manifest.package)
                     continue
                 }
-                if current.manifest == manifest {
+                let retrying = current.hasFailed
+                if current.manifest == manifest, !retrying {
                     next.append(current)
                     report.unchanged += 1
                     continue
                 }
                 let replacement = started[manifest.package] ?? makePackage(manifest, libraryQueues: &queues)
-                if let error = replacement.loadError, current.loadError == nil {
+                if let error = replacement.loadError, !retrying {
                     next.append(current)
                     report.keptRunning.append((manifest.package, "its new version does not load: \(error)"))
                     discarded = true
                     continue
                 }
                 next.append(replacement)
-                retired.append((current, "package \(manifest.package) changed and was restarted"))
-                report.changed.append(manifest.package)
+                if current.manifest == manifest {
+                    retired.append((current, "package \(manifest.package) was tried again"))
+                    report.retried.append(manifest.package)
+                } else {
+                    retired.append((current, "package \(manifest.package) changed and was restarted"))
+                    report.changed.append(manifest.package)
+                }
             }
             // A manifest that no longer passes leaves the package that came from that file as
             // it was.
