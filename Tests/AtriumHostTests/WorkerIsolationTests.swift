@@ -480,18 +480,68 @@ import Testing
         #expect(try await client.open(channel: channel, service: "c", package: Self.package) == .appUnavailable)
         #expect(host.logged("crashed 5 times within 60 seconds"))
         // Until a reload: its manifest has not changed, but it is tried again, and serves.
+        // (The reload waits for the new worker to load its plugin: slow beside the rest of the
+        // suite under AddressSanitizer.)
         kill(host.process.processIdentifier, SIGHUP)
-        #expect(await host.waitForLog("manifests reloaded (SIGHUP): retried \(Self.package) (had failed)"))
+        #expect(
+            await host.waitForLog(
+                "manifests reloaded (SIGHUP): retried \(Self.package) (had failed)", timeout: .seconds(10)))
         #expect(try await Self.openWhenBack(client, channel: channel + 1))
         let answer = try await client.request(channel: channel + 1, id: 100, ["Int": 1])
         #expect(answer.status == .success)
         #expect(try answer.decoded["IntPlusOne"] == .int(2))
         // A package that serves is not touched by the next reload.
         kill(host.process.processIdentifier, SIGHUP)
-        #expect(await host.waitForLog("manifests reloaded (SIGHUP): 4 unchanged"))
+        #expect(
+            await host.waitForLog(
+                "manifests reloaded (SIGHUP): \(Fixtures.referenceManifests.count + 1) unchanged",
+                timeout: .seconds(10)))
         #expect(try await client.request(channel: channel + 1, id: 101, ["Int": 2]).decoded["IntPlusOne"] == .int(3))
         await client.close()
         #expect(await host.stop() == 0)
+    }
+
+    @Test func workersStuckWhileLoadingFailTogetherAtTheStartTimeout() async throws {
+        // Three plugins that never return from create: each package fails when the start
+        // timeout (10 s) has passed since its worker began, all at once, not one timeout after
+        // another (which would be 30 s, past TestHost's 20 s wait for the host to be ready).
+        var manifests = Fixtures.referenceManifests
+        for n in 1...3 {
+            manifests["hang\(n).json"] = """
+                { "manifestVersion": 1, "package": "atrium.tests.hang\(n)", "library": "libAtriumTestCService.so",
+                  "isolation": "process", "config": { "hangInCreate": true },
+                  "services": [{ "name": "c", "supportsRemoteSystems": true }] }
+                """
+        }
+        let host = try await startHost(manifests: manifests)
+        #expect(host.count("package not available: the worker process did not load the plugin within 10 seconds") == 3)
+        let client = try await connectedClient(host)
+        for n in 1...3 {
+            #expect(
+                try await client.open(channel: UInt64(n), service: "c", package: "atrium.tests.hang\(n)")
+                    == .appUnavailable)
+        }
+        #expect(
+            try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        // The stuck workers were killed: none is left behind.
+        let pids = host.log.components(separatedBy: "worker process started (pid ").dropFirst()
+            .compactMap { pid_t($0.prefix { $0.isNumber }) }
+        #expect(pids.count == 3)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while ContinuousClock.now < deadline, pids.contains(where: { Self.isRunning($0) }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(!pids.contains(where: { Self.isRunning($0) }))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// Whether `pid` is a process that has not ended (a zombie has ended).
+    static func isRunning(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        return stat[close...].dropFirst().first { $0 != " " } != "Z"
     }
 
     @Test func aWorkerRunsAsTheManifestsUser() async throws {

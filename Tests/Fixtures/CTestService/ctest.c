@@ -23,6 +23,8 @@
  *   - a launch of "atrium-ctest:status/<n>" answers n, negative ones included;
  *   - a launch of "<scheme>:relay/<uri>" launches <uri> from inside the launch callback and
  *     answers what that launch answered;
+ *   - created with a config that holds "hangInCreate", it never returns from create (a
+ *     plugin stuck while loading);
  *   - a request {"SleepMs": n} blocks its (only) thread for n milliseconds, then answers;
  *   - a request {"Crash": how} never answers: "segv" dereferences NULL, "abort" aborts,
  *     "exit" exits with status 3, "spin" loops for ever, "leak" allocates and touches memory
@@ -115,7 +117,9 @@ static int was_closed(uint64_t channel) {
 }
 
 static int32_t ctest_create(const atrium_host_api *host, const char *config_json, void **instance) {
-    (void)config_json;
+    if (config_json && strstr(config_json, "hangInCreate")) {
+        for (;;) pause();
+    }
     host_api = host;
     *instance = (void *)host;
     return ATRIUM_OK;

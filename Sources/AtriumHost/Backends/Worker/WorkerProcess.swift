@@ -156,26 +156,30 @@ final class WorkerProcess: ServiceBackend, Sendable {
     struct PendingStart {
         let worker: WorkerProcess
         let ready: DispatchSemaphore
+        /// ``startTimeout`` after the worker began: workers begun together are waited for
+        /// together, not one timeout after another.
+        let deadline: DispatchTime
 
-        /// Waits for the worker to load its plugin (at most ``startTimeout`` from now).
+        /// Waits for the worker to load its plugin (until ``deadline``).
         func finish() throws(PluginLoadError) {
-            try worker.awaitReady(ready)
+            try worker.awaitReady(ready, until: deadline)
         }
     }
 
     /// Starts the worker without waiting for it.
     func begin() throws(PluginLoadError) -> PendingStart {
+        let deadline = DispatchTime.now() + Self.startTimeout.seconds
         let ready = DispatchSemaphore(value: 0)
         state.withLock { $0.ready = ready }
         if let error = launchWorker() {
             giveUp(error)
             throw PluginLoadError(reason: error)
         }
-        return PendingStart(worker: self, ready: ready)
+        return PendingStart(worker: self, ready: ready, deadline: deadline)
     }
 
-    private func awaitReady(_ ready: DispatchSemaphore) throws(PluginLoadError) {
-        let loaded = ready.wait(timeout: .now() + Self.startTimeout.seconds) == .success
+    private func awaitReady(_ ready: DispatchSemaphore, until deadline: DispatchTime) throws(PluginLoadError) {
+        let loaded = ready.wait(timeout: deadline) == .success
         let error = state.withLock { state -> String? in
             if !loaded { return "the worker process did not load the plugin within \(describe(Self.startTimeout))" }
             return state.startError
