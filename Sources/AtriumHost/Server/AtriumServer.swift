@@ -276,25 +276,26 @@ public final class AtriumServer: Service, Sendable {
         }
 
         // SIGHUP reloads the manifests, as does any change in their folder (unless watching
-        // is off). Reloads run one at a time, off the event loops.
-        let reloads = DispatchQueue(label: "atrium.manifests.reload")
-        signal(SIGHUP, SIG_IGN)
-        let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: reloads)
-        hangUps.setEventHandler { [self] in
-            reload(reason: "SIGHUP")
+        // is off). Reloads run one at a time, off the event loops; those asked for while one
+        // waits to start join it.
+        let reloads = ReloadQueue { [self, addresses] reasons in
+            reload(reason: reasons.joined(separator: " and "))
             // The machine's pretty hostname may have changed (hostnamectl set-hostname --pretty).
-            if let advertiser, let port = addresses.tcp?.port, let advertisedScope {
+            if reasons.contains("SIGHUP"), let advertiser, let port = addresses.tcp?.port, let advertisedScope {
                 advertiser.update(
                     advertisedService(port: port, interface: advertisedScope.interface, ipv6: advertisedScope.ipv6))
             }
         }
+        signal(SIGHUP, SIG_IGN)
+        let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        hangUps.setEventHandler { reloads.request("SIGHUP") }
         hangUps.resume()
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
             switch ManifestWatcher.start(
                 folders: manifests.folders,
-                changed: { [self] in
-                    reloads.async { self.reload(reason: "the manifests folder changed") }
+                changed: {
+                    reloads.request("the manifests folder changed")
                 })
             {
             case .success(let started): watcher = started
@@ -313,8 +314,9 @@ public final class AtriumServer: Service, Sendable {
         tokenChecks.cancel()
         hangUps.cancel()
         watcher?.stop()
-        // A reload under way finishes before the shutdown takes the packages down.
-        reloads.sync {}
+        // A reload under way finishes before the shutdown takes the packages down; one
+        // waiting to start does not start.
+        reloads.stop()
 
         for listener in listeners { try? await listener.close() }
         await core.shutDown()
