@@ -70,7 +70,7 @@ public struct ManifestCheck: Sendable {
                 }
             } else if let library = manifest.library, !manifest.functions.isEmpty {
                 do {
-                    let (path, handle) = try PluginLibrary.openHandle(
+                    let (path, handle, _) = try PluginLibrary.openHandle(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(),
                         searchPath: pluginSearchPath,
                         loaderSearch: true, strictModes: strictModes
@@ -83,7 +83,7 @@ public struct ManifestCheck: Sendable {
                 }
             } else if let library = manifest.library {
                 do {
-                    let (path, descriptor) = try PluginLibrary.open(
+                    let (path, descriptor, _) = try PluginLibrary.open(
                         library, manifestFolder: manifest.file.deletingLastPathComponent(),
                         searchPath: pluginSearchPath,
                         strictModes: strictModes

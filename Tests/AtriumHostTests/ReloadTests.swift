@@ -131,22 +131,65 @@ import Testing
         #expect(
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         #expect(try await apps(client, id: 1)["atrium.tests.late"]?.state == "failed")
-        #expect(try await client.open(channel: 2, service: "atrium.echo", package: "atrium.tests.late") == .appUnavailable)
+        #expect(
+            try await client.open(channel: 2, service: "atrium.echo", package: "atrium.tests.late") == .appUnavailable)
         // A reload with the library still missing leaves it failed, and says so again.
         kill(host.process.processIdentifier, SIGHUP)
         #expect(await reloaded(host, count: 1))
-        #expect(host.logged("retried atrium.tests.late (had failed)"))
+        #expect(host.logged("manifests reloaded (SIGHUP): tried atrium.tests.late again: still not available"))
+        #expect(!host.logged("retried"))
+        #expect(host.count("package not available: library \(library.path) not found") == 2)
         #expect(try await apps(client, id: 2)["atrium.tests.late"]?.state == "failed")
 
         try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libEcho.so"), to: library)
         kill(host.process.processIdentifier, SIGHUP)
         #expect(await reloaded(host, count: 2))
+        #expect(host.logged("manifests reloaded (SIGHUP): retried atrium.tests.late (had failed)"))
         #expect(try await apps(client, id: 3)["atrium.tests.late"]?.state == "ready")
         #expect(try await client.open(channel: 3, service: "atrium.echo", package: "atrium.tests.late") == .success)
         let answer = try await client.request(channel: 3, id: 1, ["late": true])
         #expect(answer.status == .success)
         #expect(try answer.decoded == ["late": true])
         // The packages that served all along were not restarted: the first channel still answers.
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aReplacedLibraryLoadedIntoTheHostBeforeIsNamedAsTheCause() async throws {
+        // An in-process library that loaded but is no Atrium plugin (no entry symbol) stays in
+        // the host's process. The right library installed over it at the same path cannot
+        // take its place: the retry says so, and what to do, instead of repeating the old
+        // reason as if nothing had been installed.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-stale-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let library = folder.appendingPathComponent("libStale.so")
+        try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libmathdemo.so"), to: library)
+        let manifest = """
+            { "manifestVersion": 1, "package": "atrium.tests.stale", "library": "\(library.path)",
+              "services": [{ "name": "atrium.echo", "supportsRemoteSystems": true }] }
+            """
+        let host = try await TestHost.start(
+            manifests: Fixtures.referenceManifests.merging(["stale.json": manifest]) { $1 }, arguments: ["--no-watch"])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(host.logged("libStale.so does not export atrium_plugin_entry_v1"))
+        #expect(!host.logged("was replaced after this host first loaded it"))
+
+        // Installed as package managers do: a new file renamed over the old one.
+        let fresh = folder.appendingPathComponent("libStale.so.new")
+        try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libEcho.so"), to: fresh)
+        #expect(rename(fresh.path, library.path) == 0)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.logged("tried atrium.tests.stale again: still not available"))
+        #expect(host.logged("\(library.path) was replaced after this host first loaded it"))
+        #expect(host.logged("restart atriumd to load the new one"))
+        #expect(try await apps(client, id: 1)["atrium.tests.stale"]?.state == "failed")
+        #expect(
+            try await client.open(channel: 2, service: "atrium.echo", package: "atrium.tests.stale") == .appUnavailable)
         #expect(try await echoes(client, 1))
         await client.close()
         #expect(await host.stop() == 0)

@@ -1,5 +1,6 @@
 import CAtriumPlugin
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -31,7 +32,7 @@ enum PluginLibrary {
         _ library: String, manifestFolder: URL, searchPath: [URL], loaderSearch: Bool = false,
         strictModes: Bool = true
     )
-        throws(PluginLoadError) -> (path: URL, handle: UnsafeMutableRawPointer)
+        throws(PluginLoadError) -> (path: URL, handle: UnsafeMutableRawPointer, replaced: Bool)
     {
         let (path, byLoader) = try find(
             library, manifestFolder: manifestFolder, searchPath: searchPath, loaderSearch: loaderSearch)
@@ -41,11 +42,48 @@ enum PluginLibrary {
         // RTLD_LOCAL keeps each plugin's symbols (each Swift plugin carries its own copy of
         // the SDK) to itself. The library is never closed: unloading Swift code is unsafe.
         let name = byLoader ? library : path.path
+        let file = byLoader ? nil : FileIdentity(path.path)
         guard let handle = dlopen(name, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
             throw PluginLoadError(reason: "cannot load \(name): \(reason)")
         }
-        return (path, handle)
+        let replaced = opened.withLock { opened -> Bool in
+            guard let file else { return false }
+            guard let first = opened[path.path] else {
+                opened[path.path] = file
+                return false
+            }
+            return first != file
+        }
+        return (path, handle, replaced)
+    }
+
+    /// The file at each path when this process first loaded it. `dlopen` of a path it has
+    /// loaded before hands back the copy loaded then, whatever is at that path now.
+    private static let opened = Mutex<[String: FileIdentity]>([:])
+
+    /// What tells one file from its replacement at the same path.
+    struct FileIdentity: Equatable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var modified: Int
+        var modifiedNanoseconds: Int
+
+        init?(_ path: String) {
+            var status = stat()
+            guard stat(path, &status) == 0 else { return nil }
+            device = UInt64(status.st_dev)
+            inode = UInt64(status.st_ino)
+            size = Int64(status.st_size)
+            modified = Int(status.st_mtim.tv_sec)
+            modifiedNanoseconds = Int(status.st_mtim.tv_nsec)
+        }
+    }
+
+    /// Why a library that was replaced after the host loaded it still runs its old code.
+    static func replacedNote(_ path: URL) -> String {
+        "\(path.path) was replaced after this host first loaded it, and a library cannot be loaded into a process twice, so this is still the copy loaded then: restart atriumd to load the new one (a package with \"isolation\": \"process\" loads its library afresh in each new worker)"
     }
 
     /// Where `library` is: the first existing candidate, or, when `loaderSearch` is set and
@@ -66,10 +104,22 @@ enum PluginLibrary {
 
     /// Opens the first existing candidate and returns its checked descriptor.
     static func open(_ library: String, manifestFolder: URL, searchPath: [URL], strictModes: Bool = true)
-        throws(PluginLoadError) -> (path: URL, descriptor: UnsafePointer<atrium_plugin>)
+        throws(PluginLoadError) -> (path: URL, descriptor: UnsafePointer<atrium_plugin>, replaced: Bool)
     {
-        let (path, handle) = try openHandle(
+        let (path, handle, replaced) = try openHandle(
             library, manifestFolder: manifestFolder, searchPath: searchPath, strictModes: strictModes)
+        do {
+            return (path, try descriptor(handle, path: path), replaced)
+        } catch {
+            guard replaced else { throw error }
+            throw PluginLoadError(reason: "\(error.reason); \(replacedNote(path))")
+        }
+    }
+
+    /// The checked descriptor of a loaded library.
+    private static func descriptor(_ handle: UnsafeMutableRawPointer, path: URL) throws(PluginLoadError)
+        -> UnsafePointer<atrium_plugin>
+    {
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
             // Its symbol tables may say why: a C++ or Swift name, hidden, another ABI's.
             if let found = EntrySymbol.diagnose(library: path.path) {
@@ -91,7 +141,7 @@ enum PluginLibrary {
             descriptor.deallocate()
             throw error
         }
-        return (path, UnsafePointer(descriptor))
+        return UnsafePointer(descriptor)
     }
 
     /// The host's own copy of a plugin's descriptor: the bytes the plugin says it has

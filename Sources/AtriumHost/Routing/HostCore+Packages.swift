@@ -28,9 +28,12 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
     public var added: [String] = []
     public var removed: [String] = []
     public var changed: [String] = []
-    /// Packages whose manifest did not change but which had failed (their library did not
-    /// load, or their worker was given up): started anew.
+    /// Packages that had failed (their library did not load, or their worker was given up),
+    /// their manifest unchanged: started anew, and now serving.
     public var retried: [String] = []
+    /// Packages that had failed, were tried again, changed or not, and failed again (the log
+    /// says why, in a line of its own).
+    public var stillFailed: [String] = []
     public var unchanged = 0
     /// Packages whose new manifest or library was refused: the running version stays, and why.
     public var keptRunning: [(package: String, reason: String)] = []
@@ -41,6 +44,9 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
         if !removed.isEmpty { parts.append("removed \(removed.joined(separator: ", "))") }
         if !changed.isEmpty { parts.append("restarted \(changed.joined(separator: ", ")) (changed)") }
         if !retried.isEmpty { parts.append("retried \(retried.joined(separator: ", ")) (had failed)") }
+        if !stillFailed.isEmpty {
+            parts.append("tried \(stillFailed.joined(separator: ", ")) again: still not available")
+        }
         parts.append("\(unchanged) unchanged")
         for kept in keptRunning { parts.append("kept \(kept.package) as it was: \(kept.reason)") }
         return parts.joined(separator: "; ")
@@ -103,7 +109,10 @@ extension HostCore {
                     continue
                 }
                 next.append(replacement)
-                if current.manifest == manifest {
+                if retrying, replacement.hasFailed {
+                    retired.append((current, "package \(manifest.package) was tried again"))
+                    report.stillFailed.append(manifest.package)
+                } else if current.manifest == manifest {
                     retired.append((current, "package \(manifest.package) was tried again"))
                     report.retried.append(manifest.package)
                 } else {
@@ -186,13 +195,17 @@ extension HostCore {
         guard let library = manifest.library else {
             return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: nil, backend: nil)
         }
+        // A library loaded into the host before and replaced since runs its old code: said
+        // with the package's failure, or as a warning when it loads.
+        var replaced: URL?
         do {
             let folder = manifest.file.deletingLastPathComponent()
             if !manifest.functions.isEmpty {
-                let (path, handle) = try PluginLibrary.openHandle(
+                let (path, handle, wasReplaced) = try PluginLibrary.openHandle(
                     library, manifestFolder: folder, searchPath: configuration.pluginSearchPath, loaderSearch: true,
                     strictModes: configuration.strictModes
                 )
+                if wasReplaced { replaced = path }
                 let functions = try DeclaredFunctions(manifest.functions, handle: handle)
                 var shared: DispatchQueue? = nil
                 if !manifest.concurrent {
@@ -203,6 +216,7 @@ extension HostCore {
                 let queues = BackendQueues(package: manifest.package, concurrent: manifest.concurrent, sharing: shared)
                 let backend = FunctionBackend(
                     package: manifest.package, functions: functions, queues: queues, host: self)
+                warnIfReplaced(replaced, manifest)
                 return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend)
             }
             if manifest.isolation == .process {
@@ -210,18 +224,29 @@ extension HostCore {
                 try worker.start()
                 return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: worker.library, backend: worker)
             }
-            let (path, descriptor) = try PluginLibrary.open(
+            // A failure inside `open` says itself that the library was replaced.
+            let (path, descriptor, wasReplaced) = try PluginLibrary.open(
                 library, manifestFolder: folder, searchPath: configuration.pluginSearchPath,
                 strictModes: configuration.strictModes
             )
+            if wasReplaced { replaced = path }
             let plugin = InProcessPlugin(
                 package: manifest.package, config: manifest.configJSON, concurrent: manifest.concurrent,
                 descriptor: descriptor, host: self, logger: logger)
             try plugin.create()
+            warnIfReplaced(replaced, manifest)
             return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin)
         } catch {
-            return notAvailable(manifest, error)
+            guard let replaced else { return notAvailable(manifest, error) }
+            return notAvailable(
+                manifest, PluginLoadError(reason: "\(error.reason); \(PluginLibrary.replacedNote(replaced))"))
         }
+    }
+
+    private func warnIfReplaced(_ library: URL?, _ manifest: Manifest) {
+        guard let library else { return }
+        logger.warning(
+            "\(PluginLibrary.replacedNote(library))", metadata: ["package": "\(manifest.package)"])
     }
 
     /// Finds and checks a package's library (without loading it into the host), for the

@@ -187,7 +187,7 @@ final class WorkerDispatcher: @unchecked Sendable {
             if let user { try become(user) }
             // The host found and checked the library; here it is only opened.
             let folder = URL(fileURLWithPath: library).deletingLastPathComponent()
-            let (_, descriptor) = try PluginLibrary.open(
+            let (_, descriptor, _) = try PluginLibrary.open(
                 library, manifestFolder: folder, searchPath: [], strictModes: false)
             let plugin = InProcessPlugin(
                 package: package, config: config, concurrent: concurrent, descriptor: descriptor, host: host,
