@@ -39,13 +39,14 @@ public final class TestHost: @unchecked Sendable {
         arguments: [String] = [],
         environment: [String: String] = [:],
         descriptorLimit: Int? = nil,
-        executable: URL? = nil
+        executable: URL? = nil,
+        readyWithin seconds: Double = 20
     ) async throws -> TestHost {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-test-\(UUID().uuidString)")
         try writeManifests(manifests, to: folder)
         return try await start(
             manifestsFolder: folder, arguments: arguments, environment: environment, descriptorLimit: descriptorLimit,
-            executable: executable)
+            executable: executable, readyWithin: seconds)
     }
 
     /// Writes `manifests` (file name → JSON text) into `folder`, made if missing.
@@ -59,13 +60,15 @@ public final class TestHost: @unchecked Sendable {
     /// Starts `atriumd --manifests FOLDER --listen 127.0.0.1:0 --socket <temp>` and waits
     /// until it says it is ready. With `descriptorLimit`, the host runs under that
     /// RLIMIT_NOFILE, soft and hard (set by `sh -c 'ulimit -n N'` before it starts); with
-    /// `executable`, that program runs instead of the build's `atriumd`.
+    /// `executable`, that program runs instead of the build's `atriumd`; `readyWithin`: how long
+    /// it may take.
     public static func start(
         manifestsFolder: URL,
         arguments: [String] = [],
         environment: [String: String] = [:],
         descriptorLimit: Int? = nil,
-        executable: URL? = nil
+        executable: URL? = nil,
+        readyWithin seconds: Double = 20
     ) async throws -> TestHost {
         let executable = executable ?? buildFolder.appendingPathComponent("atriumd")
         guard FileManager.default.isExecutableFile(atPath: executable.path) else {
@@ -114,7 +117,7 @@ public final class TestHost: @unchecked Sendable {
             collector.append(data)
         }
         try process.run()
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             let text = collector.text
             if text.contains("atriumd: ready"), let port = Self.port(in: text) {
@@ -129,7 +132,7 @@ public final class TestHost: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(20))
         }
         process.terminate()
-        throw StartError(description: "atriumd was not ready within 20 s:\n\(collector.text)")
+        throw StartError(description: "atriumd was not ready within \(seconds) s:\n\(collector.text)")
     }
 
     private init(

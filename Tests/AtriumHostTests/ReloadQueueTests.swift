@@ -9,6 +9,8 @@ import Testing
 struct ReloadQueueTests {
     final class Runs: Sendable {
         let reasons = Mutex<[[String]]>([])
+        /// How many reloads returned.
+        let finished = Atomic<Int>(0)
         let started = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
 
@@ -19,9 +21,11 @@ struct ReloadQueueTests {
                     runs.append(reasons)
                     return runs.count == 1
                 }
-                guard first else { return }
-                started.signal()
-                _ = release.wait(timeout: .now() + 10)
+                if first {
+                    started.signal()
+                    _ = release.wait(timeout: .now() + 10)
+                }
+                finished.add(1, ordering: .sequentiallyConsistent)
             }
         }
     }
@@ -49,6 +53,7 @@ struct ReloadQueueTests {
         queue.request("the manifests folder changed")
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { runs.release.signal() }
         queue.stop()
+        #expect(runs.finished.load(ordering: .sequentiallyConsistent) == 1)
         #expect(runs.reasons.withLock { $0 } == [["SIGHUP"]])
         queue.request("SIGHUP")
         queue.waitForQueued()

@@ -504,7 +504,7 @@ import Testing
     @Test func workersStuckWhileLoadingFailTogetherAtTheStartTimeout() async throws {
         // Three plugins that never return from create: each package fails when the start
         // timeout (10 s) has passed since its worker began, all at once, not one timeout after
-        // another (which would be 30 s, past TestHost's 20 s wait for the host to be ready).
+        // another (which would be 30 s, past the 25 s this test waits for the host to be ready).
         var manifests = Fixtures.referenceManifests
         for n in 1...3 {
             manifests["hang\(n).json"] = """
@@ -513,7 +513,7 @@ import Testing
                   "services": [{ "name": "c", "supportsRemoteSystems": true }] }
                 """
         }
-        let host = try await startHost(manifests: manifests)
+        let host = try await TestHost.start(manifests: manifests, readyWithin: 25)
         #expect(host.count("package not available: the worker process did not load the plugin within 10 seconds") == 3)
         let client = try await connectedClient(host)
         for n in 1...3 {

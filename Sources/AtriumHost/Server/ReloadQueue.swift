@@ -24,23 +24,23 @@ final class ReloadQueue: Sendable {
 
     /// Asks for a reload, for `reason`.
     func request(_ reason: String) {
-        let first = state.withLock { state -> Bool in
-            guard !state.stopped else { return false }
-            defer { if !state.waiting.contains(reason) { state.waiting.append(reason) } }
-            return state.waiting.isEmpty
-        }
-        guard first else { return }
-        queue.async { [self] in
-            let reasons = state.withLock { state -> [String] in
-                defer { state.waiting = [] }
-                return state.stopped ? [] : state.waiting
+        state.withLock { state in
+            guard !state.stopped, !state.waiting.contains(reason) else { return }
+            state.waiting.append(reason)
+            guard state.waiting.count == 1 else { return }
+            // Queued under the lock: a request that joins this one returns after it is queued.
+            queue.async { [self] in
+                let reasons = self.state.withLock { state -> [String] in
+                    defer { state.waiting = [] }
+                    return state.stopped ? [] : state.waiting
+                }
+                guard !reasons.isEmpty else { return }
+                run(reasons)
             }
-            guard !reasons.isEmpty else { return }
-            run(reasons)
         }
     }
 
-    /// Returns once every reload asked for so far has run.
+    /// Returns once every reload asked for before this call has run.
     func waitForQueued() {
         queue.sync {}
     }
