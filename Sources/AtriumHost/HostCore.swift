@@ -17,6 +17,9 @@ public struct LoadedPackage: Sendable {
     /// Where the library was found.
     public var libraryPath: URL?
     let backend: (any ServiceBackend)?
+    /// The library file an in-process backend runs, when that is known (a worker knows its
+    /// own: the file at the library's path when its latest process began).
+    var libraryFile: PluginLibrary.FileIdentity? = nil
 
     /// Whether the package cannot serve until it is loaded again: its library did not load,
     /// or its worker process crashed until it was given up. (A package of launches only has
@@ -24,6 +27,16 @@ public struct LoadedPackage: Sendable {
     var hasFailed: Bool {
         loadError != nil || backend?.health.state == .failed
     }
+
+    /// Whether the file at the library's path is no longer the one the backend runs
+    /// (installed anew, or removed).
+    var libraryReplaced: Bool {
+        guard let file = (backend as? WorkerProcess)?.libraryFile ?? libraryFile, let libraryPath else { return false }
+        return PluginLibrary.FileIdentity(libraryPath.path) != file
+    }
+
+    /// Whether the backend is a worker process, which a restart loads the library into anew.
+    var isWorker: Bool { backend is WorkerProcess }
 }
 
 /// The heart of the host: the packages and their backends, the connections, and the

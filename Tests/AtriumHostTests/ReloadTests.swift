@@ -195,6 +195,75 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func aLibraryInstalledAnewRestartsItsWorkerAndIsNamedForAnInProcessPackage() async throws {
+        // Both packages' manifests stay as they are; their libraries are installed anew (a new
+        // file renamed over the old, as package managers do). A reload restarts the worker
+        // package, whose new worker loads the new file; the in-process package cannot load it
+        // again, keeps serving, and the log says why its code did not change.
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-new-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let inProcess = folder.appendingPathComponent("libServe.so")
+        let isolated = folder.appendingPathComponent("libWorker.so")
+        func install(_ built: String, as library: URL) throws {
+            let fresh = library.appendingPathExtension("new")
+            try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent(built), to: fresh)
+            #expect(rename(fresh.path, library.path) == 0)
+        }
+        try install("libEcho.so", as: inProcess)
+        try install("libAtriumTestCService.so", as: isolated)
+        var manifests = Fixtures.referenceManifests
+        manifests["serve.json"] = """
+            { "manifestVersion": 1, "package": "atrium.tests.serve", "library": "\(inProcess.path)",
+              "services": [{ "name": "atrium.echo", "supportsRemoteSystems": true }] }
+            """
+        manifests["wlib.json"] = """
+            { "manifestVersion": 1, "package": "atrium.tests.wlib", "library": "\(isolated.path)",
+              "isolation": "process", "services": [{ "name": "c", "supportsRemoteSystems": true }] }
+            """
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--no-watch"])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await client.open(channel: 2, service: "atrium.echo", package: "atrium.tests.serve") == .success)
+        #expect(try await client.open(channel: 3, service: "c", package: "atrium.tests.wlib") == .success)
+        #expect(try await client.request(channel: 3, id: 1, ["Int": 1]).decoded["IntPlusOne"] == .int(2))
+
+        // A reload with nothing installed touches neither.
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 1))
+        #expect(host.logged("manifests reloaded (SIGHUP): \(manifests.count) unchanged"))
+
+        try install("libEcho.so", as: inProcess)
+        try install("libAtriumTestCService.so", as: isolated)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 2))
+        #expect(
+            host.logged(
+                "manifests reloaded (SIGHUP): restarted atrium.tests.wlib (its library was replaced); \(manifests.count - 1) unchanged"
+            ))
+        #expect(host.logged("\(inProcess.path) was replaced after this host first loaded it"))
+        #expect(!host.logged("\(isolated.path) was replaced"))
+        #expect(host.count("worker process started") == 2)
+        // The worker package's channel closed as a changed package's does; it opens again.
+        #expect(try await client.next() == .closed(ClosedFrame(channel: 3, status: .canceled)))
+        #expect(try await client.open(channel: 4, service: "c", package: "atrium.tests.wlib") == .success)
+        #expect(try await client.request(channel: 4, id: 2, ["Int": 2]).decoded["IntPlusOne"] == .int(3))
+        // The in-process package and every other connection kept serving.
+        let answer = try await client.request(channel: 2, id: 3, ["still": true])
+        #expect(answer.status == .success)
+        #expect(try answer.decoded == ["still": true])
+        #expect(try await echoes(client, 1))
+
+        // The new worker runs the file now installed: the next reload restarts nothing.
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 3))
+        #expect(host.count("manifests reloaded (SIGHUP): \(manifests.count) unchanged") == 2)
+        #expect(host.count("worker process started") == 2)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aChangedWorkerPackageGetsANewWorker() async throws {
         let manifest = WorkerIsolationTests.manifest()
         let host = try await startHost(

@@ -42,18 +42,19 @@ enum PluginLibrary {
         // RTLD_LOCAL keeps each plugin's symbols (each Swift plugin carries its own copy of
         // the SDK) to itself. The library is never closed: unloading Swift code is unsafe.
         let name = byLoader ? library : path.path
-        let file = byLoader ? nil : FileIdentity(path.path)
+        let before = byLoader ? nil : FileIdentity(path.path)
         guard let handle = dlopen(name, RTLD_NOW | RTLD_LOCAL) else {
             let reason = dlerror().map { String(cString: $0) } ?? "unknown error"
             throw PluginLoadError(reason: "cannot load \(name): \(reason)")
         }
+        let after = byLoader ? nil : FileIdentity(path.path)
         let replaced = opened.withLock { opened -> Bool in
-            guard let file else { return false }
-            guard let first = opened[path.path] else {
-                opened[path.path] = file
-                return false
-            }
-            return first != file
+            guard let after else { return false }
+            if let first = opened[path.path] { return first != after }
+            // A file renamed over this one while it loaded leaves it unknown which was loaded:
+            // then nothing is recorded, and nothing is claimed later.
+            if before == after { opened[path.path] = after }
+            return false
         }
         return (path, handle, replaced)
     }
@@ -62,28 +63,30 @@ enum PluginLibrary {
     /// loaded before hands back the copy loaded then, whatever is at that path now.
     private static let opened = Mutex<[String: FileIdentity]>([:])
 
-    /// What tells one file from its replacement at the same path.
-    struct FileIdentity: Equatable {
+    /// The file this process loaded from `path`, if it loaded one and knows which.
+    static func loadedFile(_ path: URL) -> FileIdentity? {
+        opened.withLock { $0[path.path] }
+    }
+
+    /// Which file a path names: its device and inode. A library installed as package
+    /// managers and `install` do (a new file renamed over the old) is a new file; `touch`
+    /// leaves it the same. (Copying over a loaded library in place, with `cp`, changes the
+    /// code under a process that runs it, which may crash it: never do that.)
+    struct FileIdentity: Equatable, Sendable {
         var device: UInt64
         var inode: UInt64
-        var size: Int64
-        var modified: Int
-        var modifiedNanoseconds: Int
 
         init?(_ path: String) {
             var status = stat()
             guard stat(path, &status) == 0 else { return nil }
             device = UInt64(status.st_dev)
             inode = UInt64(status.st_ino)
-            size = Int64(status.st_size)
-            modified = Int(status.st_mtim.tv_sec)
-            modifiedNanoseconds = Int(status.st_mtim.tv_nsec)
         }
     }
 
     /// Why a library that was replaced after the host loaded it still runs its old code.
     static func replacedNote(_ path: URL) -> String {
-        "\(path.path) was replaced after this host first loaded it, and a library cannot be loaded into a process twice, so this is still the copy loaded then: restart atriumd to load the new one (a package with \"isolation\": \"process\" loads its library afresh in each new worker)"
+        "\(path.path) was replaced after this host first loaded it, but loading a path again gives a process the copy it loaded first: this is still the old code; restart atriumd to load the new one (a package with \"isolation\": \"process\" loads its library afresh in each new worker, and a reload restarts it when its library was replaced)"
     }
 
     /// Where `library` is: the first existing candidate, or, when `loaderSearch` is set and
@@ -109,7 +112,7 @@ enum PluginLibrary {
         let (path, handle, replaced) = try openHandle(
             library, manifestFolder: manifestFolder, searchPath: searchPath, strictModes: strictModes)
         do {
-            return (path, try descriptor(handle, path: path), replaced)
+            return (path, try descriptor(handle, path: path, diagnose: !replaced), replaced)
         } catch {
             guard replaced else { throw error }
             throw PluginLoadError(reason: "\(error.reason); \(replacedNote(path))")
@@ -117,12 +120,14 @@ enum PluginLibrary {
     }
 
     /// The checked descriptor of a loaded library.
-    private static func descriptor(_ handle: UnsafeMutableRawPointer, path: URL) throws(PluginLoadError)
-        -> UnsafePointer<atrium_plugin>
+    /// `diagnose`: read the file's symbol tables for why the entry point is missing (not
+    /// when the file on disk is no longer the one loaded).
+    private static func descriptor(_ handle: UnsafeMutableRawPointer, path: URL, diagnose: Bool)
+        throws(PluginLoadError) -> UnsafePointer<atrium_plugin>
     {
         guard let symbol = dlsym(handle, ATRIUM_PLUGIN_ENTRY_SYMBOL) else {
             // Its symbol tables may say why: a C++ or Swift name, hidden, another ABI's.
-            if let found = EntrySymbol.diagnose(library: path.path) {
+            if diagnose, let found = EntrySymbol.diagnose(library: path.path) {
                 throw PluginLoadError(reason: found.reason(file: path.lastPathComponent))
             }
             throw PluginLoadError(

@@ -28,6 +28,9 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
     public var added: [String] = []
     public var removed: [String] = []
     public var changed: [String] = []
+    /// Packages in worker processes whose manifest did not change but whose library file was
+    /// replaced: restarted, so that the new worker loads it.
+    public var libraryReplaced: [String] = []
     /// Packages that had failed (their library did not load, or their worker was given up),
     /// their manifest unchanged: started anew, and now serving.
     public var retried: [String] = []
@@ -43,6 +46,9 @@ public struct ReloadReport: Sendable, CustomStringConvertible {
         if !added.isEmpty { parts.append("added \(added.joined(separator: ", "))") }
         if !removed.isEmpty { parts.append("removed \(removed.joined(separator: ", "))") }
         if !changed.isEmpty { parts.append("restarted \(changed.joined(separator: ", ")) (changed)") }
+        if !libraryReplaced.isEmpty {
+            parts.append("restarted \(libraryReplaced.joined(separator: ", ")) (its library was replaced)")
+        }
         if !retried.isEmpty { parts.append("retried \(retried.joined(separator: ", ")) (had failed)") }
         if !stillFailed.isEmpty {
             parts.append("tried \(stillFailed.joined(separator: ", ")) again: still not available")
@@ -67,8 +73,9 @@ extension HostCore {
     /// channels close. A package whose new manifest is refused, or whose new version does
     /// not load, keeps running as it was. A package that had failed (its library did not
     /// load, or its worker crashed until it was given up) is tried again, changed or not: it
-    /// has no channel to lose. Connections are never dropped. Blocks while plugins load: call
-    /// it off the event loops.
+    /// has no channel to lose. A package in a worker whose library file was replaced restarts
+    /// as a changed one does; one in process cannot load it again, and the log says so.
+    /// Connections are never dropped. Blocks while plugins load: call it off the event loops.
     @discardableResult
     public func reload(_ directory: ManifestDirectory) -> ReloadReport? {
         reloading.withLock { queues -> ReloadReport? in
@@ -83,7 +90,9 @@ extension HostCore {
             var seen: Set<String> = []
             // The new, changed and failed packages start together.
             let starting = directory.manifests.filter { manifest in
-                old.package(manifest.package).map { $0.manifest != manifest || $0.hasFailed } ?? true
+                old.package(manifest.package).map {
+                    $0.manifest != manifest || $0.hasFailed || ($0.isWorker && $0.libraryReplaced)
+                } ?? true
             }
             let started = Dictionary(
                 zip(starting.map(\.package), makePackages(starting, libraryQueues: &queues))
@@ -96,7 +105,12 @@ extension HostCore {
                     continue
                 }
                 let retrying = current.hasFailed
-                if current.manifest == manifest, !retrying {
+                let replacedLibrary = current.libraryReplaced
+                if current.manifest == manifest, !retrying, !(replacedLibrary && current.isWorker) {
+                    if replacedLibrary, let path = current.libraryPath {
+                        logger.warning(
+                            "\(PluginLibrary.replacedNote(path))", metadata: ["package": "\(manifest.package)"])
+                    }
                     next.append(current)
                     report.unchanged += 1
                     continue
@@ -112,9 +126,12 @@ extension HostCore {
                 if retrying, replacement.hasFailed {
                     retired.append((current, "package \(manifest.package) was tried again"))
                     report.stillFailed.append(manifest.package)
-                } else if current.manifest == manifest {
+                } else if current.manifest == manifest, retrying {
                     retired.append((current, "package \(manifest.package) was tried again"))
                     report.retried.append(manifest.package)
+                } else if current.manifest == manifest {
+                    retired.append((current, "package \(manifest.package)'s library was replaced and it was restarted"))
+                    report.libraryReplaced.append(manifest.package)
                 } else {
                     retired.append((current, "package \(manifest.package) changed and was restarted"))
                     report.changed.append(manifest.package)
@@ -217,7 +234,9 @@ extension HostCore {
                 let backend = FunctionBackend(
                     package: manifest.package, functions: functions, queues: queues, host: self)
                 warnIfReplaced(replaced, manifest)
-                return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: backend)
+                return LoadedPackage(
+                    manifest: manifest, loadError: nil, libraryPath: path, backend: backend,
+                    libraryFile: PluginLibrary.loadedFile(path))
             }
             if manifest.isolation == .process {
                 let worker = try makeWorker(manifest, library: library)
@@ -235,7 +254,9 @@ extension HostCore {
                 descriptor: descriptor, host: self, logger: logger)
             try plugin.create()
             warnIfReplaced(replaced, manifest)
-            return LoadedPackage(manifest: manifest, loadError: nil, libraryPath: path, backend: plugin)
+            return LoadedPackage(
+                manifest: manifest, loadError: nil, libraryPath: path, backend: plugin,
+                libraryFile: PluginLibrary.loadedFile(path))
         } catch {
             guard let replaced else { return notAvailable(manifest, error) }
             return notAvailable(

@@ -95,6 +95,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var startError: String?
         /// The links over their high-water mark.
         var blocked: Set<Int> = []
+        /// The file at the library's path when the latest worker began, which it loads.
+        var libraryFile: PluginLibrary.FileIdentity?
     }
 
     private let state = Mutex(State())
@@ -208,7 +210,12 @@ final class WorkerProcess: ServiceBackend, Sendable {
     }
 
     /// Starts a worker process; returns why it could not.
+    /// The library file the latest worker was started to load.
+    var libraryFile: PluginLibrary.FileIdentity? { state.withLock { $0.libraryFile } }
+
     private func launchWorker() -> String? {
+        let file = PluginLibrary.FileIdentity(library.path)
+        state.withLock { $0.libraryFile = file }
         // A link per event loop of the host, each a pipe toward the worker and one toward the
         // host (a round trip over pipes costs less than over a Unix socket: BENCHMARKS.md). The
         // worker's standard input is one end of a socket pair, which carries the worker's ends
