@@ -28,11 +28,16 @@ public struct LoadedPackage: Sendable {
         loadError != nil || backend?.health.state == .failed
     }
 
-    /// Whether the file at the library's path is no longer the one the backend runs
-    /// (installed anew, or removed).
+    /// Whether a file at the library's path is not the one the backend runs: one installed
+    /// anew since it loaded. (No file there now is no new library to load.)
     var libraryReplaced: Bool {
-        guard let file = (backend as? WorkerProcess)?.libraryFile ?? libraryFile, let libraryPath else { return false }
-        return PluginLibrary.FileIdentity(libraryPath.path) != file
+        guard let libraryPath, let now = PluginLibrary.FileIdentity(libraryPath.path) else { return false }
+        if let worker = backend as? WorkerProcess {
+            // A worker that began while no file was there loaded one that came later, or none.
+            return worker.libraryFile != now
+        }
+        guard let libraryFile else { return false }
+        return libraryFile != now
     }
 
     /// Whether the backend is a worker process, which a restart loads the library into anew.

@@ -14,9 +14,10 @@ import Testing
         try json.write(to: host.manifestsFolder.appendingPathComponent(name), atomically: true, encoding: .utf8)
     }
 
-    /// Waits (at most 5 s) until the host has logged `count` reloads.
+    /// Waits (at most 10 s: a reload may start a worker, and wait for an old one to stop) until
+    /// the host has logged `count` reloads.
     func reloaded(_ host: TestHost, count: Int) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + .seconds(10)
         while ContinuousClock.now < deadline {
             if host.count("manifests reloaded") >= count { return true }
             try? await Task.sleep(for: .milliseconds(20))
@@ -233,6 +234,7 @@ import Testing
         kill(host.process.processIdentifier, SIGHUP)
         #expect(await reloaded(host, count: 1))
         #expect(host.logged("manifests reloaded (SIGHUP): \(manifests.count) unchanged"))
+        #expect(!host.logged("was replaced"))
 
         try install("libEcho.so", as: inProcess)
         try install("libAtriumTestCService.so", as: isolated)
@@ -260,6 +262,18 @@ import Testing
         #expect(await reloaded(host, count: 3))
         #expect(host.count("manifests reloaded (SIGHUP): \(manifests.count) unchanged") == 2)
         #expect(host.count("worker process started") == 2)
+        // The in-process package's old code still runs: each reload says so.
+        #expect(host.count("\(inProcess.path) was replaced after this host first loaded it") == 2)
+
+        // A library removed is no new library to load: nothing restarts, nothing is claimed.
+        try FileManager.default.removeItem(at: inProcess)
+        try FileManager.default.removeItem(at: isolated)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await reloaded(host, count: 4))
+        #expect(host.count("manifests reloaded (SIGHUP): \(manifests.count) unchanged") == 3)
+        #expect(host.count("was replaced after this host first loaded it") == 2)
+        #expect(host.count("worker process started") == 2)
+        #expect(try await client.request(channel: 4, id: 4, ["Int": 4]).decoded["IntPlusOne"] == .int(5))
         await client.close()
         #expect(await host.stop() == 0)
     }

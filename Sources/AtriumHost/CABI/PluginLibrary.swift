@@ -49,23 +49,27 @@ enum PluginLibrary {
         }
         let after = byLoader ? nil : FileIdentity(path.path)
         let replaced = opened.withLock { opened -> Bool in
-            guard let after else { return false }
-            if let first = opened[path.path] { return first != after }
+            guard !byLoader else { return false }
+            if let first = opened[path.path] {
+                guard let first, let after else { return false }
+                return first != after
+            }
             // A file renamed over this one while it loaded leaves it unknown which was loaded:
-            // then nothing is recorded, and nothing is claimed later.
-            if before == after { opened[path.path] = after }
+            // then that is recorded, and nothing is claimed of the path later.
+            opened[path.path] = before == after ? after : .some(nil)
             return false
         }
         return (path, handle, replaced)
     }
 
-    /// The file at each path when this process first loaded it. `dlopen` of a path it has
-    /// loaded before hands back the copy loaded then, whatever is at that path now.
-    private static let opened = Mutex<[String: FileIdentity]>([:])
+    /// The file at each path when this process first loaded it (nil: not known). `dlopen` of
+    /// a path it has loaded before hands back the copy loaded then, whatever is at that path
+    /// now.
+    private static let opened = Mutex<[String: FileIdentity?]>([:])
 
     /// The file this process loaded from `path`, if it loaded one and knows which.
     static func loadedFile(_ path: URL) -> FileIdentity? {
-        opened.withLock { $0[path.path] }
+        opened.withLock { $0[path.path] ?? nil }
     }
 
     /// Which file a path names: its device and inode. A library installed as package
@@ -84,9 +88,13 @@ enum PluginLibrary {
         }
     }
 
-    /// Why a library that was replaced after the host loaded it still runs its old code.
-    static func replacedNote(_ path: URL) -> String {
-        "\(path.path) was replaced after this host first loaded it, but loading a path again gives a process the copy it loaded first: this is still the old code; restart atriumd to load the new one (a package with \"isolation\": \"process\" loads its library afresh in each new worker, and a reload restarts it when its library was replaced)"
+    /// Why a library that was replaced after the host loaded it still runs its old code;
+    /// `plugin`: a plugin's library (which a worker process could run), not declared functions'.
+    static func replacedNote(_ path: URL, plugin: Bool = true) -> String {
+        "\(path.path) was replaced after this host first loaded it, but loading a path again gives a process the copy it loaded first: this is still the old code; restart atriumd to load the new one"
+            + (plugin
+                ? " (a package with \"isolation\": \"process\" loads its library afresh in each new worker, and a reload restarts it when its library was replaced)"
+                : "")
     }
 
     /// Where `library` is: the first existing candidate, or, when `loaderSearch` is set and

@@ -88,34 +88,41 @@ extension HostCore {
             // A new version that did not load is let go too.
             var discarded = false
             var seen: Set<String> = []
-            // The new, changed and failed packages start together.
+            // Worker packages whose library was installed anew restart; decided once, since a
+            // worker that restarts after a crash meanwhile loads the new file itself.
+            let replacedWorkers = Set(
+                old.packages.filter { $0.isWorker && $0.libraryReplaced }.map(\.manifest.package))
+            // The new, changed, failed and replaced packages start together.
             let starting = directory.manifests.filter { manifest in
                 old.package(manifest.package).map {
-                    $0.manifest != manifest || $0.hasFailed || ($0.isWorker && $0.libraryReplaced)
+                    $0.manifest != manifest || $0.hasFailed || replacedWorkers.contains(manifest.package)
                 } ?? true
             }
-            let started = Dictionary(
+            var started = Dictionary(
                 zip(starting.map(\.package), makePackages(starting, libraryQueues: &queues))
             ) { first, _ in first }
             for manifest in directory.manifests {
                 seen.insert(manifest.package)
                 guard let current = old.package(manifest.package) else {
-                    next.append(started[manifest.package] ?? makePackage(manifest, libraryQueues: &queues))
+                    next.append(
+                        started.removeValue(forKey: manifest.package) ?? makePackage(manifest, libraryQueues: &queues))
                     report.added.append(manifest.package)
                     continue
                 }
                 let retrying = current.hasFailed
-                let replacedLibrary = current.libraryReplaced
-                if current.manifest == manifest, !retrying, !(replacedLibrary && current.isWorker) {
-                    if replacedLibrary, let path = current.libraryPath {
+                let replacedLibrary = replacedWorkers.contains(manifest.package)
+                if current.manifest == manifest, !retrying, !replacedLibrary {
+                    if !current.isWorker, current.libraryReplaced, let path = current.libraryPath {
                         logger.warning(
-                            "\(PluginLibrary.replacedNote(path))", metadata: ["package": "\(manifest.package)"])
+                            "\(PluginLibrary.replacedNote(path, plugin: manifest.functions.isEmpty))",
+                            metadata: ["package": "\(manifest.package)"])
                     }
                     next.append(current)
                     report.unchanged += 1
                     continue
                 }
-                let replacement = started[manifest.package] ?? makePackage(manifest, libraryQueues: &queues)
+                let replacement =
+                    started.removeValue(forKey: manifest.package) ?? makePackage(manifest, libraryQueues: &queues)
                 if let error = replacement.loadError, !retrying {
                     next.append(current)
                     report.keptRunning.append((manifest.package, "its new version does not load: \(error)"))
@@ -153,6 +160,11 @@ extension HostCore {
             for current in old.packages where !seen.contains(current.manifest.package) {
                 retired.append((current, "package \(current.manifest.package) was removed"))
                 report.removed.append(current.manifest.package)
+            }
+            // Every package started above has been taken; one that was not would be left running.
+            for (name, unused) in started where unused.backend != nil {
+                logger.error("package \(name) was started by a reload that did not use it; stopping it")
+                retired.append((unused, "package \(name) was started by a reload that did not use it"))
             }
             next.sort { $0.manifest.file.lastPathComponent < $1.manifest.file.lastPathComponent }
             registry.withLock { $0 = PackageRegistry(next) }
@@ -259,15 +271,16 @@ extension HostCore {
                 libraryFile: PluginLibrary.loadedFile(path))
         } catch {
             guard let replaced else { return notAvailable(manifest, error) }
-            return notAvailable(
-                manifest, PluginLoadError(reason: "\(error.reason); \(PluginLibrary.replacedNote(replaced))"))
+            let note = PluginLibrary.replacedNote(replaced, plugin: manifest.functions.isEmpty)
+            return notAvailable(manifest, PluginLoadError(reason: "\(error.reason); \(note)"))
         }
     }
 
     private func warnIfReplaced(_ library: URL?, _ manifest: Manifest) {
         guard let library else { return }
         logger.warning(
-            "\(PluginLibrary.replacedNote(library))", metadata: ["package": "\(manifest.package)"])
+            "\(PluginLibrary.replacedNote(library, plugin: manifest.functions.isEmpty))",
+            metadata: ["package": "\(manifest.package)"])
     }
 
     /// Finds and checks a package's library (without loading it into the host), for the

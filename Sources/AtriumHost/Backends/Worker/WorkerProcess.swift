@@ -209,10 +209,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
         Self.kill(process)
     }
 
-    /// Starts a worker process; returns why it could not.
-    /// The library file the latest worker was started to load.
+    /// The library file at its path when the latest worker began (which it loads, unless
+    /// the file changes while it starts), or nil when none was there.
     var libraryFile: PluginLibrary.FileIdentity? { state.withLock { $0.libraryFile } }
 
+    /// Starts a worker process; returns why it could not.
     private func launchWorker() -> String? {
         let file = PluginLibrary.FileIdentity(library.path)
         state.withLock { $0.libraryFile = file }
