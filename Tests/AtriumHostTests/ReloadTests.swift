@@ -25,6 +25,14 @@ import Testing
         return false
     }
 
+    /// A new folder for a test's libraries (the test removes it).
+    func scratchFolder(_ name: String) throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-\(name)-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        return folder
+    }
+
     func apps(_ client: TestClient, id: UInt64) async throws -> [String: AppInfo] {
         try await client.send(.apps(id: id))
         let frame = try await client.next()
@@ -118,8 +126,7 @@ import Testing
     @Test func aPackageWhoseLibraryWasMissingLoadsOnTheNextReload() async throws {
         // The library is installed after the host started: SIGHUP (or any change in the
         // folder) tries the package again, though its manifest is the same.
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-late-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        let folder = try scratchFolder("late")
         defer { try? FileManager.default.removeItem(at: folder) }
         let library = folder.appendingPathComponent("libEcho.so")
         let manifest = """
@@ -162,8 +169,7 @@ import Testing
         // the host's process. The right library installed over it at the same path cannot
         // take its place: the retry says so, and what to do, instead of repeating the old
         // reason as if nothing had been installed.
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-stale-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        let folder = try scratchFolder("stale")
         defer { try? FileManager.default.removeItem(at: folder) }
         let library = folder.appendingPathComponent("libStale.so")
         try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libmathdemo.so"), to: library)
@@ -201,8 +207,7 @@ import Testing
         // file renamed over the old, as package managers do). A reload restarts the worker
         // package, whose new worker loads the new file; the in-process package cannot load it
         // again, keeps serving, and the log says why its code did not change.
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-new-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        let folder = try scratchFolder("new")
         defer { try? FileManager.default.removeItem(at: folder) }
         let inProcess = folder.appendingPathComponent("libServe.so")
         let isolated = folder.appendingPathComponent("libWorker.so")

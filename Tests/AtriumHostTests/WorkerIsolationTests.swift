@@ -528,20 +528,12 @@ import Testing
             .compactMap { pid_t($0.prefix { $0.isNumber }) }
         #expect(pids.count == 3)
         let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline, pids.contains(where: { Self.isRunning($0) }) {
+        while ContinuousClock.now < deadline, pids.contains(where: { Self.isAlive($0) }) {
             try await Task.sleep(for: .milliseconds(20))
         }
-        #expect(!pids.contains(where: { Self.isRunning($0) }))
+        #expect(!pids.contains(where: { Self.isAlive($0) }))
         await client.close()
         #expect(await host.stop() == 0)
-    }
-
-    /// Whether `pid` is a process that has not ended (a zombie has ended).
-    static func isRunning(_ pid: pid_t) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return false }
-        return stat[close...].dropFirst().first { $0 != " " } != "Z"
     }
 
     @Test func aWorkerRunsAsTheManifestsUser() async throws {
