@@ -283,6 +283,84 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    @Test func aFolderReplacedWholeIsWatchedWhereItsPathNowLeads() async throws {
+        // A deploy that stages a new folder and renames it over the old (moved aside first):
+        // the reload reads the new folder, and a change in it later is seen too.
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        let folder = host.manifestsFolder
+        let staged = folder.appendingPathExtension("new")
+        let aside = folder.appendingPathExtension("old")
+        defer { try? FileManager.default.removeItem(at: aside) }
+        try TestHost.writeManifests(
+            Fixtures.referenceManifests.merging(["test-service.json": Self.testServiceManifest]) { $1 }, to: staged)
+        #expect(rename(folder.path, aside.path) == 0)
+        #expect(rename(staged.path, folder.path) == 0)
+        #expect(await host.waitForLog("added \(Fixtures.testPackage)", timeout: .seconds(10)))
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage] != nil)
+
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("test-service.json"))
+        #expect(await host.waitForLog("removed \(Fixtures.testPackage)", timeout: .seconds(10)))
+        #expect(try await apps(client, id: 2)[Fixtures.testPackage] == nil)
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aFolderBehindASymbolicLinkIsWatchedWhereTheLinkNowPoints() async throws {
+        // --manifests names a link to a release's folder; the link is pointed at the next
+        // release (a new link renamed over it).
+        let scratch = try scratchFolder("releases")
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let first = scratch.appendingPathComponent("1")
+        let second = scratch.appendingPathComponent("2")
+        let current = scratch.appendingPathComponent("current")
+        try TestHost.writeManifests(Fixtures.referenceManifests, to: first)
+        try TestHost.writeManifests(
+            Fixtures.referenceManifests.merging(["test-service.json": Self.testServiceManifest]) { $1 }, to: second)
+        #expect(symlink(first.path, current.path) == 0)
+        let host = try await TestHost.start(manifestsFolder: current)
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        #expect(try await apps(client, id: 1)[Fixtures.testPackage] == nil)
+
+        let next = scratch.appendingPathComponent("current.next")
+        #expect(symlink(second.path, next.path) == 0)
+        #expect(rename(next.path, current.path) == 0)
+        #expect(await host.waitForLog("added \(Fixtures.testPackage)", timeout: .seconds(10)))
+
+        // The release the link now points at is the one watched.
+        try FileManager.default.removeItem(at: second.appendingPathComponent("test-service.json"))
+        #expect(await host.waitForLog("removed \(Fixtures.testPackage)", timeout: .seconds(10)))
+        #expect(try await echoes(client, 1))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aFolderRemovedAndMadeAgainIsWatchedAgain() async throws {
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
+        let folder = host.manifestsFolder
+        try FileManager.default.removeItem(at: folder)
+        // While there is no folder, a reload (if one comes) changes nothing.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await echoes(client, 1))
+        try TestHost.writeManifests(
+            Fixtures.referenceManifests.merging(["test-service.json": Self.testServiceManifest]) { $1 }, to: folder)
+        #expect(await host.waitForLog("added \(Fixtures.testPackage)", timeout: .seconds(10)))
+        // The folder made again is the one watched.
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("test-service.json"))
+        #expect(await host.waitForLog("removed \(Fixtures.testPackage)", timeout: .seconds(10)))
+        #expect(try await echoes(client, 2))
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aChangedWorkerPackageGetsANewWorker() async throws {
         let manifest = WorkerIsolationTests.manifest()
         let host = try await startHost(

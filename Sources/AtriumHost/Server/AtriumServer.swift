@@ -293,7 +293,7 @@ public final class AtriumServer: Service, Sendable {
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
             switch ManifestWatcher.start(
-                folders: manifests.folders,
+                folders: configuration.manifestFolders,
                 changed: {
                     reloads.request("the manifests folder changed")
                 })
