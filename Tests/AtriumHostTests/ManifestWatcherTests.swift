@@ -1,4 +1,6 @@
+import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 @testable import AtriumHost
@@ -32,5 +34,125 @@ struct ManifestWatcherTests {
         // A slice that does not start at 0.
         let shifted = ([0xFF] + whole)[1...]
         #expect(ManifestWatcher.events(in: shifted).map(\.watch) == [7])
+    }
+}
+
+/// The watcher alone, on folders of a test's own: where a folder's path leads is followed.
+struct ManifestWatcherFollowsPathsTests {
+    final class Changes: Sendable {
+        let count = Atomic<Int>(0)
+        let problems = Mutex<[String]>([])
+        var value: Int { count.load(ordering: .sequentiallyConsistent) }
+
+        func start(_ folders: [URL]) throws -> ManifestWatcher {
+            try ManifestWatcher.start(
+                folders: folders,
+                problem: { problem in self.problems.withLock { $0.append(problem) } },
+                changed: { self.count.add(1, ordering: .sequentiallyConsistent) }
+            ).get()
+        }
+
+        /// Waits (at most 5 s) until more than `count` changes were reported.
+        func more(than count: Int) async -> Bool {
+            let deadline = ContinuousClock.now + .seconds(5)
+            while ContinuousClock.now < deadline {
+                if value > count { return true }
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            return false
+        }
+    }
+
+    func scratch() throws -> URL {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-watch-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: false)
+        return folder
+    }
+
+    func write(_ folder: URL, _ name: String) throws {
+        try "{}".write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+    }
+
+    @Test func aFolderWhoseParentsAreMadeAfterTheStartIsWatchedOnceItIsThere() async throws {
+        let scratch = try scratch()
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let folder = scratch.appendingPathComponent("a/b/manifests")
+        let changes = Changes()
+        let watcher = try changes.start([folder])
+        defer { watcher.stop() }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        #expect(await changes.more(than: 0))
+        try await Task.sleep(for: .milliseconds(400))
+        let seen = changes.value
+        try write(folder, "echo.json")
+        #expect(await changes.more(than: seen))
+        #expect(changes.problems.withLock { $0 }.isEmpty)
+    }
+
+    @Test func aFolderAboveReplacedWholeMovesTheWatchToTheNewPath() async throws {
+        let scratch = try scratch()
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let app = scratch.appendingPathComponent("app")
+        let folder = app.appendingPathComponent("manifests")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let changes = Changes()
+        let watcher = try changes.start([folder])
+        defer { watcher.stop() }
+        let staged = scratch.appendingPathComponent("app.new")
+        let aside = scratch.appendingPathComponent("app.old")
+        try FileManager.default.createDirectory(
+            at: staged.appendingPathComponent("manifests"), withIntermediateDirectories: true)
+        #expect(rename(app.path, aside.path) == 0)
+        #expect(rename(staged.path, app.path) == 0)
+        #expect(await changes.more(than: 0))
+        try await Task.sleep(for: .milliseconds(400))
+        // The folder moved aside is no longer watched; the one at the path is.
+        let seen = changes.value
+        try write(aside.appendingPathComponent("manifests"), "old.json")
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(changes.value == seen)
+        try write(folder, "new.json")
+        #expect(await changes.more(than: seen))
+    }
+
+    @Test func aSymbolicLinkAboveTheFolderPointedElsewhereMovesTheWatch() async throws {
+        // --manifests /srv/app/current/manifests, with current a link to the release running.
+        let scratch = try scratch()
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let first = scratch.appendingPathComponent("releases/1/manifests")
+        let second = scratch.appendingPathComponent("releases/2/manifests")
+        try FileManager.default.createDirectory(at: first, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: second, withIntermediateDirectories: true)
+        let current = scratch.appendingPathComponent("current")
+        #expect(symlink(scratch.appendingPathComponent("releases/1").path, current.path) == 0)
+        let changes = Changes()
+        let watcher = try changes.start([current.appendingPathComponent("manifests")])
+        defer { watcher.stop() }
+        let next = scratch.appendingPathComponent("current.next")
+        #expect(symlink(scratch.appendingPathComponent("releases/2").path, next.path) == 0)
+        #expect(rename(next.path, current.path) == 0)
+        #expect(await changes.more(than: 0))
+        try await Task.sleep(for: .milliseconds(400))
+        let seen = changes.value
+        try write(first, "old.json")
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(changes.value == seen)
+        try write(second, "new.json")
+        #expect(await changes.more(than: seen))
+    }
+
+    @Test func aFolderThatCannotBeWatchedIsSaidAndTheOthersAreStillWatched() async throws {
+        let scratch = try scratch()
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let loop = scratch.appendingPathComponent("loop")
+        #expect(symlink(loop.path, loop.path) == 0)
+        let good = scratch.appendingPathComponent("good")
+        try FileManager.default.createDirectory(at: good, withIntermediateDirectories: false)
+        let changes = Changes()
+        let watcher = try changes.start([loop, good])
+        defer { watcher.stop() }
+        #expect(changes.problems.withLock { $0 } == ["cannot watch \(loop.path): Too many levels of symbolic links"])
+        try write(good, "echo.json")
+        #expect(await changes.more(than: 0))
     }
 }

@@ -10,10 +10,11 @@ import Foundation
 /// several files, makes one reload, not one per event. `changed` runs on a queue of the
 /// watcher's own, never on an event loop.
 ///
-/// A folder is watched by its path, not only as the folder it was at start: one replaced
-/// whole (a new folder renamed over it, a symbolic link pointed elsewhere, a folder removed
-/// and made again, or one made after the start) is watched again where the path now leads,
-/// through a watch on its parent, and reloaded.
+/// A folder is watched by its path, not only as the folder it was at start: each folder on
+/// the way to it is watched for the next name on the path, so that a folder replaced whole (a
+/// new one renamed over it or over a folder above it, a symbolic link on the path pointed
+/// elsewhere, a folder removed and made again, one made after the start) is watched again
+/// where the path now leads, and reloaded.
 final class ManifestWatcher {
     private let source: any DispatchSourceRead
     private let queue = DispatchQueue(label: "atrium.manifests.watch")
@@ -23,21 +24,20 @@ final class ManifestWatcher {
     static let folderMask = UInt32(
         IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_ATTRIB | IN_DELETE_SELF
             | IN_MOVE_SELF)
-    /// What a parent's watch reports: names made, removed or renamed in it.
-    static let parentMask = UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR)
+    /// What the watch of a folder on the way reports: names made, removed or renamed in it.
+    static let pathMask = UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR)
 
-    /// Starts watching `folders` (and their parents, for a folder replaced or made later);
-    /// the reason when inotify cannot watch a folder that exists.
-    static func start(folders: [URL], changed: @escaping @Sendable () -> Void) -> Result<ManifestWatcher, WatchError> {
+    /// Starts watching `folders`, existing or not. `problem` hears, from the watcher's queue,
+    /// of each folder that exists but cannot be watched (each time that changes); the error
+    /// is only for inotify itself.
+    static func start(
+        folders: [URL], problem: @escaping @Sendable (String) -> Void, changed: @escaping @Sendable () -> Void
+    ) -> Result<ManifestWatcher, WatchError> {
         let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard descriptor >= 0 else { return .failure(WatchError(reason: "inotify_init1 failed: errno \(errno)")) }
-        let watches = Watches(descriptor: descriptor, folders: folders.map(\.path))
-        for folder in watches.folders.indices {
-            if let problem = watches.watch(folder) {
-                close(descriptor)
-                return .failure(WatchError(reason: problem))
-            }
-        }
+        let watches = Watches(
+            descriptor: descriptor, folders: folders.map { $0.standardizedFileURL.path }, problem: problem)
+        watches.rewatch()
         return .success(ManifestWatcher(descriptor: descriptor, watches: watches, changed: changed))
     }
 
@@ -53,16 +53,20 @@ final class ManifestWatcher {
         let queue = self.queue
         source.setEventHandler {
             // Which files changed does not matter (the folder is read again), only whether a
-            // watched folder is itself gone or back.
+            // watched folder is itself gone, or where its path leads changed.
             var buffer = [UInt8](repeating: 0, count: 4096)
             var relevant = false
+            var moved = false
             while true {
                 let count = read(descriptor, &buffer, buffer.count)
                 guard count > 0 else { break }
-                for event in Self.events(in: buffer[..<count]) where watches.handle(event) {
-                    relevant = true
+                for event in Self.events(in: buffer[..<count]) {
+                    let verdict = watches.verdict(event)
+                    relevant = relevant || verdict.relevant
+                    moved = moved || verdict.moved
                 }
             }
+            if moved { watches.rewatch() }
             guard relevant else { return }
             pending.item?.cancel()
             let item = DispatchWorkItem(block: changed)
@@ -109,72 +113,78 @@ final class ManifestWatcher {
     }
 }
 
-/// The watches of each folder and of its parent. Touched only on the watcher's queue (and
-/// before it starts).
+/// The watches of each folder and of the folders on the way to it. Touched only on the
+/// watcher's queue (and before it starts).
 private final class Watches: @unchecked Sendable {
     let descriptor: Int32
     let folders: [String]
-    /// Each folder's own watch, or -1 while nothing is at its path.
-    var folderWatch: [Int32]
-    /// Each folder's parent's watch, or -1 when the parent cannot be watched.
-    var parentWatch: [Int32]
+    let problem: @Sendable (String) -> Void
 
-    init(descriptor: Int32, folders: [String]) {
+    /// A name in a watched folder on the way to a manifests folder: when it changes, where the
+    /// path leads may change.
+    struct Step: Hashable {
+        var watch: Int32
+        var name: String
+    }
+
+    var steps: Set<Step> = []
+    var folderWatches: Set<Int32> = []
+    var watches: Set<Int32> = []
+    var problems: Set<String> = []
+
+    init(descriptor: Int32, folders: [String], problem: @escaping @Sendable (String) -> Void) {
         self.descriptor = descriptor
         self.folders = folders
-        folderWatch = Array(repeating: -1, count: folders.count)
-        parentWatch = Array(repeating: -1, count: folders.count)
+        self.problem = problem
     }
 
-    /// Watches folder `index` and its parent; why not, when the folder exists and cannot be
-    /// watched. A folder that does not exist is left to its parent's watch.
-    func watch(_ index: Int) -> String? {
-        let parent = (folders[index] as NSString).deletingLastPathComponent
-        // IN_MASK_ADD: one folder may be another's parent, and both watches are then one.
-        parentWatch[index] = inotify_add_watch(descriptor, parent, ManifestWatcher.parentMask | UInt32(IN_MASK_ADD))
-        return rewatch(index)
-    }
-
-    /// Watches whatever folder is at `index`'s path now, and lets go of the one watched before
-    /// when that is another.
-    @discardableResult
-    func rewatch(_ index: Int) -> String? {
-        let old = folderWatch[index]
-        let new = inotify_add_watch(descriptor, folders[index], ManifestWatcher.folderMask | UInt32(IN_MASK_ADD))
-        let error = errno
-        let shared =
-            parentWatch.contains(old)
-            || folderWatch.enumerated().contains { $0.offset != index && $0.element == old }
-        if old >= 0, old != new, !shared {
-            inotify_rm_watch(descriptor, old)
-        }
-        folderWatch[index] = new
-        guard new < 0, error != ENOENT, error != ENOTDIR else { return nil }
-        return "cannot watch \(folders[index]): errno \(error)"
-    }
-
-    /// Takes one event; whether a reload should follow.
-    func handle(_ event: ManifestWatcher.Event) -> Bool {
-        // Events were lost (the kernel's queue overflowed): anything may have changed.
-        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
-            for index in folders.indices { rewatch(index) }
-            return true
-        }
-        var relevant = false
-        for index in folders.indices {
-            if event.watch >= 0, event.watch == folderWatch[index] {
-                relevant = true
-                // The folder itself moved away or is gone: watch what is at its path now.
-                if event.mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0 { rewatch(index) }
-            } else if event.watch >= 0, event.watch == parentWatch[index],
-                event.name == (folders[index] as NSString).lastPathComponent
-            {
-                // Its name was made, removed or renamed in its parent.
-                relevant = true
-                rewatch(index)
+    /// Watches whatever each path leads to now, and the folders on the way, as far as they
+    /// exist; lets go of the watches no longer on any path. (A watch of a folder both on the
+    /// way and watched itself is one: IN_MASK_ADD adds to its mask.)
+    func rewatch() {
+        var steps: Set<Step> = []
+        var folderWatches: Set<Int32> = []
+        var watches: Set<Int32> = []
+        var problems: Set<String> = []
+        for folder in folders {
+            var above = "/"
+            for name in folder.split(separator: "/").map(String.init) {
+                let watch = inotify_add_watch(descriptor, above, ManifestWatcher.pathMask | UInt32(IN_MASK_ADD))
+                // What is missing (or cannot be searched) here is missing further down too.
+                guard watch >= 0 else { break }
+                watches.insert(watch)
+                steps.insert(Step(watch: watch, name: name))
+                above = (above as NSString).appendingPathComponent(name)
+            }
+            let watch = inotify_add_watch(descriptor, folder, ManifestWatcher.folderMask | UInt32(IN_MASK_ADD))
+            if watch >= 0 {
+                watches.insert(watch)
+                folderWatches.insert(watch)
+            } else if errno != ENOENT, errno != ENOTDIR {
+                problems.insert("cannot watch \(folder): \(String(cString: strerror(errno)))")
             }
         }
-        return relevant
+        for gone in self.watches.subtracting(watches) { inotify_rm_watch(descriptor, gone) }
+        for new in problems.subtracting(self.problems).sorted() { problem(new) }
+        (self.steps, self.folderWatches, self.watches, self.problems) = (steps, folderWatches, watches, problems)
+    }
+
+    /// What one event means: whether a reload should follow, and whether where a path leads
+    /// may have changed.
+    func verdict(_ event: ManifestWatcher.Event) -> (relevant: Bool, moved: Bool) {
+        // Events were lost (the kernel's queue overflowed): anything may have changed.
+        if event.mask & UInt32(IN_Q_OVERFLOW) != 0 { return (true, true) }
+        var relevant = false
+        var moved = false
+        if folderWatches.contains(event.watch) {
+            relevant = true
+            moved = event.mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
+        }
+        if !event.name.isEmpty, steps.contains(Step(watch: event.watch, name: event.name)) {
+            relevant = true
+            moved = true
+        }
+        return (relevant, moved)
     }
 }
 

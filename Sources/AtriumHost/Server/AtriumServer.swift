@@ -292,8 +292,12 @@ public final class AtriumServer: Service, Sendable {
         hangUps.resume()
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
+            let logger = self.logger
             switch ManifestWatcher.start(
                 folders: configuration.manifestFolders,
+                problem: { problem in
+                    logger.warning("changes in a manifests folder are not seen (it is reloaded on SIGHUP): \(problem)")
+                },
                 changed: {
                     reloads.request("the manifests folder changed")
                 })
