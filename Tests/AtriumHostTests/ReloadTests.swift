@@ -347,8 +347,10 @@ import Testing
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         let folder = host.manifestsFolder
         try FileManager.default.removeItem(at: folder)
-        // While there is no folder, a reload (if one comes) changes nothing.
-        try await Task.sleep(for: .milliseconds(500))
+        // While there is no folder, the reload changes nothing, and says why.
+        #expect(
+            await host.waitForLog(
+                "reload (the manifests folder changed) skipped, every package stays as it was", timeout: .seconds(10)))
         #expect(try await echoes(client, 1))
         try TestHost.writeManifests(
             Fixtures.referenceManifests.merging(["test-service.json": Self.testServiceManifest]) { $1 }, to: folder)
