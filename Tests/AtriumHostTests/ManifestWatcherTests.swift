@@ -154,5 +154,15 @@ struct ManifestWatcherFollowsPathsTests {
         #expect(changes.problems.withLock { $0 } == ["cannot watch \(loop.path): Too many levels of symbolic links"])
         try write(good, "echo.json")
         #expect(await changes.more(than: 0))
+        // Once a folder is there instead, it is watched.
+        try await Task.sleep(for: .milliseconds(400))
+        var seen = changes.value
+        #expect(unlink(loop.path) == 0)
+        try FileManager.default.createDirectory(at: loop, withIntermediateDirectories: false)
+        #expect(await changes.more(than: seen))
+        try await Task.sleep(for: .milliseconds(400))
+        seen = changes.value
+        try write(loop, "echo.json")
+        #expect(await changes.more(than: seen))
     }
 }

@@ -14,8 +14,11 @@ import Foundation
 /// the way to it is watched for the next name on the path, so that a folder replaced whole (a
 /// new one renamed over it or over a folder above it, a symbolic link on the path pointed
 /// elsewhere, a folder removed and made again, one made after the start) is watched again
-/// where the path now leads, and reloaded.
-final class ManifestWatcher {
+/// where the path now leads, and reloaded. (What is inside a symbolic link's target is followed
+/// along the path's own names only.)
+///
+/// Sendable: what changes is touched only on its queue.
+final class ManifestWatcher: @unchecked Sendable {
     private let source: any DispatchSourceRead
     private let queue = DispatchQueue(label: "atrium.manifests.watch")
     /// How long after the last event the reload runs.
@@ -24,19 +27,20 @@ final class ManifestWatcher {
     static let folderMask = UInt32(
         IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_ATTRIB | IN_DELETE_SELF
             | IN_MOVE_SELF)
-    /// What the watch of a folder on the way reports: names made, removed or renamed in it.
-    static let pathMask = UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_ONLYDIR)
+    /// What the watch of a folder on the way reports: names made, removed or renamed in it, or
+    /// whose modes changed (a folder that could not be watched may now be).
+    static let pathMask = UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB | IN_ONLYDIR)
 
-    /// Starts watching `folders`, existing or not. `problem` hears, from the watcher's queue,
-    /// of each folder that exists but cannot be watched (each time that changes); the error
-    /// is only for inotify itself.
+    /// Starts watching `folders`, existing or not. `problem` hears of each folder that exists
+    /// but cannot be watched (at start on this thread, then on the watcher's queue, each time
+    /// that changes); the error is only for inotify itself.
     static func start(
         folders: [URL], problem: @escaping @Sendable (String) -> Void, changed: @escaping @Sendable () -> Void
     ) -> Result<ManifestWatcher, WatchError> {
         let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard descriptor >= 0 else { return .failure(WatchError(reason: "inotify_init1 failed: errno \(errno)")) }
         let watches = Watches(
-            descriptor: descriptor, folders: folders.map { $0.standardizedFileURL.path }, problem: problem)
+            descriptor: descriptor, folders: folders.map(\.path), problem: problem)
         watches.rewatch()
         return .success(ManifestWatcher(descriptor: descriptor, watches: watches, changed: changed))
     }
@@ -46,8 +50,16 @@ final class ManifestWatcher {
     }
 
     private let pending = PendingReload()
+    private let watches: Watches
+
+    /// Watches each path again where it leads now (on SIGHUP: a folder that could not be
+    /// watched may be watchable now).
+    func rewatch() {
+        queue.async { [watches] in watches.rewatch() }
+    }
 
     private init(descriptor: Int32, watches: Watches, changed: @escaping @Sendable () -> Void) {
+        self.watches = watches
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         let pending = self.pending
         let queue = self.queue
@@ -147,14 +159,20 @@ private final class Watches: @unchecked Sendable {
         var watches: Set<Int32> = []
         var problems: Set<String> = []
         for folder in folders {
+            // The path's names as the kernel takes them ("a/../b" goes through a's target when a
+            // is a link): ".." is a step like any other, and never an event's name.
             var above = "/"
-            for name in folder.split(separator: "/").map(String.init) {
+            for name in folder.split(separator: "/").map(String.init) where name != "." {
                 let watch = inotify_add_watch(descriptor, above, ManifestWatcher.pathMask | UInt32(IN_MASK_ADD))
-                // What is missing (or cannot be searched) here is missing further down too.
-                guard watch >= 0 else { break }
-                watches.insert(watch)
-                steps.insert(Step(watch: watch, name: name))
-                above = (above as NSString).appendingPathComponent(name)
+                if watch >= 0 {
+                    watches.insert(watch)
+                    steps.insert(Step(watch: watch, name: name))
+                } else if errno == ENOENT || errno == ENOTDIR {
+                    // Missing here is missing further down too.
+                    break
+                }
+                // Otherwise (a folder that may be searched but not read) the walk goes on below.
+                above += above.hasSuffix("/") ? name : "/" + name
             }
             let watch = inotify_add_watch(descriptor, folder, ManifestWatcher.folderMask | UInt32(IN_MASK_ADD))
             if watch >= 0 {

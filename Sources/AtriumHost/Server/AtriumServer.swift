@@ -286,10 +286,6 @@ public final class AtriumServer: Service, Sendable {
                     advertisedService(port: port, interface: advertisedScope.interface, ipv6: advertisedScope.ipv6))
             }
         }
-        signal(SIGHUP, SIG_IGN)
-        let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
-        hangUps.setEventHandler { reloads.request("SIGHUP") }
-        hangUps.resume()
         var watcher: ManifestWatcher?
         if configuration.watchManifests {
             let logger = self.logger
@@ -307,6 +303,15 @@ public final class AtriumServer: Service, Sendable {
                 logger.warning("manifests are reloaded on SIGHUP only: \(error.reason)")
             }
         }
+        let watching = watcher
+        signal(SIGHUP, SIG_IGN)
+        let hangUps = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        hangUps.setEventHandler {
+            // A folder that could not be watched may be watchable now.
+            watching?.rewatch()
+            reloads.request("SIGHUP")
+        }
+        hangUps.resume()
 
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
