@@ -52,6 +52,12 @@ struct ManifestWatcherFollowsPathsTests {
             ).get()
         }
 
+        /// How many changes were reported once the last event's reload has settled.
+        func settled() async throws -> Int {
+            try await Task.sleep(for: .milliseconds(400))
+            return value
+        }
+
         /// Waits (at most 5 s) until more than `count` changes were reported.
         func more(than count: Int) async -> Bool {
             let deadline = ContinuousClock.now + .seconds(5)
@@ -73,6 +79,17 @@ struct ManifestWatcherFollowsPathsTests {
         try "{}".write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
     }
 
+    /// After a move: a change in `aside`, the folder the path no longer leads to, is not
+    /// reported; one in `watched`, where it leads now, is.
+    func expectWatched(_ watched: URL, notAside aside: URL, _ changes: Changes) async throws {
+        let seen = try await changes.settled()
+        try write(aside, "old.json")
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(changes.value == seen)
+        try write(watched, "new.json")
+        #expect(await changes.more(than: seen))
+    }
+
     @Test func aFolderWhoseParentsAreMadeAfterTheStartIsWatchedOnceItIsThere() async throws {
         let scratch = try scratch()
         defer { try? FileManager.default.removeItem(at: scratch) }
@@ -82,8 +99,7 @@ struct ManifestWatcherFollowsPathsTests {
         defer { watcher.stop() }
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         #expect(await changes.more(than: 0))
-        try await Task.sleep(for: .milliseconds(400))
-        let seen = changes.value
+        let seen = try await changes.settled()
         try write(folder, "echo.json")
         #expect(await changes.more(than: seen))
         #expect(changes.problems.withLock { $0 }.isEmpty)
@@ -105,14 +121,7 @@ struct ManifestWatcherFollowsPathsTests {
         #expect(rename(app.path, aside.path) == 0)
         #expect(rename(staged.path, app.path) == 0)
         #expect(await changes.more(than: 0))
-        try await Task.sleep(for: .milliseconds(400))
-        // The folder moved aside is no longer watched; the one at the path is.
-        let seen = changes.value
-        try write(aside.appendingPathComponent("manifests"), "old.json")
-        try await Task.sleep(for: .milliseconds(600))
-        #expect(changes.value == seen)
-        try write(folder, "new.json")
-        #expect(await changes.more(than: seen))
+        try await expectWatched(folder, notAside: aside.appendingPathComponent("manifests"), changes)
     }
 
     @Test func aSymbolicLinkAboveTheFolderPointedElsewhereMovesTheWatch() async throws {
@@ -132,13 +141,7 @@ struct ManifestWatcherFollowsPathsTests {
         #expect(symlink(scratch.appendingPathComponent("releases/2").path, next.path) == 0)
         #expect(rename(next.path, current.path) == 0)
         #expect(await changes.more(than: 0))
-        try await Task.sleep(for: .milliseconds(400))
-        let seen = changes.value
-        try write(first, "old.json")
-        try await Task.sleep(for: .milliseconds(600))
-        #expect(changes.value == seen)
-        try write(second, "new.json")
-        #expect(await changes.more(than: seen))
+        try await expectWatched(second, notAside: first, changes)
     }
 
     @Test func aFolderThatCannotBeWatchedIsSaidAndTheOthersAreStillWatched() async throws {
@@ -155,13 +158,11 @@ struct ManifestWatcherFollowsPathsTests {
         try write(good, "echo.json")
         #expect(await changes.more(than: 0))
         // Once a folder is there instead, it is watched.
-        try await Task.sleep(for: .milliseconds(400))
-        var seen = changes.value
+        var seen = try await changes.settled()
         #expect(unlink(loop.path) == 0)
         try FileManager.default.createDirectory(at: loop, withIntermediateDirectories: false)
         #expect(await changes.more(than: seen))
-        try await Task.sleep(for: .milliseconds(400))
-        seen = changes.value
+        seen = try await changes.settled()
         try write(loop, "echo.json")
         #expect(await changes.more(than: seen))
     }

@@ -73,8 +73,8 @@ enum PluginLibrary {
     }
 
     /// Which file a path names: its device and inode. A library installed as package
-    /// managers and `install` do (a new file renamed over the old) is a new file; `touch`
-    /// leaves it the same. (Copying over a loaded library in place, with `cp`, changes the
+    /// managers do (a new file renamed over the old), or by `install` (which removes the old
+    /// first), is a new file; `touch` leaves it the same. (Copying over a loaded library in place, with `cp`, changes the
     /// code under a process that runs it, which may crash it: never do that.)
     struct FileIdentity: Equatable, Sendable {
         var device: UInt64
