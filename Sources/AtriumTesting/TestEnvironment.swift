@@ -9,3 +9,19 @@ public enum TestEnvironment {
         ProcessInfo.processInfo.environment["ATRIUM_SANITIZER"] == "address"
     }
 }
+
+/// Whether `condition` holds within `timeout`, asked every `interval` and once more when the
+/// time is up. The last ask matters: a test's task can wake long after the time it asked
+/// for, when other tests hold every thread the tests' tasks share (two on a two-core
+/// machine), and what happened meanwhile still counts.
+public func eventually(
+    within timeout: Duration, every interval: Duration = .milliseconds(20),
+    _ condition: () async throws -> Bool
+) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: interval)
+    }
+    return try await condition()
+}

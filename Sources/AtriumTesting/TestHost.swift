@@ -190,12 +190,7 @@ public final class TestHost: @unchecked Sendable {
     /// Whether the host's output contains `text` within `timeout` (for things the host logs
     /// a moment after answering).
     public func waitForLog(_ text: String, timeout: Duration = .seconds(2)) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if log.contains(text) { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return log.contains(text)
+        await eventually(within: timeout) { log.contains(text) }
     }
 
     /// Sends `signal` (SIGTERM by default) and waits up to `timeout` for the host to exit: by

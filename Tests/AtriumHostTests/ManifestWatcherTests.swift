@@ -1,3 +1,4 @@
+import AtriumTesting
 import Foundation
 import Glibc
 import Synchronization
@@ -60,12 +61,7 @@ struct ManifestWatcherFollowsPathsTests {
 
         /// Waits (at most 5 s) until more than `count` changes were reported.
         func more(than count: Int) async -> Bool {
-            let deadline = ContinuousClock.now + .seconds(5)
-            while ContinuousClock.now < deadline {
-                if value > count { return true }
-                try? await Task.sleep(for: .milliseconds(20))
-            }
-            return false
+            await eventually(within: .seconds(5)) { value > count }
         }
     }
 

@@ -17,12 +17,7 @@ import Testing
     /// Waits (at most 10 s: a reload may start a worker, and wait for an old one to stop) until
     /// the host has logged `count` reloads.
     func reloaded(_ host: TestHost, count: Int) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            if host.count("manifests reloaded") >= count { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return false
+        await eventually(within: .seconds(10)) { host.count("manifests reloaded") >= count }
     }
 
     /// A new folder for a test's libraries (the test removes it).

@@ -129,20 +129,18 @@ import Testing
 
         /// The first message for which `matches` holds, within `timeout`, reading what has come.
         func waitFor(timeout: Duration = .seconds(60), where matches: (String) -> Bool) async -> String? {
-            let deadline = ContinuousClock.now + timeout
-            while ContinuousClock.now < deadline {
+            var found: String?
+            _ = await eventually(within: timeout) {
                 var buffer = [UInt8](repeating: 0, count: 4096)
-                let count = recv(descriptor, &buffer, buffer.count, Int32(MSG_DONTWAIT))
-                if count > 0 {
+                while true {
+                    let count = recv(descriptor, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+                    guard count > 0 else { break }
                     messages.append(String(decoding: buffer[..<count], as: UTF8.self))
-                    continue
                 }
-                if let found = messages.first(where: matches) {
-                    return found
-                }
-                try? await Task.sleep(for: .milliseconds(20))
+                found = messages.first(where: matches)
+                return found != nil
             }
-            return nil
+            return found
         }
     }
 

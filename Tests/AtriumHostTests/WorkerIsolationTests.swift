@@ -49,14 +49,11 @@ import Testing
     /// test that sets it to 0.3 s meets that under AddressSanitizer beside the rest of the
     /// suite).
     static func openWhenBack(_ client: TestClient, channel: UInt64, seconds: Double = 10) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        try await eventually(within: .seconds(seconds), every: .milliseconds(100)) {
             let status = try await client.open(channel: channel, service: "c", package: package)
-            if status == .success { return true }
-            #expect(status == .appUnavailable || status == .unknown)
-            try await Task.sleep(for: .milliseconds(100))
+            #expect(status == .success || status == .appUnavailable || status == .unknown)
+            return status == .success
         }
-        return false
     }
 
     @Test func aPluginInAWorkerAnswersAsInProcess() async throws {
@@ -279,7 +276,7 @@ import Testing
         let before = try #require(host.residentBytes)
         // The worker neither reads nor answers: 48 requests of 64 KiB (3 MiB, past what the
         // host buffers for a worker). Each is answered, by a timeout or a refusal.
-        try #require(try await Self.stop(pid), "the worker's threads did not all stop")
+        try #require(await Self.stop(pid), "the worker's threads did not all stop")
         let blob: ValueSet = ["Bytes": .bytes(Array(repeating: 1, count: 65_536))]
         for id in 1...48 {
             try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(blob))))
@@ -437,10 +434,9 @@ import Testing
     /// Stops process `pid` (SIGSTOP) and waits, at most 5 seconds, until every thread of it has
     /// stopped. A stop is not at once: the kernel stops the threads of a process one by one,
     /// as each next runs, and a thread woken by data before its turn could still read it.
-    static func stop(_ pid: pid_t) async throws -> Bool {
+    static func stop(_ pid: pid_t) async -> Bool {
         kill(pid, SIGSTOP)
-        let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline {
+        return await eventually(within: .seconds(5), every: .milliseconds(5)) {
             let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
             let states = threads.compactMap { thread -> Character? in
                 // "pid (name) S ...": the state follows the name, which may hold spaces and ")".
@@ -449,12 +445,8 @@ import Testing
                 else { return nil }
                 return stat[close...].dropFirst().first { $0 != " " }
             }
-            if !threads.isEmpty, states.count == threads.count, states.allSatisfy({ $0 == "T" || $0 == "t" }) {
-                return true
-            }
-            try await Task.sleep(for: .milliseconds(5))
+            return !threads.isEmpty && states.count == threads.count && states.allSatisfy { $0 == "T" || $0 == "t" }
         }
-        return false
     }
 
     /// The pid of the first worker the host started, from its log.
