@@ -1,4 +1,5 @@
 public import Foundation
+import Glibc
 
 /// A real `atriumd`, started as its own process on port 0 with a manifests folder of the
 /// test's choosing, for end-to-end tests. Stop it with ``stop(signal:)``; a host left
@@ -89,7 +90,11 @@ public final class TestHost: @unchecked Sendable {
         let process = Process()
         let hostArguments =
             ["--manifests", manifestsFolder.path, "--listen", "127.0.0.1:0", "--socket", socket]
-            + (arguments.contains("--state-dir") ? [] : ["--state-dir", stateFolder]) + arguments
+            + (arguments.contains("--state-dir") ? [] : ["--state-dir", stateFolder])
+            // A test's client says hello as soon as its task runs again, which on a busy machine
+            // (AddressSanitizer, both threads of the tests' pool held) can be past the host's
+            // 10 s: the tests of the hello timeout set theirs.
+            + (arguments.contains("--hello-timeout") ? [] : ["--hello-timeout", "120"]) + arguments
         if let descriptorLimit {
             process.executableURL = URL(fileURLWithPath: "/bin/sh")
             process.arguments =
@@ -112,27 +117,29 @@ public final class TestHost: @unchecked Sendable {
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            collector.append(data)
-        }
         try process.run()
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
+        collector.read(pipe.fileHandleForReading)
+        var port: Int?
+        let ready = try await eventually(within: .seconds(seconds)) {
             let text = collector.text
-            if text.contains("atriumd: ready"), let port = Self.port(in: text) {
-                return TestHost(
-                    process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder,
-                    stateFolder: URL(fileURLWithPath: stateFolder), output: collector)
-            }
+            if text.contains("atriumd: ready") { port = Self.port(in: text) }
+            if port != nil { return true }
             if !process.isRunning {
+                // All it wrote before it ended, for the error.
+                _ = await eventually(within: .seconds(5)) { collector.hasEnded }
                 throw StartError(
-                    description: "atriumd exited with \(process.terminationStatus) before it was ready:\n\(text)")
+                    description:
+                        "atriumd exited with \(process.terminationStatus) before it was ready:\n\(collector.text)")
             }
-            try await Task.sleep(for: .milliseconds(20))
+            return false
         }
-        process.terminate()
-        throw StartError(description: "atriumd was not ready within \(seconds) s:\n\(collector.text)")
+        guard ready, let port else {
+            process.terminate()
+            throw StartError(description: "atriumd was not ready within \(seconds) s:\n\(collector.text)")
+        }
+        return TestHost(
+            process: process, port: port, socketPath: socket, manifestsFolder: manifestsFolder,
+            stateFolder: URL(fileURLWithPath: stateFolder), output: collector)
     }
 
     private init(
@@ -150,6 +157,25 @@ public final class TestHost: @unchecked Sendable {
     static func port(in text: String) -> Int? {
         guard let range = text.range(of: "listening on tcp 127.0.0.1:") else { return nil }
         return Int(text[range.upperBound...].prefix { $0.isNumber })
+    }
+
+    /// Puts `json` into the manifests folder as `name` in one step (``install(_:at:)``).
+    public func installManifest(_ name: String, _ json: String) throws {
+        try Self.install(json, at: manifestsFolder.appendingPathComponent(name))
+    }
+
+    /// Puts `text` at `destination` in one step, as an installer should: written beside its
+    /// folder, then renamed in. (Foundation's atomic write makes its temporary file inside the
+    /// folder, and a host watching it would see that while it is written.)
+    public static func install(_ text: String, at destination: URL) throws {
+        let staged = destination.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+            ".atrium-staged-\(UUID().uuidString)")
+        try Data(text.utf8).write(to: staged)
+        guard rename(staged.path, destination.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            try? FileManager.default.removeItem(at: staged)
+            throw StartError(description: "cannot put \(destination.path) in place: \(reason)")
+        }
     }
 
     /// The host's resident memory now, in bytes (VmRSS of /proc/PID/status), or nil when it
@@ -189,7 +215,7 @@ public final class TestHost: @unchecked Sendable {
 
     /// Whether the host's output contains `text` within `timeout` (for things the host logs
     /// a moment after answering).
-    public func waitForLog(_ text: String, timeout: Duration = .seconds(2)) async -> Bool {
+    public func waitForLog(_ text: String, timeout: Duration = .seconds(10)) async -> Bool {
         await eventually(within: timeout) { log.contains(text) }
     }
 
@@ -201,16 +227,16 @@ public final class TestHost: @unchecked Sendable {
     @discardableResult
     public func stop(signal: Int32 = SIGTERM, timeout: Duration? = nil) async -> Int32? {
         let timeout = timeout ?? (TestEnvironment.addressSanitizer ? .seconds(60) : .seconds(20))
-        guard process.isRunning else { return process.terminationStatus }
-        kill(process.processIdentifier, signal)
-        let deadline = ContinuousClock.now + timeout
-        while process.isRunning && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(20))
-        }
         if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            return nil
+            kill(process.processIdentifier, signal)
+            guard await eventually(within: timeout, { !process.isRunning }) else {
+                kill(process.processIdentifier, SIGKILL)
+                return nil
+            }
         }
+        // Everything it wrote is in the log once this returns (bounded: a worker it left
+        // running would hold the pipe open).
+        _ = await eventually(within: .seconds(10)) { output.hasEnded }
         return process.terminationStatus
     }
 
@@ -220,19 +246,37 @@ public final class TestHost: @unchecked Sendable {
     }
 }
 
+/// What a host writes to its standard output and error, read to its end on a thread of its
+/// own: a blocking read holds none of the threads the tests' tasks share.
 final class OutputCollector: @unchecked Sendable {
     private let lock = NSLock()
     private var data = Data()
+    private var ended = false
 
-    func append(_ chunk: Data) {
-        lock.lock()
-        data.append(chunk)
-        lock.unlock()
+    /// Starts reading `handle` until its end (the handle is kept until then).
+    func read(_ handle: FileHandle) {
+        Thread.detachNewThread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = Glibc.read(handle.fileDescriptor, &buffer, buffer.count)
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { break }
+                lock.withLock { data.append(contentsOf: buffer[..<count]) }
+            }
+            lock.withLock { ended = true }
+        }
     }
 
+    /// Whether the output has ended: the host, and everything it started that shared its
+    /// output, has exited.
+    var hasEnded: Bool { lock.withLock { ended } }
+
+    /// What was read so far: whole lines only, until the output has ended (a line read in two
+    /// parts is never seen half).
     var text: String {
-        lock.lock()
-        defer { lock.unlock() }
-        return String(decoding: data, as: UTF8.self)
+        lock.withLock {
+            let end = ended ? data.endIndex : (data.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? data.startIndex)
+            return String(decoding: data[..<end], as: UTF8.self)
+        }
     }
 }

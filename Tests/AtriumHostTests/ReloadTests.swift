@@ -11,7 +11,7 @@ import Testing
     static let testServiceManifest = Fixtures.all["test-service.json"]!
 
     func write(_ host: TestHost, _ name: String, _ json: String) throws {
-        try json.write(to: host.manifestsFolder.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        try host.installManifest(name, json)
     }
 
     /// Waits (at most 10 s: a reload may start a worker, and wait for an old one to stop) until
@@ -398,14 +398,14 @@ import Testing
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
 
         // A manifest added to the second folder is served at once.
-        try Self.testServiceManifest.write(
-            to: second.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        try TestHost.install(Self.testServiceManifest, at: second.appendingPathComponent("test-service.json"))
         #expect(await reloaded(host, count: 1))
         #expect(try await apps(client, id: 1)[Fixtures.testPackage]?.displayName == "Test Service")
 
         // One of the same name in the first folder takes its place, and the log says so.
-        try Self.testServiceManifest.replacingOccurrences(of: "Test Service", with: "Edited Test Service").write(
-            to: host.manifestsFolder.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        try TestHost.install(
+            Self.testServiceManifest.replacingOccurrences(of: "Test Service", with: "Edited Test Service"),
+            at: host.manifestsFolder.appendingPathComponent("test-service.json"))
         #expect(await reloaded(host, count: 2))
         #expect(try await apps(client, id: 2)[Fixtures.testPackage]?.displayName == "Edited Test Service")
         #expect(
@@ -414,8 +414,7 @@ import Testing
             ))
 
         // The same package under another name in the second folder is a clash: refused, said.
-        try Self.testServiceManifest.write(
-            to: second.appendingPathComponent("zz-copy.json"), atomically: true, encoding: .utf8)
+        try TestHost.install(Self.testServiceManifest, at: second.appendingPathComponent("zz-copy.json"))
         #expect(await reloaded(host, count: 3))
         // Named with the line of its "package" key, as every manifest problem is.
         let packageLine = try #require(
@@ -434,8 +433,7 @@ import Testing
         // declare the package unopposed.
         try FileManager.default.removeItem(at: second.appendingPathComponent("zz-copy.json"))
         #expect(await reloaded(host, count: 4))
-        try "{ not json".write(
-            to: host.manifestsFolder.appendingPathComponent("test-service.json"), atomically: true, encoding: .utf8)
+        try TestHost.install("{ not json", at: host.manifestsFolder.appendingPathComponent("test-service.json"))
         #expect(await reloaded(host, count: 5))
         #expect(
             host.logged("kept \(Fixtures.testPackage) as it was: \(host.manifestsFolder.path)/test-service.json:1:"))

@@ -327,8 +327,8 @@ import Testing
         // under that, also in a build with AddressSanitizer).
         try await client.send(.open(OpenFrame(channel: 1, service: "sleep.2000", package: Self.package)))
         try await Task.sleep(for: .milliseconds(100))
-        try manifest.replacingOccurrences(of: "\"library\"", with: "\"config\": {\"v\": 2}, \"library\"")
-            .write(to: host.manifestsFolder.appendingPathComponent("w.json"), atomically: true, encoding: .utf8)
+        try host.installManifest(
+            "w.json", manifest.replacingOccurrences(of: "\"library\"", with: "\"config\": {\"v\": 2}, \"library\""))
         let retired = try await client.next(timeout: .seconds(10))
         #expect(
             retired

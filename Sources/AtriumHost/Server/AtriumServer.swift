@@ -248,12 +248,6 @@ public final class AtriumServer: Service, Sendable {
             }
             if let path = addresses.unixSocket { listeners.append("unix \(path)") }
         }
-        onReady(addresses)
-        if let notifier = configuration.notifier, !notifier.ready(status: servingStatus()) {
-            logger.warning(
-                "systemd could not be told the host is ready (NOTIFY_SOCKET \(notifier.path)); it will count the start as failed at its timeout"
-            )
-        }
         // Found on the network (DNS-SD) once it can be reached there.
         let advertiser = makeAdvertiser(for: addresses.tcp)
         advertiser?.start()
@@ -312,6 +306,15 @@ public final class AtriumServer: Service, Sendable {
             reloads.request("SIGHUP")
         }
         hangUps.resume()
+
+        // Ready only now: from the moment the host says it is ready, a change in a manifests
+        // folder or a SIGHUP (systemctl reload) reloads.
+        onReady(addresses)
+        if let notifier = configuration.notifier, !notifier.ready(status: servingStatus()) {
+            logger.warning(
+                "systemd could not be told the host is ready (NOTIFY_SOCKET \(notifier.path)); it will count the start as failed at its timeout"
+            )
+        }
 
         // Runs until graceful shutdown is triggered (or the task is cancelled).
         try? await gracefulShutdown()
