@@ -156,13 +156,14 @@ struct ClientTests {
         }
         #expect(timedOut?.code == .timedOut)
 
-        // The answer comes a second later, so that the cancellation lands first even on a
-        // loaded machine.
-        let cancelled = Task { try await service.sendMessage(["Action": "late", "DelayMs": 1000]) }
+        // The answer comes only once released, after the cancellation however late this task
+        // runs.
+        let cancelled = Task { try await service.sendMessage(["Action": "wait"]) }
         try await Task.sleep(for: .milliseconds(50))
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
-        try await Task.sleep(for: .milliseconds(1100))  // the late answer arrives and is dropped
+        // The late answer arrives, and is dropped.
+        #expect(try await service.sendMessage(["Action": "release"]).status == .success)
         #expect(try await service.sendMessage(["Action": "echo"]).status == .success, "nothing was left behind")
 
         let inFlight = Task { try await service.sendMessage(["Action": "hang"]) }

@@ -93,10 +93,10 @@ struct ExecLaunchTests {
         #expect(!FileManager.default.fileExists(atPath: output.path), "the launch did not wait for the program")
         #expect(FileManager.default.createFile(atPath: release.path, contents: nil))
         #expect(try await contents(output) == "atrium-run:go")
-        var left = zombies(of: host.process.processIdentifier)
-        for _ in 0..<50 where !left.isEmpty {
-            try await Task.sleep(for: .milliseconds(20))
+        var left: [String] = []
+        _ = await eventually(within: .seconds(10)) {
             left = zombies(of: host.process.processIdentifier)
+            return left.isEmpty
         }
         #expect(left.isEmpty, "no zombie is left when the program ends: \(left)")
         #expect(await host.waitForLog("ended with status 0"))

@@ -99,9 +99,9 @@ struct LaunchPolicyTests {
         let desktop = try await local.launchUri("atrium-desktop://page 1")
         #expect(desktop.status == .success, "\(String(describing: desktop.error))\n\(host.log)")
         var got: String?
-        for _ in 0..<100 where got == nil {
+        _ = await eventually(within: .seconds(10)) {
             got = try? String(contentsOf: output, encoding: .utf8)
-            try await Task.sleep(for: .milliseconds(20))
+            return got != nil
         }
         #expect(got == "atrium-desktop://page 1")
         #expect(try await local.launchUri("atrium-nothing:x").status == .protocolUnavailable)

@@ -159,9 +159,15 @@ import Testing
         // A warm-up round of every kind first: what the host makes once, on first use (a
         // timer's descriptor, a thread pool), is not what this test is after.
         for cycle in Cycle.allCases { _ = try await Self.run(cycle, 0, port: host.port) }
-        try await Task.sleep(for: .seconds(3))
-        let before = try await Self.status(local, id: 1)
+        // Until its connections have all gone (one waits for the 2 s response timeout).
+        var before = try await Self.status(local, id: 100)
         let slots = before["slots"]?.int ?? 0
+        var warming: UInt64 = 100
+        _ = try await eventually(within: .seconds(20), every: .milliseconds(100)) {
+            warming += 1
+            before = try await Self.status(local, id: warming)
+            return Self.counts(before) == Self.atRest(slots: slots)
+        }
         #expect(Self.counts(before) == Self.atRest(slots: slots))
         let descriptorsBefore = Self.descriptors(of: host)
 

@@ -1,4 +1,5 @@
 import Dispatch
+import Glibc
 import Synchronization
 import Testing
 
@@ -51,7 +52,11 @@ struct ReloadQueueTests {
         queue.request("SIGHUP")
         #expect(runs.started.wait(timeout: .now() + 10) == .success)
         queue.request("the manifests folder changed")
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { runs.release.signal() }
+        // The reload under way ends only once the queue is stopped (within 10 s).
+        DispatchQueue.global().async {
+            for _ in 0..<10_000 where !queue.isStopped { usleep(1000) }
+            runs.release.signal()
+        }
         queue.stop()
         #expect(runs.finished.load(ordering: .sequentiallyConsistent) == 1)
         #expect(runs.reasons.withLock { $0 } == [["SIGHUP"]])

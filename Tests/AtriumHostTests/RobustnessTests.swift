@@ -177,10 +177,12 @@ struct RobustnessTests {
         try await client.send(
             .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Action": "late", "DelayMs": 300]))))
         try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Action": "hang"]))))
-        try await Task.sleep(for: .milliseconds(50))
+        // The host has taken both requests once it answers a ping sent after them.
+        try await client.send(.ping(id: 3))
+        var frames: [HostFrame] = []
+        while let frame = try await client.next(), frame != .pong(id: 3) { frames.append(frame) }
         async let exit = host.stop(signal: SIGTERM)
 
-        var frames: [HostFrame] = []
         while let frame = try await client.next(timeout: .seconds(15)) { frames.append(frame) }
         let responses = frames.compactMap { frame -> ResponseFrame? in
             if case .response(let response) = frame { return response }

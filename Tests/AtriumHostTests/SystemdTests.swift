@@ -322,7 +322,7 @@ import Testing
     }
 
     @Test(.disabled(if: !SystemdTests.hasAnalyze, "systemd-analyze is not installed (Debian's systemd)"))
-    func theUnitsPassSystemdAnalyzeVerify() throws {
+    func theUnitsPassSystemdAnalyzeVerify() async throws {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("Packaging/systemd")
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent(
@@ -345,20 +345,14 @@ import Testing
                 try unit.write(to: folder.appendingPathComponent(name), atomically: true, encoding: .utf8)
                 units.append(folder.appendingPathComponent(name).path)
             }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Self.analyze)
-            process.arguments = (user ? ["--user"] : []) + ["verify", "--man=no"] + units
-            var environment = ProcessInfo.processInfo.environment
-            environment["XDG_RUNTIME_DIR"] = environment["XDG_RUNTIME_DIR"] ?? scratch.path
-            process.environment = environment
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
+            let verified = try await runProgram(
+                Self.analyze, (user ? ["--user"] : []) + ["verify", "--man=no"] + units,
+                environment: ["XDG_RUNTIME_DIR": ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] ?? scratch.path]
+            )
             // Exit 0 is not enough: an unknown key is only a warning there.
-            #expect(process.terminationStatus == 0 && text.isEmpty, "\(user ? "user" : "system") units: \(text)")
+            #expect(
+                verified.status == 0 && verified.output.isEmpty, "\(user ? "user" : "system") units: \(verified.output)"
+            )
         }
     }
 }

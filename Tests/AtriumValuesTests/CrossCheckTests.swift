@@ -11,28 +11,40 @@ struct CrossCheckTests {
     static let script = repositoryRoot.appendingPathComponent("Scripts/cbor2_crosscheck.py").path
 
     /// Runs the cross-check script and returns its standard output; fails on a non-zero exit.
-    func runScript(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", Self.script] + arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        let outData = output.fileHandleForReading.readDataToEndOfFile()
-        let errData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let stderr = String(decoding: errData, as: UTF8.self)
+    /// It waits on a thread of its own (not one of the few the tests' tasks share), and its
+    /// errors go to a file, so that neither output can fill its pipe while the other is read.
+    func runScript(_ arguments: [String], sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+        let errorsFile = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-crosscheck-\(UUID()).err")
+        defer { try? FileManager.default.removeItem(at: errorsFile) }
+        let (status, output) = try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                continuation.resume(
+                    with: Result {
+                        let process = Process()
+                        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                        process.arguments = ["python3", Self.script] + arguments
+                        let output = Pipe()
+                        process.standardOutput = output
+                        _ = FileManager.default.createFile(atPath: errorsFile.path, contents: nil)
+                        process.standardError = try FileHandle(forWritingTo: errorsFile)
+                        try process.run()
+                        let data = output.fileHandleForReading.readDataToEndOfFile()
+                        process.waitUntilExit()
+                        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+                    })
+            }
+        }
+        let errors = (try? String(contentsOf: errorsFile, encoding: .utf8)) ?? ""
         try #require(
-            process.terminationStatus == 0,
-            "python3 \(Self.script) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(stderr)",
+            status == 0,
+            "python3 \(Self.script) \(arguments.joined(separator: " ")) exited \(status): \(errors)",
             sourceLocation: sourceLocation
         )
-        return String(decoding: outData, as: UTF8.self)
+        return output
     }
 
-    @Test func cbor2ReadsWhatWeWrite() throws {
+    @Test func cbor2ReadsWhatWeWrite() async throws {
         var generator = ValueGenerator(seed: 0xC0_FF_EE, maxDepth: 5)
         var lines: [String] = []
         for _ in 0..<500 {
@@ -43,12 +55,12 @@ struct CrossCheckTests {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-crosscheck-\(UUID()).jsonl")
         try lines.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
-        let output = try runScript(["check", file.path])
+        let output = try await runScript(["check", file.path])
         #expect(output.trimmingCharacters(in: .whitespacesAndNewlines) == "500 passed, 0 failed")
     }
 
-    @Test func weReadWhatCbor2Writes() throws {
-        let output = try runScript(["generate", "2026", "500"])
+    @Test func weReadWhatCbor2Writes() async throws {
+        let output = try await runScript(["generate", "2026", "500"])
         let lines = output.split(separator: "\n")
         #expect(lines.count == 500)
         var kinds = Set<String>()

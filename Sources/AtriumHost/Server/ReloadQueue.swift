@@ -45,6 +45,9 @@ final class ReloadQueue: Sendable {
         queue.sync {}
     }
 
+    /// Whether ``stop()`` was called.
+    var isStopped: Bool { state.withLock { $0.stopped } }
+
     /// No reload starts from now on; one under way finishes before this returns.
     func stop() {
         state.withLock { $0.stopped = true }
