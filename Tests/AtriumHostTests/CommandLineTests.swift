@@ -118,7 +118,23 @@ struct CommandLineTests {
                 "--listen takes HOST:PORT (for example 127.0.0.1:7340 or 0.0.0.0:0), or 'off'; got 'localhost'"))
         let missing = try await run(["--manifests", "/no/such/folder", "--socket", "off", "--listen", "127.0.0.1:0"])
         #expect(missing.status != 0)
-        #expect(missing.output.contains("cannot read the manifests folder"))
+        #expect(missing.output.contains("/no/such/folder: cannot read the manifests folder: No such file or directory"))
+        // The system's reason, for a file where a folder should be and for a link to itself.
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-notdir-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: scratch) }
+        let file = scratch.appendingPathComponent("file")
+        try Data().write(to: file)
+        let loop = scratch.appendingPathComponent("loop")
+        #expect(symlink(loop.path, loop.path) == 0)
+        for (folder, reason) in [(file, "Not a directory"), (loop, "Too many levels of symbolic links")] {
+            let refused = try await run(["--manifests", folder.path, "--socket", "off", "--listen", "127.0.0.1:0"])
+            #expect(refused.status != 0)
+            #expect(
+                refused.output.contains("\(folder.path): cannot read the manifests folder: \(reason)"),
+                "\(refused.output)")
+        }
     }
 
     @Test func securityOptionsThatCannotWorkAreRefusedWithTheReason() async throws {

@@ -102,6 +102,7 @@ import Testing
 
     @Test func sighupReloadsWhenWatchingIsOff() async throws {
         let host = try await TestHost.start(manifests: Fixtures.referenceManifests, arguments: ["--no-watch"])
+        #expect(host.logged("manifests are reloaded on SIGHUP only (no-watch is set)"))
         let client = try await connectedClient(host)
         #expect(
             try await client.open(channel: 1, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
@@ -115,6 +116,22 @@ import Testing
         #expect(try await apps(client, id: 2)[Fixtures.testPackage] != nil)
         #expect(try await echoes(client, 1))
         await client.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// What the host watches is in place once it says it is ready: the log says what is
+    /// watched before that, and a SIGHUP (systemctl reload) sent as soon as it is ready reloads.
+    @Test func whatTheHostWatchesIsInPlaceOnceItSaysItIsReady() async throws {
+        let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
+        kill(host.process.processIdentifier, SIGHUP)
+        let log = host.log
+        let watching = try #require(
+            log.range(of: "manifests are reloaded on a change in \(host.manifestsFolder.path), and on SIGHUP"),
+            "\(host.lastLines())")
+        let ready = try #require(log.range(of: "atriumd: ready"))
+        #expect(watching.lowerBound < ready.lowerBound, "watched only after the host said it was ready")
+        #expect(await reloaded(host, count: 1))
+        #expect(host.logged("manifests reloaded (SIGHUP)"))
         #expect(await host.stop() == 0)
     }
 

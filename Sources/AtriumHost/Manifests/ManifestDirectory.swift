@@ -1,5 +1,9 @@
 public import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The manifests of one or more folders: those that loaded, in folder then file-name order,
 /// and why the others did not. A bad manifest never stops the others from loading.
 ///
@@ -52,7 +56,8 @@ public struct ManifestDirectory: Sendable {
             } catch {
                 throw ManifestError(
                     file: folder.path, field: nil,
-                    reason: "cannot read the manifests folder: \(error.localizedDescription)"
+                    reason:
+                        "cannot read the manifests folder: \(Self.whyUnlistable(folder.path) ?? error.localizedDescription)"
                 )
             }
             if strictModes, let problem = FileTrust.problem(folder.path, what: "manifests folder") {
@@ -71,6 +76,15 @@ public struct ManifestDirectory: Sendable {
             }
         }
         return result
+    }
+
+    /// Why the system cannot list `path`, in its words ("No such file or directory", "Not a
+    /// directory", "Permission denied", "Too many levels of symbolic links"), or nil when it
+    /// can: Foundation's error says only "the operation could not be completed" for most.
+    static func whyUnlistable(_ path: String) -> String? {
+        guard let directory = opendir(path) else { return String(cString: strerror(errno)) }
+        closedir(directory)
+        return nil
     }
 
     private mutating func read(_ file: URL, label: String, several: Bool, strictModes: Bool) {

@@ -292,10 +292,16 @@ public final class AtriumServer: Service, Sendable {
                     reloads.request("the manifests folder changed")
                 })
             {
-            case .success(let started): watcher = started
+            case .success(let started):
+                watcher = started
+                logger.info(
+                    "manifests are reloaded on a change in \(configuration.manifestFolders.map(\.path).joined(separator: ", ")), and on SIGHUP"
+                )
             case .failure(let error):
                 logger.warning("manifests are reloaded on SIGHUP only: \(error.reason)")
             }
+        } else {
+            logger.info("manifests are reloaded on SIGHUP only (no-watch is set)")
         }
         let watching = watcher
         signal(SIGHUP, SIG_IGN)
