@@ -169,7 +169,7 @@ let package = Package(
         // Test helpers: start a host on port 0, a scripted client, find the built plugins.
         .target(
             name: "AtriumTesting",
-            dependencies: ["AtriumValues", "AtriumProtocol", nioCore, nioPosix],
+            dependencies: ["AtriumValues", "AtriumProtocol", "CAtriumSystem", nioCore, nioPosix],
             swiftSettings: strict
         ),
         .testTarget(

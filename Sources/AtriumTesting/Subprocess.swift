@@ -1,3 +1,4 @@
+import CAtriumSystem
 public import Foundation
 
 /// What a finished program printed and how it ended.
@@ -9,6 +10,37 @@ public struct ProgramOutput: Sendable {
     public init(status: Int32, output: String) {
         self.status = status
         self.output = output
+    }
+}
+
+/// A pipe no other program inherits, for a child's output. Foundation's `Pipe` stays open
+/// across exec, and `Process` closes in its child only the descriptors that were open when it
+/// looked: a program another test starts at the same moment can inherit this pipe's write
+/// end, and the reader would see the end of the output only when that program exits. Give
+/// `writing` to the child as its output (its copy there is inheritable), then call
+/// ``childStarted()``.
+public struct PrivatePipe {
+    public let reading: FileHandle
+    public let writing: FileHandle
+
+    public init() throws {
+        guard let ends = Self.ends() else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EMFILE) }
+        reading = FileHandle(fileDescriptor: ends.reading, closeOnDealloc: true)
+        writing = FileHandle(fileDescriptor: ends.writing, closeOnDealloc: true)
+    }
+
+    /// The two descriptors of such a pipe, for a caller that keeps them itself; nil when none
+    /// can be made (errno says why).
+    public static func ends() -> (reading: Int32, writing: Int32)? {
+        var ends: [Int32] = [-1, -1]
+        guard atrium_make_pipe(&ends) == 0 else { return nil }
+        return (ends[0], ends[1])
+    }
+
+    /// Closes this process's write end: the output ends once the child, and whatever it
+    /// started, has ended.
+    public func childStarted() {
+        try? writing.close()
     }
 }
 
@@ -49,11 +81,12 @@ public func runProgramWaiting(
         process.arguments = [executable] + arguments
     }
     if let folder { process.currentDirectoryURL = folder }
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
+    let pipe = try PrivatePipe()
+    process.standardOutput = pipe.writing
+    process.standardError = pipe.writing
     try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    pipe.childStarted()
+    let data = pipe.reading.readDataToEndOfFile()
     process.waitUntilExit()
     return ProgramOutput(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
 }

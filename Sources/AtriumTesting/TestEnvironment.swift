@@ -21,7 +21,8 @@ public func eventually(
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
-        try? await Task.sleep(for: interval)
+        // A cancelled task asks once more, and waits no longer.
+        do { try await Task.sleep(for: interval) } catch { break }
     }
     return try await condition()
 }

@@ -114,11 +114,12 @@ public final class TestHost: @unchecked Sendable {
         inherited["GLIBC_TUNABLES"] = nil
         process.environment = inherited.merging(environment) { $1 }
         let collector = OutputCollector()
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
+        let pipe = try PrivatePipe()
+        process.standardOutput = pipe.writing
+        process.standardError = pipe.writing
         try process.run()
-        collector.read(pipe.fileHandleForReading)
+        pipe.childStarted()
+        collector.read(pipe.reading)
         var port: Int?
         let ready = try await eventually(within: .seconds(seconds)) {
             let text = collector.text

@@ -346,11 +346,11 @@ struct PairingTests {
 /// The `atrium` tool running in the background, for commands that wait (`atrium pair`).
 final class RunningProgram: Sendable {
     let process: Process
-    let pipe: Pipe
+    let output: FileHandle
 
-    init(process: Process, pipe: Pipe) {
+    init(process: Process, output: FileHandle) {
         self.process = process
-        self.pipe = pipe
+        self.output = output
     }
 
     /// Waits (at most 20 s) for the program to end, and returns its exit status and output.
@@ -358,7 +358,7 @@ final class RunningProgram: Sendable {
         for _ in 0..<400 where process.isRunning { try? await Task.sleep(for: .milliseconds(50)) }
         if process.isRunning { process.terminate() }
         process.waitUntilExit()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        let data = output.readDataToEndOfFile()
         return ProgramOutput(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
     }
 }
@@ -368,9 +368,10 @@ func startAtrium(_ arguments: [String]) throws -> RunningProgram {
     process.executableURL = TestHost.buildFolder.appendingPathComponent("atrium")
     process.arguments = arguments
     process.environment = ProcessInfo.processInfo.environment.merging(["XDG_STATE_HOME": toolStateHome.path]) { $1 }
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
+    let pipe = try PrivatePipe()
+    process.standardOutput = pipe.writing
+    process.standardError = pipe.writing
     try process.run()
-    return RunningProgram(process: process, pipe: pipe)
+    pipe.childStarted()
+    return RunningProgram(process: process, output: pipe.reading)
 }

@@ -56,8 +56,9 @@ import Testing
         private var outputEnded = false
 
         init(_ executable: String, _ arguments: [String]) throws {
-            var ends: [Int32] = [0, 0]
-            guard pipe(&ends) == 0 else { throw SetupError(description: "no pipe") }
+            // Not inherited by what another test starts meanwhile (the child gets its own copy).
+            guard let pipe = PrivatePipe.ends() else { throw SetupError(description: "no pipe") }
+            let ends = [pipe.reading, pipe.writing]
             process = try ChildProcess(
                 executable: URL(fileURLWithPath: executable), arguments: arguments,
                 environment: ProcessInfo.processInfo.environment, output: ends[1], error: ends[1]

@@ -24,12 +24,13 @@ struct CrossCheckTests {
                         let process = Process()
                         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
                         process.arguments = ["python3", Self.script] + arguments
-                        let output = Pipe()
-                        process.standardOutput = output
+                        let output = try PrivatePipe()
+                        process.standardOutput = output.writing
                         _ = FileManager.default.createFile(atPath: errorsFile.path, contents: nil)
                         process.standardError = try FileHandle(forWritingTo: errorsFile)
                         try process.run()
-                        let data = output.fileHandleForReading.readDataToEndOfFile()
+                        output.childStarted()
+                        let data = output.reading.readDataToEndOfFile()
                         process.waitUntilExit()
                         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
                     })

@@ -42,7 +42,9 @@ final class ManifestWatcher: @unchecked Sendable {
         let watches = Watches(
             descriptor: descriptor, folders: folders.map(\.path), problem: problem)
         watches.rewatch()
-        return .success(ManifestWatcher(descriptor: descriptor, watches: watches, changed: changed))
+        return .success(
+            ManifestWatcher(
+                descriptor: descriptor, watches: watches, unwatchable: watches.unwatchable, changed: changed))
     }
 
     struct WatchError: Error {
@@ -51,6 +53,9 @@ final class ManifestWatcher: @unchecked Sendable {
 
     private let pending = PendingReload()
     private let watches: Watches
+    /// The folders that existed at start but could not be watched (each was named to
+    /// `problem`).
+    let unwatchableAtStart: Set<String>
 
     /// Watches each path again where it leads now (on SIGHUP: a folder that could not be
     /// watched may be watchable now).
@@ -58,8 +63,11 @@ final class ManifestWatcher: @unchecked Sendable {
         queue.async { [watches] in watches.rewatch() }
     }
 
-    private init(descriptor: Int32, watches: Watches, changed: @escaping @Sendable () -> Void) {
+    private init(
+        descriptor: Int32, watches: Watches, unwatchable: Set<String>, changed: @escaping @Sendable () -> Void
+    ) {
         self.watches = watches
+        self.unwatchableAtStart = unwatchable
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         let pending = self.pending
         let queue = self.queue
@@ -143,6 +151,8 @@ private final class Watches: @unchecked Sendable {
     var folderWatches: Set<Int32> = []
     var watches: Set<Int32> = []
     var problems: Set<String> = []
+    /// The folders of `problems`.
+    var unwatchable: Set<String> = []
 
     init(descriptor: Int32, folders: [String], problem: @escaping @Sendable (String) -> Void) {
         self.descriptor = descriptor
@@ -158,6 +168,7 @@ private final class Watches: @unchecked Sendable {
         var folderWatches: Set<Int32> = []
         var watches: Set<Int32> = []
         var problems: Set<String> = []
+        var unwatchable: Set<String> = []
         for folder in folders {
             // The path's names as the kernel takes them ("a/../b" goes through a's target when a
             // is a link): ".." is a step like any other, and never an event's name.
@@ -180,11 +191,13 @@ private final class Watches: @unchecked Sendable {
                 folderWatches.insert(watch)
             } else if errno != ENOENT, errno != ENOTDIR {
                 problems.insert("cannot watch \(folder): \(String(cString: strerror(errno)))")
+                unwatchable.insert(folder)
             }
         }
         for gone in self.watches.subtracting(watches) { inotify_rm_watch(descriptor, gone) }
         for new in problems.subtracting(self.problems).sorted() { problem(new) }
         (self.steps, self.folderWatches, self.watches, self.problems) = (steps, folderWatches, watches, problems)
+        self.unwatchable = unwatchable
     }
 
     /// What one event means: whether a reload should follow, and whether where a path leads

@@ -294,9 +294,14 @@ public final class AtriumServer: Service, Sendable {
             {
             case .success(let started):
                 watcher = started
-                logger.info(
-                    "manifests are reloaded on a change in \(configuration.manifestFolders.map(\.path).joined(separator: ", ")), and on SIGHUP"
-                )
+                // Those it cannot watch were named above.
+                let watched = configuration.manifestFolders.map(\.path).filter {
+                    !started.unwatchableAtStart.contains($0)
+                }
+                if !watched.isEmpty {
+                    logger.info(
+                        "manifests are reloaded on a change in \(watched.joined(separator: ", ")), and on SIGHUP")
+                }
             case .failure(let error):
                 logger.warning("manifests are reloaded on SIGHUP only: \(error.reason)")
             }
@@ -311,7 +316,12 @@ public final class AtriumServer: Service, Sendable {
             watching?.rewatch()
             reloads.request("SIGHUP")
         }
-        hangUps.resume()
+        // The handler is in place only once the source is registered (libdispatch installs it
+        // on a thread of its own after resume): until then a SIGHUP is ignored.
+        await withCheckedContinuation { (registered: CheckedContinuation<Void, Never>) in
+            hangUps.setRegistrationHandler { registered.resume() }
+            hangUps.resume()
+        }
 
         // Ready only now: from the moment the host says it is ready, a change in a manifests
         // folder or a SIGHUP (systemctl reload) reloads.
