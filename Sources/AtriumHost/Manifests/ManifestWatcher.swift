@@ -44,7 +44,7 @@ final class ManifestWatcher: @unchecked Sendable {
         watches.rewatch()
         return .success(
             ManifestWatcher(
-                descriptor: descriptor, watches: watches, unwatchable: watches.unwatchable, changed: changed))
+                descriptor: descriptor, watches: watches, unwatchable: Set(watches.problems.keys), changed: changed))
     }
 
     struct WatchError: Error {
@@ -150,9 +150,8 @@ private final class Watches: @unchecked Sendable {
     var steps: Set<Step> = []
     var folderWatches: Set<Int32> = []
     var watches: Set<Int32> = []
-    var problems: Set<String> = []
-    /// The folders of `problems`.
-    var unwatchable: Set<String> = []
+    /// Why each folder that exists cannot be watched, as said to `problem`.
+    var problems: [String: String] = [:]
 
     init(descriptor: Int32, folders: [String], problem: @escaping @Sendable (String) -> Void) {
         self.descriptor = descriptor
@@ -167,8 +166,7 @@ private final class Watches: @unchecked Sendable {
         var steps: Set<Step> = []
         var folderWatches: Set<Int32> = []
         var watches: Set<Int32> = []
-        var problems: Set<String> = []
-        var unwatchable: Set<String> = []
+        var problems: [String: String] = [:]
         for folder in folders {
             // The path's names as the kernel takes them ("a/../b" goes through a's target when a
             // is a link): ".." is a step like any other, and never an event's name.
@@ -190,14 +188,14 @@ private final class Watches: @unchecked Sendable {
                 watches.insert(watch)
                 folderWatches.insert(watch)
             } else if errno != ENOENT, errno != ENOTDIR {
-                problems.insert("cannot watch \(folder): \(String(cString: strerror(errno)))")
-                unwatchable.insert(folder)
+                problems[folder] = "cannot watch \(folder): \(String(cString: strerror(errno)))"
             }
         }
         for gone in self.watches.subtracting(watches) { inotify_rm_watch(descriptor, gone) }
-        for new in problems.subtracting(self.problems).sorted() { problem(new) }
+        for (folder, new) in problems.sorted(by: { $0.key < $1.key }) where self.problems[folder] != new {
+            problem(new)
+        }
         (self.steps, self.folderWatches, self.watches, self.problems) = (steps, folderWatches, watches, problems)
-        self.unwatchable = unwatchable
     }
 
     /// What one event means: whether a reload should follow, and whether where a path leads
