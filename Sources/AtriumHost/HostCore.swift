@@ -42,6 +42,35 @@ public struct LoadedPackage: Sendable {
 
     /// Whether the backend is a worker process, which a restart loads the library into anew.
     var isWorker: Bool { backend is WorkerProcess }
+
+    /// Its services' interfaces as `apps` sends them, encoded once for this version of the
+    /// package.
+    let interfaces = DescribedInterfaces()
+}
+
+/// A package's services' interfaces, encoded for `apps` answers: once per set of services
+/// described (which services a caller is told of depends on what it may open), not once per
+/// answer. A package of many commands makes an answer of close to a MiB, which a client could
+/// otherwise ask the host to build again and again. Thread-safe.
+final class DescribedInterfaces: Sendable {
+    private let encodings = Mutex<[[String]: EncodedInterfaces]>([:])
+    /// The most sets of services kept: each caller's access picks one, and there are few kinds.
+    static let maxKept = 8
+
+    /// The interfaces of `services` (each of which describes itself in `manifest`), in order.
+    func encoded(_ services: [String], of manifest: Manifest) -> EncodedInterfaces {
+        if let kept = encodings.withLock({ $0[services] }) { return kept }
+        let byName = Dictionary(manifest.services.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let encoded = EncodedInterfaces(
+            services.sorted().compactMap { name in
+                byName[name].flatMap { manifest.describedInterface(of: $0) }.map { (name, $0) }
+            })
+        encodings.withLock { encodings in
+            if encodings.count >= Self.maxKept { encodings.removeAll() }
+            encodings[services] = encoded
+        }
+        return encoded
+    }
 }
 
 /// The heart of the host: the packages and their backends, the connections, and the

@@ -92,28 +92,45 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 /// taken from the read: not in the read's buffer, whose storage the frames just handed on may
 /// share and keep alive. The stream ending inside a frame is the caller's to report
 /// (``truncation``), and what is held the caller's to let go of (``drop()``).
+///
+/// The caller may stop taking frames in the middle of a read (its output is backed up, say):
+/// the frames not handed on yet are held with the rest, and ``resume(_:)`` hands them on
+/// later. What is held then is at most one read's bytes, since a caller that stops taking
+/// frames stops reading too.
 public struct FrameInput<Frame: AtriumFrame> {
     @usableFromInline
     var decoder: FrameDecoder<Frame>
     @usableFromInline
     var held: ByteBuffer?
+    @usableFromInline
+    var paused = false
+    /// Whether whole frames may be held: the caller stopped taking them.
+    public var isPaused: Bool { paused }
 
     /// `maxFirstFrameBytes`, when given, limits the first frame (as ``FrameDecoder`` does).
     public init(maxFrameBytes: Int, maxFirstFrameBytes: Int? = nil) {
         decoder = FrameDecoder(maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: maxFirstFrameBytes)
     }
 
-    /// How many bytes of a frame not yet whole are held.
+    /// How many bytes are held: of a frame not yet whole, and of frames not taken yet.
     public var heldBytes: Int { held?.readableBytes ?? 0 }
 
-    /// The error for the stream ending now: `truncatedFrame` when part of a frame is held.
+    /// The error for the stream ending now: `truncatedFrame` when part of a frame is held
+    /// (after the whole frames held, if the caller stopped taking them).
     public var truncation: FrameError? {
-        heldBytes > 0 ? .truncated(after: heldBytes) : nil
+        guard var rest = held, rest.readableBytes > 0 else { return nil }
+        while let length = rest.getInteger(at: rest.readerIndex, endianness: .big, as: UInt32.self),
+            rest.readableBytes >= 4 + Int(length)
+        {
+            rest.moveReaderIndex(forwardBy: 4 + Int(length))
+        }
+        return rest.readableBytes > 0 ? .truncated(after: rest.readableBytes) : nil
     }
 
     /// Lets go of what is held: the stream is done with.
     public mutating func drop() {
         held = nil
+        paused = false
     }
 
     /// Hands each whole frame of what has arrived, `bytes` last, to `each`, in order, and
@@ -121,14 +138,43 @@ public struct FrameInput<Frame: AtriumFrame> {
     /// frames before it have been handed on, and nothing is kept.
     @inlinable
     public mutating func read(_ bytes: ByteBuffer, _ each: (Frame) -> Void) throws(FrameError) {
+        try read(bytes) { (frame: Frame) -> Bool in
+            each(frame)
+            return true
+        }
+    }
+
+    /// Hands each whole frame of what has arrived, `bytes` last, to `each`, in order, while it
+    /// answers true; once it answers false, the frames after are held (``isPaused``) until
+    /// ``resume(_:)``. A length over the limit, or a body that is not a frame, throws; the
+    /// frames before it have been handed on, and nothing is kept.
+    @inlinable
+    public mutating func read(_ bytes: ByteBuffer, _ each: (Frame) -> Bool) throws(FrameError) {
         var input = bytes
         if var earlier = held {
             held = nil
-            earlier.writeImmutableBuffer(bytes)
+            if bytes.readableBytes > 0 {
+                earlier.writeImmutableBuffer(bytes)
+            }
             input = earlier
         }
-        while let frame = try decoder.nextFrame(from: &input) { each(frame) }
-        guard input.readableBytes > 0 else { return }
+        paused = false
+        do {
+            while let frame = try decoder.nextFrame(from: &input) {
+                guard each(frame) else {
+                    paused = true
+                    break
+                }
+            }
+        } catch {
+            held = nil
+            paused = false
+            throw error
+        }
+        guard input.readableBytes > 0 else {
+            paused = false
+            return
+        }
         guard input.readerIndex > 0 else {
             held = input
             return
@@ -136,6 +182,13 @@ public struct FrameInput<Frame: AtriumFrame> {
         var rest = ByteBufferAllocator().buffer(capacity: input.readableBytes)
         rest.writeImmutableBuffer(input)
         held = rest
+    }
+
+    /// Hands on the frames held since `each` (of ``read(_:_:)-(_,(Frame)->Bool)``) stopped
+    /// taking them, as that does.
+    @inlinable
+    public mutating func resume(_ each: (Frame) -> Bool) throws(FrameError) {
+        try read(ByteBuffer(), each)
     }
 }
 

@@ -325,14 +325,20 @@ extension HostFrame: FrameBody {
             for app in apps.apps {
                 buffer.writeHead(
                     major: 5,
-                    argument: UInt64(4 + count(app.state != nil, app.reason != nil, !app.interfaces.isEmpty)))
+                    argument: UInt64(
+                        4
+                            + count(
+                                app.state != nil, app.reason != nil,
+                                app.encodedInterfaces != nil || !app.interfaces.isEmpty)))
                 buffer.writeKey("package", app.package)
                 buffer.writeKey("displayName", app.displayName)
                 buffer.writeKey("services", app.services)
                 buffer.writeKey("schemes", app.schemes)
                 if let state = app.state { buffer.writeKey("state", state) }
                 if let reason = app.reason { buffer.writeKey("reason", reason) }
-                if !app.interfaces.isEmpty {
+                if let encoded = app.encodedInterfaces {
+                    encoded.bytes.withUnsafeBytes { buffer.writeCBORBytes($0) }
+                } else if !app.interfaces.isEmpty {
                     buffer.writeInterfaces(app.interfaces.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
                 }
             }

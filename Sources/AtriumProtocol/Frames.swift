@@ -199,11 +199,15 @@ public struct AppInfo: Sendable, Hashable {
     /// What its services take, by service name, for the services that declare commands: sent
     /// only in the answer to an `apps` that names the package.
     public var interfaces: [String: ServiceInterface]
+    /// What its services take, encoded already: sent instead of ``interfaces`` when set (a
+    /// host's, so that the same description is not encoded again for every answer).
+    public var encodedInterfaces: EncodedInterfaces?
 
     public init(
         package: String, displayName: String, services: [String], schemes: [String], state: String? = nil,
-        reason: String? = nil, interfaces: [String: ServiceInterface] = [:]
+        reason: String? = nil, interfaces: [String: ServiceInterface] = [:], encodedInterfaces: EncodedInterfaces? = nil
     ) {
+        self.encodedInterfaces = encodedInterfaces
         self.package = package
         self.displayName = displayName
         self.services = services

@@ -46,6 +46,24 @@ extension CBOROutput {
     }
 }
 
+/// The `interfaces` of an app in an `apps` answer, encoded once: a host gives the same
+/// package's description to every client that asks, and it may be large (a package of many
+/// commands), so it is not built anew for each answer.
+public struct EncodedInterfaces: Sendable, Hashable {
+    /// The `interfaces` key and its array, as they go in the app's map.
+    let bytes: [UInt8]
+
+    /// `interfaces`, in the order given (a host sorts them by service name).
+    public init(_ interfaces: [(service: String, interface: ServiceInterface)]) {
+        var bytes: [UInt8] = []
+        bytes.writeInterfaces(interfaces)
+        self.bytes = bytes
+    }
+
+    /// How many bytes they take in the answer.
+    public var count: Int { bytes.count }
+}
+
 extension FrameFields {
     func optionalBool(_ key: StaticString) throws(FrameError) -> Bool? {
         guard let (head, _) = head(key) else { return nil }

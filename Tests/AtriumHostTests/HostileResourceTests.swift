@@ -102,6 +102,59 @@ struct HostileResourceTests {
         #expect(await host.stop() == 0)
     }
 
+    /// A manifest within the checker's limits whose package describes 256 commands of 6
+    /// fields, each with a long description: an `apps` naming it is answered with about 900 KB.
+    static let describedManifest: String = {
+        let text = String(repeating: "d", count: 480)
+        let fields = (0..<6).map { #"{ "name": "f\#($0)", "type": "string", "description": "\#(text)" }"# }
+        let commands = (0..<256).map {
+            #"{ "command": "c\#($0)", "description": "\#(text)", "fields": [\#(fields.joined(separator: ", "))] }"#
+        }
+        return """
+            { "manifestVersion": 1, "package": "atrium.tests.described", "library": "libEcho.so",
+              "services": [{ "name": "described", "supportsRemoteSystems": true,
+                             "commands": [\(commands.joined(separator: ", "))] }] }
+            """
+    }()
+
+    /// One read of small `apps` frames, each asking for a large answer, is held to the
+    /// unsent-output limit as many reads are: the host stops acting on the frames of the read
+    /// while the client does not read, and answers every one of them once it does.
+    @Test func oneReadOfRequestsForLargeAnswersIsHeldToTheOutputLimit() async throws {
+        let host = try await startHost(manifests: Fixtures.all.merging(["described.json": Self.describedManifest]) { $1 })
+        let before = try #require(host.residentBytes)
+        let greedy = try await TestClient.connect(port: host.port, autoRead: false)
+        var requests = ByteBuffer()
+        requests.writeFrame(ClientFrame.hello(HelloFrame(clientId: "greedy")))
+        let count = 200
+        for id in 0..<count { requests.writeFrame(ClientFrame.apps(id: UInt64(id), package: "atrium.tests.described")) }
+        // About 8 KB: one read for the host, which asks for 200 answers of 900 KB each.
+        _ = try await greedy.push(Array(requests.readableBytesView))
+        #expect(await host.waitForLog("the host stops reading it until it does"))
+        try await Task.sleep(for: .milliseconds(500))
+        let during = try #require(host.residentBytes)
+        // Acting on the whole read would buffer 180 MB of answers.
+        #expect(during - before < 96 << 20, "RSS grew by \((during - before) >> 20) MiB")
+        #expect(try await pingAnswered(host))
+        // Once the client reads, every request is answered, in order, with the interfaces.
+        try await greedy.channel.setOption(.autoRead, value: true).get()
+        greedy.readMore()
+        guard case .welcome = try await greedy.next() else {
+            Issue.record("no welcome")
+            return
+        }
+        for id in 0..<count {
+            guard case .apps(let answer) = try await greedy.next(timeout: .seconds(30)) else {
+                Issue.record("no answer to apps \(id)")
+                return
+            }
+            #expect(answer.id == UInt64(id))
+            #expect(answer.apps.first?.interfaces["described"]?.commands.count == 256)
+        }
+        await greedy.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func connectionsAreAdmittedWithinTheirLimitsAndRefusalsLoggedOnce() async throws {
         let host = try await startHost(arguments: ["--max-connections", "12", "--max-connections-per-peer", "8"])
         var clients: [TestClient] = []

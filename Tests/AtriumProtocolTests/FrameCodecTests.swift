@@ -176,6 +176,41 @@ struct FrameCodecTests {
         #expect(input.heldBytes == 0)
     }
 
+    /// A caller that stops taking frames in the middle of a read gets the rest, in order, when
+    /// it resumes: none lost, none twice, and a stream that ends meanwhile is truncated only
+    /// by a partial frame after the whole ones held.
+    @Test func frameInputHoldsTheFramesNotTakenUntilResumed() throws {
+        var stream = ByteBuffer()
+        for frame in Self.clientFrames { stream.writeFrame(frame) }
+        let last = encoded(ClientFrame.close(channel: 9))
+        stream.writeImmutableBuffer(last.getSlice(at: 0, length: 5)!)
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1 << 20)
+        var frames: [ClientFrame] = []
+        try input.read(stream) { frame -> Bool in
+            frames.append(frame)
+            return frames.count != 2
+        }
+        #expect(frames == Array(Self.clientFrames.prefix(2)))
+        #expect(input.isPaused)
+        #expect(input.heldBytes == stream.readableBytes - Self.clientFrames.prefix(2).map { encoded($0).readableBytes }.reduce(0, +))
+        #expect(input.truncation == .truncated(after: 5), "only the partial frame after the whole ones held")
+        // Resumed one frame at a time, then all the rest.
+        try input.resume { frame -> Bool in
+            frames.append(frame)
+            return false
+        }
+        #expect(frames == Array(Self.clientFrames.prefix(3)) && input.isPaused)
+        try input.resume { frame -> Bool in
+            frames.append(frame)
+            return true
+        }
+        #expect(frames == Self.clientFrames)
+        #expect(!input.isPaused && input.heldBytes == 5)
+        // The partial frame completed by the next read.
+        try input.read(last.getSlice(at: 5, length: last.readableBytes - 5)!) { frames.append($0) }
+        #expect(frames.last == .close(channel: 9) && input.heldBytes == 0 && input.truncation == nil)
+    }
+
     @Test func frameInputHoldsTheFirstFrameToItsOwnLimitThenLiftsIt() throws {
         let hello = encoded(ClientFrame.hello(HelloFrame(clientId: String(repeating: "c", count: 40))))
         let big = encoded(ClientFrame.launch(LaunchFrame(id: 1, uri: "x:" + String(repeating: "y", count: 200))))

@@ -350,7 +350,7 @@ extension HostCore {
             let launchesOnly = package.backend == nil && package.loadError == nil && package.manifest.launch != nil
             let state = health?.state ?? (launchesOnly ? .ready : .failed)
             let reason = state == .ready ? nil : health?.reason ?? package.loadError
-            var interfaces: [String: ServiceInterface] = [:]
+            var described: [String] = []
             if let name {
                 var budget = Self.maxDescribedBytes
                 for service in package.manifest.services {
@@ -360,7 +360,7 @@ extension HostCore {
                     // A package of many services and functions would repeat them in each.
                     budget -= interface.encodedSizeBound + service.name.utf8.count
                     guard budget >= 0 else { break }
-                    interfaces[service.name] = interface
+                    described.append(service.name)
                 }
             }
             return AppInfo(
@@ -370,7 +370,7 @@ extension HostCore {
                 schemes: package.manifest.schemes,
                 state: state.rawValue,
                 reason: isLocal ? reason : nil,
-                interfaces: interfaces
+                encodedInterfaces: described.isEmpty ? nil : package.interfaces.encoded(described, of: package.manifest)
             )
         }
     }

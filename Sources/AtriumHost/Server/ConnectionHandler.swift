@@ -330,17 +330,25 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
-            if let truncation {
-                protocolError(truncation)
-                return
+            if framesWaiting {
+                inputClosedWhilePaused = true
+            } else {
+                inputClosed()
             }
-            // The client will send nothing more but may still read: answer what is due first.
-            machine.inputDidClose()
-            answerOutgoingAfterInputClosed()
-            closeIfDrained()
             return
         }
         context.fireUserInboundEventTriggered(event)
+    }
+
+    private func inputClosed() {
+        if let truncation {
+            protocolError(truncation)
+            return
+        }
+        // The client will send nothing more but may still read: answer what is due first.
+        machine.inputDidClose()
+        answerOutgoingAfterInputClosed()
+        closeIfDrained()
     }
 
     /// After a half-close the client can answer nothing more: the backends' messages waiting
@@ -389,17 +397,72 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let output = OutputGauge()
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable {
+        if context.channel.isWritable && !framesWaiting {
             context.read()
         } else {
             readHeld = true
         }
     }
 
+    /// Whether the next frame of a read may be acted on now: not while the unsent output is
+    /// over the high-water mark. One read can carry hundreds of small frames, each asking for
+    /// a large answer (`apps` of a package with many commands): they wait, unread, until the
+    /// client has taken what it was sent (``resumeFrames(context:)``), so that what one read
+    /// asks for is held to the same limit as what many reads do.
+    private func mayTakeNextFrame(_ context: ChannelHandlerContext) -> Bool {
+        if unflushedBytes >= admission.outputHighWaterBytes {
+            // Under TLS the bytes written are not counted against the channel's water marks
+            // until they are flushed through the TLS handler.
+            flushPending = false
+            unflushedBytes = 0
+            context.flush()
+        }
+        return context.channel.isWritable || isClosed || inputBroken
+    }
+
+    /// Whether frames of the last read wait for the output to drain (`input.isPaused`, kept
+    /// apart because a flush can call back into this handler while `input` is being modified).
+    private var framesWaiting = false
+
+    /// Acts on the frames of a read that waited for the output to drain, then reads again.
+    private func resumeFrames(context: ChannelHandlerContext) {
+        guard framesWaiting, !reading, !isRemoved, !inputBroken else { return }
+        reading = true
+        inReadBurst = true
+        do {
+            try input.resume { frame in
+                received(frame, context: context)
+                return mayTakeNextFrame(context)
+            }
+        } catch {
+            protocolError(error)
+        }
+        reading = false
+        if inputBroken { input.drop() }
+        framesWaiting = input.isPaused
+        inReadBurst = false
+        flushIfPending()
+        guard !framesWaiting else { return }
+        if inputClosedWhilePaused {
+            inputClosedWhilePaused = false
+            inputClosed()
+        }
+        if readHeld, context.channel.isWritable {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    /// The client's input ended while frames of its last read waited (``resumeFrames(context:)``
+    /// acts on the end once it has acted on them).
+    private var inputClosedWhilePaused = false
+
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         output.isBlocked = !context.channel.isWritable
         if context.channel.isWritable {
-            if readHeld {
+            if framesWaiting {
+                resumeFrames(context: context)
+            } else if readHeld {
                 readHeld = false
                 context.read()
             }
@@ -431,6 +494,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         burstArrived = nil
         if flushPending {
             flushPending = false
+            unflushedBytes = 0
             context.flush()
         }
         context.fireChannelReadComplete()
@@ -446,9 +510,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
         defer {
             reading = false
             if inputBroken { input.drop() }
+            framesWaiting = input.isPaused
         }
         do {
-            try input.read(unwrapInboundIn(data)) { frame in received(frame, context: context) }
+            try input.read(unwrapInboundIn(data)) { frame in
+                received(frame, context: context)
+                return mayTakeNextFrame(context)
+            }
         } catch {
             protocolError(error)
         }
@@ -1216,19 +1284,27 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// is an answer a worker's link brought (``FlushesAfterRead``), else at once.
     func write(_ frame: HostFrame) {
         guard !isClosed, let context else { return }
-        context.write(wrapOutboundOut(encoded(frame, context: context)), promise: nil)
+        let bytes = encoded(frame, context: context)
+        unflushedBytes &+= bytes.readableBytes
+        context.write(wrapOutboundOut(bytes), promise: nil)
         guard !flushPending else { return }
         if inReadBurst || FlushesAfterRead.flushLater(self) {
             flushPending = true
         } else {
+            unflushedBytes = 0
             context.flush()
         }
     }
+
+    /// How many bytes ``write(_:)`` wrote since the last flush (counted while frames of a
+    /// read are acted on: ``mayTakeNextFrame(_:)``).
+    private var unflushedBytes = 0
 
     /// Flushes what ``write(_:)`` left unflushed, if anything.
     func flushIfPending() {
         guard flushPending else { return }
         flushPending = false
+        unflushedBytes = 0
         context?.flush()
     }
 

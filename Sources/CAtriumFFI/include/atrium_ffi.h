@@ -3,6 +3,9 @@
 #ifndef ATRIUM_FFI_H
 #define ATRIUM_FFI_H
 
+#if defined(__has_include) && !__has_include(<ffi.h>)
+#error "libffi's headers are missing (Debian package libffi-dev); Atrium also needs libavahi-client-dev. Install both with `sudo apt-get install libffi-dev libavahi-client-dev` (or run Scripts/ensure-deps.sh), then build again"
+#endif
 #include <ffi.h>
 #include <stddef.h>
 #include <stdint.h>
