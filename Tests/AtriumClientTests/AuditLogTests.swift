@@ -69,4 +69,66 @@ struct AuditLogTests {
         #expect(event("tls.required") { $0["address"] == "127.0.0.1" } != nil)
         #expect(events.allSatisfy { $0["time"] != nil && $0["event"] != nil })
     }
+
+    /// Strangers who keep sending refused frames write a few aggregated lines, not one each;
+    /// each is closed after ``maxRefused`` refusals; and a pairing accepted meanwhile, with the
+    /// paired device's open, is written whole.
+    @Test func refusalsOfStrangersAreAggregatedAndTheirConnectionsClosed() async throws {
+        let file = TLSTests.temporaryFolder("audit-flood").appendingPathExtension("jsonl")
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: PairingTests.arguments + ["--audit-log", file.path])
+        let admin = try await PairingTests.operatorConnection(host)
+        let strangers = 4
+        let maxRefused = 32
+        var closedWithReason = 0
+        for _ in 0..<strangers {
+            let stranger = try await PairingTests.device(host)
+            var refused = 0
+            // Bounded: the host closes the connection at the limit; 3 more tries than that.
+            for _ in 0..<(maxRefused + 4) {
+                do {
+                    _ = try await stranger.apps(timeout: .seconds(10))
+                } catch let error as AtriumClientError {
+                    refused += 1
+                    if error.message.contains("\(maxRefused) frames refused") {
+                        closedWithReason += 1
+                        break
+                    }
+                }
+            }
+            // One more refused than the limit, each answered; the call after learns why the
+            // connection closed.
+            #expect(refused == maxRefused + 2, "\(refused) calls failed before the host closed the connection")
+            await stranger.close()
+        }
+        #expect(closedWithReason == strangers)
+
+        let device = try await PairingTests.device(host)
+        let pairing = Task { try await device.pair(deviceName: "kept", timeout: .seconds(10)) }
+        let request = try #require(try await PairingTests.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+        #expect(try await PairingTests.opensEcho(device) == .success)
+        let identity = try #require(device.clientIdentity)
+        await device.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+
+        let events = try String(contentsOf: file, encoding: .utf8).split(separator: "\n").map { line in
+            try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String], "\(line)")
+        }
+        let refusals = events.filter { $0["event"] == "unpaired.refused" }
+        // Every refusal is counted, in a line of its own only for the first of an interval.
+        let counted = refusals.map { line in
+            if let count = line["count"] { return Int(count) ?? 0 }  // the count of an interval
+            return 1 + (Int(line["more since last written"] ?? "0") ?? 0)  // one written at once
+        }
+        #expect(counted.reduce(0, +) == strangers * (maxRefused + 1), "\(refusals)")
+        #expect(refusals.count <= 4, "\(refusals.count) lines for \(strangers * (maxRefused + 1)) refusals")
+        #expect(refusals.contains { $0["aggregated"] == "true" && $0["frame"] == "apps" })
+        #expect(events.contains { $0["event"] == "pairing.requested" && $0["device"] == identity })
+        #expect(events.contains { $0["event"] == "pairing.accepted" && $0["device"] == identity })
+        #expect(events.contains { $0["event"] == "open" && $0["device"] == identity && $0["status"] == "Success (0)" })
+        #expect(!events.contains { $0["event"] == "audit.dropped" })
+    }
 }

@@ -70,7 +70,7 @@ public final class AtriumServer: Service, Sendable {
         let (transport, identity) = try Self.transportPolicy(configuration, logger: logger)
         self.transport = transport
         let audit = try configuration.auditLog.map { file throws(HostStartError) in
-            try AuditLog(file: file, logger: logger)
+            try AuditLog(file: file, interval: configuration.admission.breachLogInterval, logger: logger)
         }
         core = HostCore(
             configuration: configuration, logger: logger, group: self.group, identity: identity, audit: audit)
@@ -254,10 +254,14 @@ public final class AtriumServer: Service, Sendable {
         let advertisedScope = configuration.listenHost.map { Self.advertisingScope(of: $0) }
         // Counts of refusals that were not logged one by one go out once per interval.
         let breaches = core.breaches
+        let audit = core.audit
         let flushes = group.next().scheduleRepeatedTask(
             initialDelay: TimeAmount(configuration.admission.breachLogInterval),
             delay: TimeAmount(configuration.admission.breachLogInterval)
-        ) { _ in breaches.flush() }
+        ) { _ in
+            breaches.flush()
+            audit?.writeCounts()
+        }
 
         let core = self.core
         let trims = group.next().scheduleRepeatedTask(initialDelay: .seconds(2), delay: .seconds(2)) { _ in

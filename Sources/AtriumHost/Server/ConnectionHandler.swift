@@ -559,6 +559,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             }
             audit("unpaired.refused", fields)
             write(refusal)
+            countRefusedFrame()
             return
         }
         switch frame {
@@ -683,8 +684,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Writes a security event to the audit log, with who the client is.
-    func audit(_ event: String, _ fields: [String: String] = [:]) {
+    /// Writes a security event to the audit log, with who the client is. The events of a
+    /// client that is not authorized are aggregated by its address (``AuditLog``), unless
+    /// `always` (a pairing request, which the operator must see, and which the pairing limits
+    /// bound already).
+    func audit(_ event: String, _ fields: [String: String] = [:], always: Bool = false) {
         guard let audit = core.audit else { return }
         var fields = fields
         if !clientId.isEmpty { fields["client"] = untrusted(clientId, limit: 64) }
@@ -693,7 +697,30 @@ final class ConnectionHandler: ChannelDuplexHandler {
             fields["address"] = peerAddress
             if let identity = transport.peerIdentity { fields["device"] = identity }
         }
-        audit.record(event, fields)
+        audit.record(event, fields, stranger: authorized || always ? nil : peerAddress)
+    }
+
+    /// How many frames of this connection were refused because it is not authorized: one
+    /// that keeps sending them is closed at ``maxRefusedFrames``.
+    private var refusedFrames = 0
+    /// The most frames refused to a client that is not authorized before its connection is
+    /// closed: a client that pairs, or opens what it may, does not send many.
+    static let maxRefusedFrames = 32
+
+    /// Counts a frame refused because the client is not authorized; past the limit, the
+    /// connection is closed with a reason.
+    private func countRefusedFrame() {
+        guard !authorized else { return }
+        refusedFrames += 1
+        guard refusedFrames > Self.maxRefusedFrames else { return }
+        core.breaches.record(
+            "unpaired client closed", level: .info,
+            "a connection that is not paired sent \(Self.maxRefusedFrames) refused frames; closed")
+        protocolError(
+            FrameError(
+                .notAuthorized,
+                "\(Self.maxRefusedFrames) frames refused: this device is not paired with the host; pair first (atrium pair HOST)"
+            ), log: false)
     }
 
     /// The client's address, for the log and the paired devices' list.
@@ -794,7 +821,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .success(let request):
             audit(
                 "pairing.requested",
-                ["request": "\(request.number)", "name": deviceName, "code": code, "committed": "\(nonces != nil)"])
+                ["request": "\(request.number)", "name": deviceName, "code": code, "committed": "\(nonces != nil)"],
+                always: true)
             pairing = .filed(request.number)
             let devices = core.devices
             pairingTimer = context?.eventLoop.scheduleTask(in: TimeAmount(core.configuration.pairingTimeout)) {
@@ -814,7 +842,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The operator decided this connection's pairing request (or it timed out).
     func pairingDecided(id: UInt64, status: PairingStatus, error: String?) {
         audit(
-            status == .paired ? "pairing.accepted" : status == .refused ? "pairing.refused" : "pairing.timedOut")
+            status == .paired ? "pairing.accepted" : status == .refused ? "pairing.refused" : "pairing.timedOut",
+            always: true)
         pairing = .none
         pairingTimer?.cancel()
         pairingTimer = nil
@@ -888,6 +917,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
                 metadata: metadata)
             let told = refusal.told(isRemote: !self.isLocal)
             self.write(.opened(OpenedFrame(channel: open.channel, status: status, error: untrusted(told, limit: 400))))
+            self.countRefusedFrame()
         }
         switch machine.openReceived(open.channel, isOpen: isOpen, openChannels: openChannels) {
         case .numberInUse:

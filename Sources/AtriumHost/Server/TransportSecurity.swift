@@ -107,9 +107,8 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
             breaches.record(
                 "plain TCP refused", level: .info, "a client spoke plain TCP where only TLS is taken; refused",
                 metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
-            audit?.record(
-                "tls.required",
-                ["transport": "tcp", "address": context.remoteAddress?.ipAddress ?? "?"])
+            let address = context.remoteAddress?.ipAddress ?? "?"
+            audit?.record("tls.required", ["transport": "tcp", "address": address], stranger: address)
             let refusal = HostFrame.error(
                 ErrorFrame(
                     code: .tlsRequired,
