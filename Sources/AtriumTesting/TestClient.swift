@@ -18,11 +18,15 @@ public final class TestClient: Sendable {
     /// Connects over TCP to `127.0.0.1:port`, from `localAddress` when given (another
     /// loopback address, 127.0.0.2, is another peer to the host). With `autoRead` off the
     /// client reads nothing until told (``readMore()``): a client that does not read.
-    public static func connect(port: Int, from localAddress: String? = nil, autoRead: Bool = true) async throws
-        -> TestClient
-    {
+    ///
+    /// `prepare` adds handlers before the client's own (TLS, say): it runs on the channel's
+    /// event loop.
+    public static func connect(
+        port: Int, from localAddress: String? = nil, autoRead: Bool = true,
+        prepare: (@Sendable (any Channel) throws -> Void)? = nil
+    ) async throws -> TestClient {
         let inbox = Inbox()
-        var bootstrap = bootstrap(inbox).channelOption(.autoRead, value: autoRead)
+        var bootstrap = bootstrap(inbox, prepare: prepare).channelOption(.autoRead, value: autoRead)
         if let localAddress {
             bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: localAddress, port: 0))
         }
@@ -62,10 +66,11 @@ public final class TestClient: Sendable {
         return TestClient(channel: channel, inbox: inbox)
     }
 
-    static func bootstrap(_ inbox: Inbox) -> ClientBootstrap {
+    static func bootstrap(_ inbox: Inbox, prepare: (@Sendable (any Channel) throws -> Void)? = nil) -> ClientBootstrap {
         ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try prepare?(channel)
                     try channel.pipeline.syncOperations.addHandlers([
                         ByteToMessageHandler(FrameDecoder<HostFrame>(maxFrameBytes: 64 << 20)),
                         InboxHandler(inbox: inbox),

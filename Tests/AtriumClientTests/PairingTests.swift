@@ -3,6 +3,8 @@ import AtriumTLS
 import AtriumTesting
 import AtriumValues
 import Foundation
+import NIOCore
+import NIOSSL
 import Testing
 
 @testable import AtriumClient
@@ -270,7 +272,7 @@ struct PairingTests {
         let refused = try await third.pair(deviceName: "third", timeout: .seconds(10))
         #expect(refused.status == .notPossible)
         #expect(refused.error?.contains("from this address") == true, "\(refused.error ?? "")")
-        // Attempts, host-wide, at most 20 a minute (three made above).
+        // Attempts from one address: at most 5 a minute (three made above).
         var limited: PairedFrame?
         for _ in 0..<20 {
             let attempt = try await Self.device(host)
@@ -287,6 +289,61 @@ struct PairingTests {
         await third.close()
         _ = try? await filing.value
         _ = try? await secondFiling.value
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// A TLS client at `address` (another loopback address is another peer to the host),
+    /// with an identity of its own, that has said hello.
+    static func stranger(_ host: TestHost, from address: String, identity: TLSIdentity) async throws -> TestClient {
+        let context = try identity.makeClientContext()
+        let client = try await TestClient.connect(port: host.port, from: address) { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                NIOSSLClientHandler(
+                    context: context, serverHostname: nil,
+                    customVerificationCallback: { _, promise in promise.succeed(.certificateVerified) }))
+        }
+        try await client.hello(clientId: "stranger")
+        return client
+    }
+
+    /// A stranger's pairing attempts from one address, each a commitment whose nonce it never
+    /// reveals, use up that address's share, not the host's: a device elsewhere pairs meanwhile.
+    @Test func oneStrangerCannotShutPairingForEveryone() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let admin = try await Self.operatorConnection(host)
+        let identity = try TLSIdentity.loadOrCreate(
+            in: TLSTests.temporaryFolder("stranger"), name: "client", commonName: "stranger")
+        var strangers: [TestClient] = []
+        var refusedFrom: Int?
+        // More attempts than the host takes in a minute from everyone (20).
+        for attempt in 0..<24 {
+            let stranger = try await Self.stranger(host, from: "127.0.0.2", identity: identity)
+            strangers.append(stranger)
+            let commitment = String(repeating: "a", count: 64)
+            try await stranger.send(.pair(PairFrame(id: 1, deviceName: "stranger", commitment: commitment)))
+            switch try await stranger.next() {
+            case .pairNonce:
+                #expect(refusedFrom == nil, "attempt \(attempt) began after one was refused")
+            case .paired(let refused):
+                #expect(refused.status == .notPossible)
+                #expect(refused.error?.contains("from this address") == true, "\(refused.error ?? "")")
+                refusedFrom = refusedFrom ?? attempt
+            case let other:
+                Issue.record("attempt \(attempt) was answered \(String(describing: other))")
+            }
+        }
+        #expect(refusedFrom == 5, "an address's share is 5 attempts a minute")
+
+        let device = try await Self.device(host)
+        let pairing = Task { try await device.pair(deviceName: "elsewhere", timeout: .seconds(10)) }
+        let request = try #require(try await Self.waiting(admin).first)
+        #expect(request["deviceName"]?.string == "elsewhere")
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+        #expect(try await Self.opensEcho(device) == .success)
+        for stranger in strangers { await stranger.close() }
+        await device.close()
         await admin.close()
         #expect(await host.stop() == 0)
     }

@@ -38,8 +38,11 @@ public final class DeviceRegistry: Sendable {
         var devices: [String: Device] = [:]
         var pending: [UInt64: Request] = [:]
         var next: UInt64 = 1
-        /// When recent pairing attempts began (host-wide), for the rate limit.
-        var attempts: [Date] = []
+        /// When recent pairing attempts began, by address (an IPv6 address's /64), for each
+        /// address's share.
+        var attemptsByAddress: [String: [Date]] = [:]
+        /// When recent pairing requests reached the operator (host-wide), for the rate limit.
+        var filed: [Date] = []
         /// Set when `devices.json` could not be read: nothing is written over it then.
         var unreadable: String?
         /// When `devices.json` was last written, so that `lastSeen` alone rewrites it at most
@@ -52,9 +55,16 @@ public final class DeviceRegistry: Sendable {
     public static let maxPending = 16
     /// At most this many from one address.
     public static let maxPendingPerAddress = 2
-    /// At most this many pairing attempts begin per minute, host-wide: each is one try at
-    /// matching a verification code, and each puts a line in the log.
+    /// At most this many pairing requests reach the operator per minute, host-wide: each is
+    /// one try at matching a verification code, and each puts a line in the log. Counted only
+    /// once a request reaches the operator, so that attempts that never do (a commitment whose
+    /// nonce is never revealed) cannot shut pairing for everyone.
     public static let maxAttemptsPerMinute = 20
+    /// At most this many pairing attempts begin per minute from one address (an IPv6
+    /// address's /64): one stranger cannot use up the host-wide budget.
+    public static let maxAttemptsPerAddressPerMinute = 5
+    /// The most addresses whose attempts are counted at once.
+    static let maxAddressesCounted = 4096
 
     let file: URL
     let logger: Logger
@@ -107,11 +117,22 @@ public final class DeviceRegistry: Sendable {
     func admitAttempt(from address: String) -> PairingRefusal? {
         state.withLock { state in
             let now = Date()
-            state.attempts.removeAll { now.timeIntervalSince($0) > 60 }
-            guard state.attempts.count < Self.maxAttemptsPerMinute else {
-                return PairingRefusal("too many pairing attempts in the last minute; try again in a minute")
+            var recent = state.attemptsByAddress[address, default: []].filter { now.timeIntervalSince($0) <= 60 }
+            guard recent.count < Self.maxAttemptsPerAddressPerMinute else {
+                return PairingRefusal(
+                    "too many pairing attempts from this address in the last minute (\(Self.maxAttemptsPerAddressPerMinute)); try again in a minute"
+                )
             }
-            state.attempts.append(now)
+            if state.attemptsByAddress[address] == nil, state.attemptsByAddress.count >= Self.maxAddressesCounted {
+                state.attemptsByAddress = state.attemptsByAddress.filter { _, times in
+                    times.contains { now.timeIntervalSince($0) <= 60 }
+                }
+                guard state.attemptsByAddress.count < Self.maxAddressesCounted else {
+                    return PairingRefusal("too many addresses tried to pair in the last minute; try again in a minute")
+                }
+            }
+            recent.append(now)
+            state.attemptsByAddress[address] = recent
             return nil
         }
     }
@@ -153,6 +174,15 @@ public final class DeviceRegistry: Sendable {
                     PairingRefusal(
                         "\(Self.maxPendingPerAddress) pairing requests from this address are already waiting"))
             }
+            let now = Date()
+            state.filed.removeAll { now.timeIntervalSince($0) > 60 }
+            guard state.filed.count < Self.maxAttemptsPerMinute else {
+                return .failure(
+                    PairingRefusal(
+                        "too many pairing attempts reached the operator in the last minute (\(Self.maxAttemptsPerMinute)); try again in a minute"
+                    ))
+            }
+            state.filed.append(now)
             let request = Request(
                 number: state.next, identity: identity, deviceName: deviceName, address: address, code: code,
                 requested: Date(), answer: answer)

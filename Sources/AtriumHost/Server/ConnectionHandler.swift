@@ -753,7 +753,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         // Counted before anything else is done for it: each attempt is a try at the code.
-        if let refusal = core.devices.admitAttempt(from: peerAddress) {
+        // Each address (an IPv6 address's /64) has its share of attempts.
+        if let refusal = core.devices.admitAttempt(from: context?.remoteAddress.flatMap(Self.peerKey) ?? peerAddress) {
             core.breaches.record("pairing refused", level: .info, "a pairing attempt refused: \(refusal)")
             answer(.notPossible, refusal.description)
             return
