@@ -232,6 +232,87 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    /// Sixteen half-sent requests from four addresses, kept up by a stranger who reconnects
+    /// whatever the host closes, do not keep a scrape out: a new connection takes the place of
+    /// the oldest stalled one, one address has at most 4 places, and a head that does not come
+    /// within 5 s closes its connection.
+    @Test func stalledConnectionsDoNotKeepAScrapeOut() async throws {
+        let (host, port) = try await Self.startHost()
+        let script = """
+            import http.client, socket, threading, time
+            stop = threading.Event()
+            held, lock = [], threading.Lock()
+            def stall(address):
+                s = socket.socket()
+                s.bind((address, 0))
+                s.connect(("127.0.0.1", \(port)))
+                s.sendall(b"GET /metrics HTTP/1.1\\r\\nHost: x\\r\\n")  # the head is never finished
+                return s
+            def stranger():
+                # Keeps 16 stalled connections, 4 from each of 4 addresses, for at most 8 s.
+                addresses = ["127.0.0.%d" % n for n in range(2, 6)]
+                deadline = time.time() + 8
+                while not stop.is_set() and time.time() < deadline:
+                    with lock:
+                        for s in list(held):
+                            s.setblocking(False)
+                            try:
+                                if s.recv(1) == b"":
+                                    held.remove(s); s.close()
+                            except BlockingIOError:
+                                pass
+                            except OSError:
+                                held.remove(s); s.close()
+                        while len(held) < 16:
+                            held.append(stall(addresses[len(held) % 4]))
+                    time.sleep(0.02)
+            thread = threading.Thread(target=stranger)
+            thread.start()
+            time.sleep(1)
+            statuses = []
+            for _ in range(5):
+                try:
+                    connection = http.client.HTTPConnection("127.0.0.1", \(port), timeout=5)
+                    connection.request("GET", "/metrics")
+                    response = connection.getresponse()
+                    response.read()
+                    statuses.append(str(response.status))
+                except Exception as error:
+                    statuses.append(type(error).__name__)
+                time.sleep(0.2)
+            stop.set()
+            thread.join()
+            print(" ".join(statuses))
+            # A fifth connection from one address is closed at once; a head that never comes
+            # closes its connection within the head's deadline.
+            with lock:
+                for s in held: s.close()
+            time.sleep(0.5)
+            mine = [stall("127.0.0.6") for _ in range(5)]
+            began = time.time()
+            closed_at = []
+            for s in reversed(mine):  # the fifth first: it is closed at once
+                s.settimeout(10)
+                try:
+                    s.recv(1)
+                except OSError:
+                    pass
+                closed_at.append(time.time() - began)
+            print(" ".join("%.1f" % t for t in sorted(closed_at)))
+            """
+        let result = try await runProgram("python3", ["-c", script])
+        let lines = result.output.split(separator: "\n").map(String.init)
+        #expect(result.status == 0 && lines.count == 2, "\(result.output)")
+        guard lines.count == 2 else { return }
+        #expect(lines[0] == "200 200 200 200 200", "scrapes during the stall: \(lines[0])")
+        let closedAt = lines[1].split(separator: " ").compactMap { Double($0) }
+        #expect(closedAt.count == 5)
+        #expect(closedAt.first.map { $0 < 1 } == true, "the fifth from one address is closed at once: \(lines[1])")
+        #expect(closedAt.dropFirst().allSatisfy { $0 >= 4 && $0 < 9 }, "stalled heads closed at 5 s: \(lines[1])")
+        #expect(host.isRunning)
+        #expect(await host.stop() == 0)
+    }
+
     @Test func metricsAreOffUnlessAskedForAndABadAddressIsRefused() async throws {
         let host = try await TestHost.start(manifests: Fixtures.referenceManifests)
         #expect(!host.logged("metrics on"))
