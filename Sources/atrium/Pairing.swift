@@ -29,7 +29,7 @@ struct Pair: AsyncParsableCommand {
 
     @Flag(
         help:
-            "Pair even though the host presents another identity than the one remembered (it made a new key on purpose); the new one replaces it once paired."
+            "Pair even though the host presents another identity than the one remembered for its address or its host id (it made a new key on purpose); the new one replaces it once paired, and atrium says which it replaced."
     )
     var forget = false
 
@@ -50,6 +50,23 @@ struct Pair: AsyncParsableCommand {
             printError("the connection has no TLS identities to pair with")
             throw Exit.unreachable
         }
+        // A host id is a hint anyone can claim (hosts advertise theirs): one this client paired
+        // with under another identity is not taken over by a pairing without --forget.
+        let hostId = connection.welcome.hostId
+        let pinned = KnownHosts().identity(ofHostId: hostId).flatMap { $0 == identity ? nil : $0 }
+        if let pinned, !forget {
+            printError(
+                """
+                not paired: this host says it is host \(clean(hostId)), which this client paired with before, \
+                and presents another identity than that host did:
+                  remembered: \(pinned)
+                  presented:  \(identity)
+                Host ids are public (hosts advertise them), so any host can claim one. If this is that host \
+                and it made a new key on purpose, pair again with --forget, which replaces what is remembered; \
+                otherwise do not pair with it.
+                """)
+            throw Exit.notSuccess
+        }
         print(
             "Pairing with \(options.host) (\(clean(connection.welcome.hostName))), host identity \(identity)")
         let outcome = try await reachable {
@@ -57,18 +74,27 @@ struct Pair: AsyncParsableCommand {
                 print("Verification code: \(code.prefix(3)) \(code.suffix(3))")
                 print("Check that the host shows the same code, then have its operator accept the request there")
                 print("(atrium pairing accept N). Waiting for the decision...")
+                // Out before the wait, also when the output is a file or a pipe (buffered).
+                fflush(nil)
             }
         }
         guard outcome.status == .paired else {
             printError("not paired: \(outcome.status)\(outcome.error.map { ": \($0)" } ?? "")")
             throw Exit.notSuccess
         }
+        let replaced = forget ? (try? KnownHosts().identity(of: connection.endpoint)).flatMap { $0 == identity ? nil : $0 } : nil
         do {
             try KnownHosts().remember(identity, for: connection.endpoint)
-            try KnownHosts().remember(identity, forHostId: connection.welcome.hostId)
+            try KnownHosts().remember(identity, forHostId: hostId)
         } catch {
             printError("paired, but the host's identity could not be remembered: \(error)")
             throw Exit.notSuccess
+        }
+        if let pinned {
+            print("Replaced the identity remembered for host \(clean(hostId)) (was \(pinned)).")
+        }
+        if let replaced, replaced != pinned {
+            print("Replaced the identity remembered for \(options.host) (was \(replaced)).")
         }
         print("Paired with \(options.host). This client will refuse it if it ever presents another identity.")
     }

@@ -348,6 +348,65 @@ struct PairingTests {
         #expect(await host.stop() == 0)
     }
 
+    /// Pairs the tool (state in `stateHome`) with `host` at `address`: the operator accepts the
+    /// request once the tool has shown its code. Returns the tool's exit status and output.
+    static func toolPairs(
+        _ host: TestHost, _ address: String, stateHome: URL, _ extra: [String] = []
+    ) async throws -> ProgramOutput {
+        let output = TLSTests.temporaryFolder("pair-output").appendingPathExtension("txt")
+        let pairing = try startAtrium(["pair", address, "--name", "pinned"] + extra, stateHome: stateHome, file: output)
+        let admin = try await Self.operatorConnection(host)
+        defer { Task { await admin.close() } }
+        let request = try #require(try await Self.waiting(admin).first)
+        // The code is out before the decision, also with the output in a file.
+        let code = try #require(request["code"]?.string)
+        let shown = await eventually(within: .seconds(5)) {
+            ((try? String(contentsOf: output, encoding: .utf8)) ?? "").contains("\(code.prefix(3)) \(code.suffix(3))")
+        }
+        #expect(shown, "the verification code was not written before the operator decided")
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        return await pairing.finish()
+    }
+
+    /// A host that claims the id of a host this client paired with (ids are public) does not
+    /// take its place by pairing: refused, with both identities, until --forget; then the tool
+    /// says which identity it replaced.
+    @Test func aHostClaimingAnotherHostsIdDoesNotReplaceItsPin() async throws {
+        let stateHome = TLSTests.temporaryFolder("pin-state")
+        let known = KnownHosts(folder: stateHome.appendingPathComponent("atrium"))
+        let first = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let paired = try await Self.toolPairs(first, "127.0.0.1:\(first.port)", stateHome: stateHome)
+        #expect(paired.status == 0, "\(paired.output)")
+        let local = try await Self.operatorConnection(first)
+        let (hostId, firstIdentity) = (local.welcome.hostId, try #require(local.welcome.hostIdentity))
+        await local.close()
+        #expect(known.identity(ofHostId: hostId) == firstIdentity)
+
+        // Every host of this machine has the same id: this one claims the first's, with a key
+        // of its own.
+        let second = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let admin = try await Self.operatorConnection(second)
+        let secondIdentity = try #require(admin.welcome.hostIdentity)
+        #expect(admin.welcome.hostId == hostId && secondIdentity != firstIdentity)
+        let refused = try startAtrium(["pair", "127.0.0.1:\(second.port)"], stateHome: stateHome)
+        let outcome = await refused.finish()
+        #expect(outcome.status == 1, "\(outcome.output)")
+        #expect(outcome.output.contains("which this client paired with before"), "\(outcome.output)")
+        #expect(outcome.output.contains(firstIdentity) && outcome.output.contains(secondIdentity))
+        #expect(try await admin.admin("pairing.list")["requests"]?.array?.maps?.isEmpty ?? true, "nothing filed")
+        #expect(known.identity(ofHostId: hostId) == firstIdentity, "the pin is unchanged")
+        await admin.close()
+
+        let replaced = try await Self.toolPairs(second, "127.0.0.1:\(second.port)", stateHome: stateHome, ["--forget"])
+        #expect(replaced.status == 0, "\(replaced.output)")
+        #expect(
+            replaced.output.contains("Replaced the identity remembered for host \(hostId) (was \(firstIdentity))"),
+            "\(replaced.output)")
+        #expect(known.identity(ofHostId: hostId) == secondIdentity)
+        #expect(await first.stop() == 0)
+        #expect(await second.stop() == 0)
+    }
+
     @Test func plainTCPCannotPair() async throws {
         let host = try await TestHost.start(
             manifests: ClientTests.manifests, arguments: ["--tls", "optional", "--pairing", "required"])
@@ -420,11 +479,23 @@ final class RunningProgram: Sendable {
     }
 }
 
-func startAtrium(_ arguments: [String]) throws -> RunningProgram {
+/// Starts the `atrium` tool with `stateHome` as its XDG_STATE_HOME; its output goes to a
+/// pipe, or to `file` as `atrium ... > file &` would have it (``RunningProgram/finish()``
+/// reads the file then).
+func startAtrium(_ arguments: [String], stateHome: URL = toolStateHome, file: URL? = nil) throws -> RunningProgram {
     let process = Process()
     process.executableURL = TestHost.buildFolder.appendingPathComponent("atrium")
     process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(["XDG_STATE_HOME": toolStateHome.path]) { $1 }
+    process.environment = ProcessInfo.processInfo.environment.merging(["XDG_STATE_HOME": stateHome.path]) { $1 }
+    if let file {
+        _ = FileManager.default.createFile(atPath: file.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: file)
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        try handle.close()
+        return RunningProgram(process: process, output: try FileHandle(forReadingFrom: file))
+    }
     let pipe = try PrivatePipe()
     process.standardOutput = pipe.writing
     process.standardError = pipe.writing
