@@ -49,6 +49,9 @@ def main(port):
     welcome = client.receive()
     check("welcome", welcome["type"] == "welcome" and welcome["version"] == 1 and welcome["platform"] == "linux")
     check("limits", set(welcome["limits"]) >= {"maxMessageBytes", "maxFrameBytes", "maxChannels", "maxInFlight"})
+    # Optional in the contract; this host says it, where the contract puts it.
+    timeout = welcome["limits"].get("responseTimeoutSeconds")
+    check("response timeout", isinstance(timeout, int) and timeout > 0)
 
     client.send({"type": "ping", "id": 1})
     check("pong", client.receive() == {"type": "pong", "id": 1})

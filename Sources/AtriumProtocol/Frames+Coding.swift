@@ -294,11 +294,16 @@ extension HostFrame: FrameBody {
             if let kind = welcome.kind { buffer.writeKey("kind", kind) }
             if let timeout = welcome.responseTimeoutMilliseconds { buffer.writeKey("responseTimeoutMs", timeout) }
             buffer.writeText("limits" as StaticString)
-            buffer.writeHead(major: 5, argument: 4)
+            buffer.writeHead(major: 5, argument: 4 + UInt64(count(welcome.responseTimeoutMilliseconds != nil)))
             buffer.writeKey("maxMessageBytes", UInt64(welcome.limits.maxMessageBytes))
             buffer.writeKey("maxFrameBytes", UInt64(welcome.limits.maxFrameBytes))
             buffer.writeKey("maxChannels", UInt64(welcome.limits.maxChannels))
             buffer.writeKey("maxInFlight", UInt64(welcome.limits.maxInFlight))
+            if let timeout = welcome.responseTimeoutMilliseconds {
+                // CONTRACT section 2's key, in whole seconds rounded up: a client that waits
+                // that long still hears from the host first.
+                buffer.writeKey("responseTimeoutSeconds", timeout / 1000 + (timeout % 1000 == 0 ? 0 : 1))
+            }
         case .opened(let opened):
             buffer.writeFrameHeader("opened", keys: 3 + count(opened.error != nil))
             buffer.writeKey("channel", opened.channel)
@@ -371,6 +376,15 @@ extension HostFrame: FrameBody {
         }
     }
 
+    /// A welcome's response timeout in milliseconds: `responseTimeoutMs`, or CONTRACT section
+    /// 2's `limits.responseTimeoutSeconds` from a host that sends only that.
+    static func responseTimeout(_ fields: FrameFields, _ limits: FrameFields) throws(FrameError) -> UInt64? {
+        if let milliseconds = try fields.optionalUInt("responseTimeoutMs") { return milliseconds }
+        guard let seconds = try limits.optionalUInt("responseTimeoutSeconds") else { return nil }
+        let (milliseconds, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        return overflow ? .max : milliseconds
+    }
+
     public init(body: ByteBuffer) throws(FrameError) {
         self = try FrameFields.parse(body) { (fields) throws(FrameError) -> HostFrame in
             let type = try fields.frameType()
@@ -391,7 +405,7 @@ extension HostFrame: FrameBody {
                         ),
                         hostIdentity: try fields.optionalText("hostIdentity"),
                         kind: try fields.optionalText("kind"),
-                        responseTimeoutMilliseconds: try fields.optionalUInt("responseTimeoutMs")
+                        responseTimeoutMilliseconds: try Self.responseTimeout(fields, limits)
                     )
                 )
             case "opened":

@@ -117,7 +117,7 @@ struct IndependentClientTests {
         let script = Fixtures.repositoryRoot.appendingPathComponent("Scripts/contract_client.py").path
         let result = try await runProgram("python3", [script, String(host.port)])
         #expect(result.status == 0, "\(result.output)")
-        #expect(result.output.contains("12 passed, 0 failed"))
+        #expect(result.output.contains("13 passed, 0 failed"))
         #expect(await host.stop() == 0)
     }
 }

@@ -176,6 +176,32 @@ struct FrameCodecTests {
         #expect(input.heldBytes == 0)
     }
 
+    /// The welcome says its response timeout where CONTRACT section 2 puts it (in `limits`,
+    /// whole seconds rounded up) beside `responseTimeoutMs`; a host that sends only the
+    /// contract's key is read too.
+    @Test func theWelcomeSaysItsResponseTimeoutWhereTheContractPutsIt() throws {
+        var bytes = ByteBuffer()
+        HostFrame.welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 2_500))
+            .encode(into: &bytes)
+        let welcome = try EncodedValueSet(uncheckedBytes: bytes).decode()
+        #expect(welcome["responseTimeoutMs"] == .int(2_500))
+        #expect(
+            welcome["limits"]
+                == .map([
+                    "maxMessageBytes": .int(1 << 20), "maxFrameBytes": .int(4 << 20), "maxChannels": .int(64),
+                    "maxInFlight": .int(256), "responseTimeoutSeconds": .int(3),
+                ]))
+        // Only the contract's key: read as milliseconds.
+        var contract = welcome
+        contract["responseTimeoutMs"] = nil
+        let read = try HostFrame(body: EncodedValueSet(contract).buffer)
+        guard case .welcome(let frame) = read else {
+            Issue.record("not a welcome: \(read)")
+            return
+        }
+        #expect(frame.responseTimeoutMilliseconds == 3_000)
+    }
+
     /// A caller that stops taking frames in the middle of a read gets the rest, in order, when
     /// it resumes: none lost, none twice, and a stream that ends meanwhile is truncated only
     /// by a partial frame after the whole ones held.
