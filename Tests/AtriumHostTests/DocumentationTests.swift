@@ -54,6 +54,29 @@ struct DocumentationTests {
 
     static let kinds: Set = ["swift-client", "swift-plugin", "swift-package", "c-plugin", "c-fragment"]
 
+    /// Every "status N (Name)" in the docs gives the number CONTRACT section 4 gives that name
+    /// (names that mean one number in every enumeration they are in).
+    @Test func statusesInTheDocsHaveTheContractsNumbers() throws {
+        let numbers = [
+            "AppNotInstalled": 1, "AppServiceUnavailable": 3, "RemoteSystemNotSupportedByApp": 6, "NotAuthorized": 7,
+            "Failure": 1, "ResourceLimitsExceeded": 2, "MessageSizeTooLarge": 5, "ValueSetTooLarge": 5,
+            "ProtocolUnavailable": 3, "DeniedByLocalSystem": 6, "DeniedByRemoteSystem": 7, "Completed": 0, "Canceled": 1,
+        ]
+        let pattern = try Regex(#"status (\d+) \((\w+)\)"#)
+        var checked = 0
+        for file in Self.files {
+            let text = try String(contentsOf: Fixtures.repositoryRoot.appendingPathComponent(file), encoding: .utf8)
+            for match in text.matches(of: pattern) {
+                guard let number = match.output[1].substring.flatMap({ Int($0) }),
+                    let name = match.output[2].substring.map(String.init), let expected = numbers[name]
+                else { continue }
+                checked += 1
+                #expect(number == expected, "\(file): \"\(match.output[0].substring ?? "")\": \(name) is \(expected)")
+            }
+        }
+        #expect(checked > 10, "found \(checked) statuses to check")
+    }
+
     @Test func everyCodeBlockSaysHowItIsCompiled() throws {
         let all = try Self.files.flatMap { try Self.blocks(in: $0) }
         #expect(all.count >= 8, "the blocks were not found: \(Self.files)")
