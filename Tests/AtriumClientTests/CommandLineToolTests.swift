@@ -71,6 +71,22 @@ struct CommandLineToolTests {
 
     /// A package that did not load: `atrium apps` says so (and why, over the local socket), and
     /// `atrium send` prints the host's reason for refusing the open.
+    /// Normal use logs no breach: the tool ending its TLS connection without a close, a launch
+    /// of a scheme nobody declared, an open of a package that is not there are events
+    /// (`event=`); a policy the client ran into still is a breach.
+    @Test func normalUseLogsNoBreach() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: ["--tls", "optional"])
+        let address = "127.0.0.1:\(host.port)"
+        #expect(try await atrium(["ping", address, "-c", "2", "-i", "0"]).status == 0)
+        #expect(try await atrium(["apps", address]).status == 0)
+        #expect(try await atrium(["launch", address, "nobody-declared://x"]).status == 1)
+        #expect(try await atrium(["send", address, "--package", "no.such.package", "--service", "s", "A=1"]).status == 1)
+        #expect(await host.waitForLog("event=launch (undeclared scheme) ProtocolUnavailable"), "\(host.lastLines())")
+        #expect(await host.waitForLog("event=open refused"), "\(host.lastLines())")
+        #expect(await host.stop() == 0)
+        #expect(!host.log.contains("breach="), "\(host.log.split(separator: "\n").filter { $0.contains("breach=") })")
+    }
+
     @Test func theToolSaysWhyAPackageCannotAnswer() async throws {
         var manifests = ClientTests.manifests
         manifests["broken.json"] =

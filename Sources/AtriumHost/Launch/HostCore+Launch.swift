@@ -60,7 +60,10 @@ extension HostCore {
             // another kind.
             // The status by name: a plugin's out-of-range number is "unrecognised", one kind.
             let kind = "launch \(scheme ?? "(undeclared scheme)") \(HostMetrics.name(outcome.status))"
-            breaches.record(kind, level: level, line, metadata: metadata)
+            // A breach is a policy or a limit the client ran into; no handler for a scheme,
+            // or a handler that failed, is an ordinary outcome.
+            let isBreach = [.deniedByRemoteSystem, .deniedByLocalSystem, .valueSetTooLarge].contains(outcome.status)
+            breaches.record(kind, level: level, line, metadata: metadata, isBreach: isBreach)
         }
         return outcome
     }

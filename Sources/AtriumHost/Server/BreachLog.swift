@@ -6,6 +6,11 @@ import Synchronization
 /// an interval is logged at once; the rest are counted, and the count goes out with the
 /// next line of that kind after the interval, or with ``flush()`` (which the server calls
 /// once per interval) if none comes. Thread-safe.
+///
+/// A breach (`breach=KIND` in the log) is a limit or a policy a peer ran into. Ordinary
+/// events that a peer can repeat at will (a connection dropped without a TLS close, a launch
+/// of a scheme nobody declared, an open of a package that is not there) are counted the same
+/// way but logged as `event=KIND`, so that normal use does not read as an attack.
 final class BreachLog: Sendable {
     private let logger: Logger
     private let interval: TimeAmount
@@ -19,6 +24,7 @@ final class BreachLog: Sendable {
     struct Window {
         var opened: NIODeadline
         var suppressed: Int
+        var isBreach = true
     }
 
     init(logger: Logger, interval: Duration, metrics: HostMetrics? = nil) {
@@ -30,10 +36,11 @@ final class BreachLog: Sendable {
 
     /// Records one breach of `kind`; logs `message` unless a line of that kind went out less
     /// than an interval ago. Returns whether it was logged.
+    /// With `isBreach` false, an ordinary event, logged as `event=KIND`.
     @discardableResult
     func record(
         _ kind: String, level: Logger.Level = .warning, _ message: @autoclosure () -> String,
-        metadata: Logger.Metadata = [:]
+        metadata: Logger.Metadata = [:], isBreach: Bool = true
     ) -> Bool {
         let now = NIODeadline.now()
         let suppressed = windows.withLock { windows -> Int? in
@@ -46,11 +53,11 @@ final class BreachLog: Sendable {
                 return nil
             }
             let before = windows[kind]?.suppressed ?? 0
-            windows[kind] = Window(opened: now, suppressed: 0)
+            windows[kind] = Window(opened: now, suppressed: 0, isBreach: isBreach)
             return before
         }
         guard let suppressed else { return false }
-        emit(kind, level: level, message(), metadata: metadata, suppressed: suppressed)
+        emit(kind, level: level, message(), metadata: metadata, suppressed: suppressed, isBreach: isBreach)
         return true
     }
 
@@ -58,24 +65,27 @@ final class BreachLog: Sendable {
     /// there were: so that the end of a flood is counted too.
     func flush() {
         let now = NIODeadline.now()
-        let due = windows.withLock { windows -> [(String, Int)] in
-            var due: [(String, Int)] = []
+        let due = windows.withLock { windows -> [(String, Window)] in
+            var due: [(String, Window)] = []
             for (kind, window) in windows where now - window.opened >= interval {
-                if window.suppressed > 0 { due.append((kind, window.suppressed)) }
+                if window.suppressed > 0 { due.append((kind, window)) }
                 windows[kind] = nil
             }
             return due
         }
-        for (kind, count) in due.sorted(by: { $0.0 < $1.0 }) {
-            logger.notice("\(count) more of \"\(kind)\" in the last interval", metadata: ["breach": "\(kind)"])
+        for (kind, window) in due.sorted(by: { $0.0 < $1.0 }) {
+            logger.notice(
+                "\(window.suppressed) more of \"\(kind)\" in the last interval",
+                metadata: [window.isBreach ? "breach" : "event": "\(kind)"])
         }
     }
 
     private func emit(
-        _ kind: String, level: Logger.Level, _ message: String, metadata: Logger.Metadata, suppressed: Int
+        _ kind: String, level: Logger.Level, _ message: String, metadata: Logger.Metadata, suppressed: Int,
+        isBreach: Bool
     ) {
         var metadata = metadata
-        metadata["breach"] = "\(kind)"
+        metadata[isBreach ? "breach" : "event"] = "\(kind)"
         if suppressed > 0 { metadata["more since last logged"] = "\(suppressed)" }
         logger.log(level: level, "\(message)", metadata: metadata)
     }

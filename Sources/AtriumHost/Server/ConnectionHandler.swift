@@ -481,10 +481,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             protocolError(frameError)
         } else {
             // A stranger can cause these at will (a failed TLS handshake, a reset): counted,
-            // not logged one by one.
+            // not logged one by one. Not a breach: a client that ends without a TLS close
+            // (most command-line clients) causes one too.
             core.breaches.record(
                 "connection error", level: .notice, "connection error: \(error)",
-                metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"])
+                metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "local")"], isBreach: false)
             context.close(promise: nil)
         }
     }
@@ -912,10 +913,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
                     "package": untrusted(open.package, limit: 80), "service": untrusted(open.service, limit: 80),
                     "status": "\(status)", "reason": untrusted(reason),
                 ])
+            // No such package or service, or one that is down, is an ordinary outcome; access,
+            // policy and limits are breaches.
+            let ordinary: [AppServiceConnectionStatus] = [.appNotInstalled, .appServiceUnavailable, .appUnavailable]
             self.core.breaches.record(
                 status == .notAuthorized ? "open not authorized" : "open refused", level: .info,
                 "open \(untrusted(open.package, limit: 80))/\(untrusted(open.service, limit: 80)) refused: \(untrusted(reason))",
-                metadata: metadata)
+                metadata: metadata, isBreach: !ordinary.contains(status))
             let told = refusal.told(isRemote: !self.isLocal)
             self.write(.opened(OpenedFrame(channel: open.channel, status: status, error: untrusted(told, limit: 400))))
             self.countRefusedFrame()
@@ -1020,7 +1024,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
             core.breaches.record(
                 "open refused by service", level: .info,
                 "open \(open.package)/\(untrusted(open.service, limit: 80)) refused by the service",
-                metadata: ["status": "\(status)"])
+                metadata: ["status": "\(status)"], isBreach: false)
         }
         audit(
             "open",
