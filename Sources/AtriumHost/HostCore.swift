@@ -386,7 +386,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             return .failure(.unknownRequest)
         }
         var status = status
-        var error = error
+        // A plugin's reason is its own words (a plugin is not trusted): escaped and cut.
+        var error = error.map { untrusted($0, limit: Self.maxPluginReason) }
         var message = message
         var result = Result<Void, BackendCallError>.success(())
         if let bytes = message, bytes.readableBytes > 0 {
@@ -414,6 +415,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         return result
     }
+
+    /// The most characters of a plugin's reason that reach a client.
+    static let maxPluginReason = 1000
 
     var maxQueuedPerService: Int { admission.maxQueuedPerService }
 

@@ -41,6 +41,14 @@ struct StatusTests {
         let thrown = try await client.request(channel: 1, id: 2, ["Action": "throw"])
         #expect(thrown.status == .failure && thrown.error == "the test service threw, as asked")
         #expect(try thrown.decoded == [:])
+        // A plugin's reason is its own words: it reaches the client escaped and cut, as a
+        // client's text reaches the log (a plugin is not trusted).
+        let hostile = "line\r\n\u{1b}[2J" + String(repeating: "r", count: 100_000)
+        let cut = try await client.request(channel: 1, id: 3, ["Action": "fail", "Reason": .string(hostile)])
+        #expect(cut.status == .failure)
+        let reason = try #require(cut.error)
+        #expect(reason.hasPrefix("line\\u{D}\\u{A}\\u{1B}[2J"), "\(reason.prefix(40))")
+        #expect(reason.utf8.count < 1100 && reason.hasSuffix("more bytes)"), "\(reason.suffix(40))")
         await client.close()
         #expect(await host.stop() == 0)
     }

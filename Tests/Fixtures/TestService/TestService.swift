@@ -3,6 +3,7 @@
 // other client notices. The message's "Action" says what to do:
 //
 //   "echo"     answer with the message                 "fail"   answer status 1 with a reason
+//                                                      (the message's "Reason", if it has one)
 //   "throw"    throw an error                         "hang"   never answer
 //   "late"     answer after "DelayMs" milliseconds    "twice"  answer, then try to answer again
 //   "deferred" answer later through the responder
@@ -75,7 +76,7 @@ final class TestService: AppService {
         let delay = Double(message["DelayMs"]?.int ?? 0) / 1000
         switch message["Action"]?.string {
         case "fail":
-            return .failure("failed, as asked")
+            return .failure(message["Reason"]?.string ?? "failed, as asked")
         case "throw":
             throw Thrown()
         case "hang":
