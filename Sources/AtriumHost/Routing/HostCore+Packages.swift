@@ -298,10 +298,18 @@ extension HostCore {
         {
             throw PluginLoadError(reason: problem)
         }
+        if manifest.workerUser == nil || manifest.workerUser == Self.hostUserName {
+            logger.notice(
+                "package \(manifest.package) runs in a worker process as atriumd's own user: that keeps the host and the other packages running when it crashes, but is no boundary against hostile code, which can act as the host's user (its local socket, its files, the other workers); a \"user\" of its own in the manifest, with atriumd running as root, makes it one (SECURITY.md, Plugins)",
+                metadata: ["package": "\(manifest.package)"])
+        }
         return WorkerProcess(
             manifest: manifest, library: path, executable: executable, core: self,
             group: group, logger: logger)
     }
+
+    /// The name of the user atriumd runs as, if it has one.
+    static let hostUserName: String? = getpwuid(geteuid()).map { String(cString: $0.pointee.pw_name) }
 
     /// A backend is gone (its worker process died): its channels are closed with status
     /// Unknown, and the requests waiting on them answered AppUnavailable (6) with `reason`.

@@ -602,6 +602,13 @@ final class WorkerProcess: ServiceBackend, Sendable {
             if let error, ready == nil {
                 logger.error("the restarted worker could not load the plugin: \(untrusted(error, limit: 300))")
             }
+            if error != nil {
+                // A worker whose plugin did not load ends by itself; one that stays (the plugin's
+                // code ran in it) is ended, so that it cannot go on acting for the package.
+                group.next().scheduleTask(in: .seconds(1)) { [self] in
+                    kill(generation: generation, reason: "it stayed after its plugin failed to load")
+                }
+            }
             ready?.signal()
         case .opened(let channel, let status):
             let completion = state.withLock { state -> (@Sendable (AppServiceConnectionStatus) -> Void)? in
