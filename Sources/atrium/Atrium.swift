@@ -130,8 +130,13 @@ struct HostOptions: ParsableArguments {
 extension HostOptions {
     /// Connects to the host advertised as `name` on the network (DNS-SD).
     func connectDiscovered(_ name: String) async throws -> AtriumConnection {
-        let (found, problem) = await discoveredHost(named: name, within: min(duration ?? .seconds(5), .seconds(5)))
+        let (found, problem, ambiguous) = await discoveredHost(
+            named: name, within: min(duration ?? .seconds(5), .seconds(5)))
         guard let system = found else {
+            if ambiguous, let problem {
+                printError(problem)
+                throw Exit.unreachable
+            }
             printError(
                 "no host named \"\(name)\" was found on the network"
                     + (problem.map { " (\($0); is avahi-daemon running?)" } ?? "")
@@ -596,11 +601,13 @@ struct Bench: AsyncParsableCommand {
     func resolveTarget() async throws -> BenchConfiguration.Target {
         var endpoint = AtriumEndpoint(options.host)
         if !isAddress(options.host) {
-            let (found, problem) = await discoveredHost(named: options.host, within: .seconds(5))
+            let (found, problem, ambiguous) = await discoveredHost(named: options.host, within: .seconds(5))
             guard let first = found?.endpoints.first else {
                 printError(
-                    "no host named \"\(options.host)\" was found on the network"
-                        + (problem.map { " (\($0))" } ?? "") + "; atrium discover lists the hosts it finds")
+                    ambiguous
+                        ? problem ?? ""
+                        : "no host named \"\(options.host)\" was found on the network"
+                            + (problem.map { " (\($0))" } ?? "") + "; atrium discover lists the hosts it finds")
                 throw Exit.unreachable
             }
             endpoint = first

@@ -162,7 +162,15 @@ struct Discover: AsyncParsableCommand {
 
 /// HOST as the name of a discovered host: the one advertised under that name (any case), or
 /// whose id starts with it (8 characters at least), found within `within`.
-func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem?, problem: String?) {
+///
+/// Records are anyone's to publish: a host this client paired with (by its id or its identity)
+/// is taken at once; otherwise what else answers to the name within a second of the first is
+/// looked at too, a host advertised under the name is preferred to one whose id merely starts
+/// with it, and two hosts that answer alike are refused as ambiguous (with their ids), not
+/// picked by which record came first: `problem` then says so, with `ambiguous` set.
+func discoveredHost(named name: String, within: Duration) async -> (
+    RemoteSystem?, problem: String?, ambiguous: Bool
+) {
     let watcher = RemoteSystemWatcher()
     let events = watcher.start()
     let stop = Task {
@@ -170,27 +178,49 @@ func discoveredHost(named name: String, within: Duration) async -> (RemoteSystem
         watcher.stop()
     }
     defer { stop.cancel() }
+    let known = KnownHosts()
+    // The matches so far, by id, and whether each matched by its advertised name.
+    var matches: [String: (system: RemoteSystem, byName: Bool)] = [:]
+    var settle: Task<Void, Never>?
+    defer { settle?.cancel() }
     for await event in events {
         switch event {
         case .added(let system), .updated(let system):
-            if system.displayName.caseInsensitiveCompare(name) == .orderedSame
-                || (name.count >= 8 && system.id.hasPrefix(name.lowercased()))
-            {
+            let byName = system.displayName.caseInsensitiveCompare(name) == .orderedSame
+            guard byName || (name.count >= 8 && system.id.hasPrefix(name.lowercased())) else { continue }
+            if system.isPaired || known.identity(ofHostId: system.id) != nil {
                 watcher.stop()
-                return (system, nil)
+                return (system, nil, false)
+            }
+            matches[system.id] = (system, byName || matches[system.id]?.byName == true)
+            if settle == nil {
+                settle = Task {
+                    try? await Task.sleep(for: .seconds(1))
+                    watcher.stop()
+                }
             }
         case .discoveryUnavailable(let reason):
             // Without avahi-daemon there is nothing to wait for.
             if let reason {
                 watcher.stop()
-                return (nil, reason)
+                return (nil, reason, false)
             }
-        case .removed:
-            break
+        case .removed(let id):
+            matches[id] = nil
         }
     }
     watcher.stop()  // and the watcher is kept until here
-    return (nil, nil)
+    let byName = matches.values.filter(\.byName)
+    let best = byName.isEmpty ? Array(matches.values) : byName
+    guard best.count <= 1 else {
+        let ids = best.map { "\($0.system.displayName) (id \($0.system.id))" }.sorted().joined(separator: ", ")
+        return (
+            nil,
+            "\(best.count) hosts answer to \"\(name)\": \(ids); name one by its id (8 characters or more), or by its address",
+            true
+        )
+    }
+    return (best.first?.system, nil, false)
 }
 
 /// Whether HOST names an address to connect to as it is (an IP address, a port, a Unix socket,

@@ -14,8 +14,11 @@ struct Pair: AsyncParsableCommand {
             operator accepts. Once paired, this client remembers the host's identity and \
             refuses the host if it ever presents another.
 
+            HOST is the host's address, or its name as atrium discover lists it.
+
             Example:
               atrium pair 192.168.1.20 --name "Ana's laptop"
+              atrium pair "Kitchen PC"
             """
     )
 
@@ -34,9 +37,19 @@ struct Pair: AsyncParsableCommand {
     var forget = false
 
     func validate() throws {
-        guard case .tcp = AtriumEndpoint(options.host)?.address, !options.insecure else {
-            throw ValidationError(
-                "pairing is over TLS to a TCP host (a device is its TLS identity); local clients need no pairing")
+        if !isAddress(options.host) && HostOptions.isHostName(options.host) {
+            // A host found on the network by its name (atrium discover lists them).
+            guard !forget else {
+                throw ValidationError(
+                    "--forget takes the host's address, not a name found on the network: a record naming a host is anyone's to publish"
+                )
+            }
+            guard !options.insecure else { throw ValidationError("pairing is over TLS; --insecure cannot pair") }
+        } else {
+            guard case .tcp = AtriumEndpoint(options.host)?.address, !options.insecure else {
+                throw ValidationError(
+                    "pairing is over TLS to a TCP host (a device is its TLS identity); local clients need no pairing")
+            }
         }
         guard wait > 0 else { throw ValidationError("--wait takes seconds above 0") }
     }

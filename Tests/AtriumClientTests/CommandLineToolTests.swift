@@ -71,6 +71,17 @@ struct CommandLineToolTests {
 
     /// A package that did not load: `atrium apps` says so (and why, over the local socket), and
     /// `atrium send` prints the host's reason for refusing the open.
+    /// `atrium pair` takes a discovered name as HOST, as every command does (none found here:
+    /// unreachable, not a usage error), but not with --forget, whose name could be anyone's.
+    @Test func pairTakesADiscoveredName() async throws {
+        let named = try await atrium(["pair", "No Such Host Here", "--wait", "1"])
+        #expect(named.status == 3, "\(named.output)")
+        #expect(named.output.contains("no host named \"No Such Host Here\""), "\(named.output)")
+        let forgetting = try await atrium(["pair", "No Such Host Here", "--forget"])
+        #expect(forgetting.status == 64, "\(forgetting.output)")
+        #expect(forgetting.output.contains("--forget takes the host's address"), "\(forgetting.output)")
+    }
+
     /// Normal use logs no breach: the tool ending its TLS connection without a close, a launch
     /// of a scheme nobody declared, an open of a package that is not there are events
     /// (`event=`); a policy the client ran into still is a breach.

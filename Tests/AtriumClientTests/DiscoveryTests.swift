@@ -437,6 +437,24 @@ struct DiscoveryTests {
         let table = try await lab.atrium(["discover", "--timeout", "3"])
         #expect(table.output.contains("Desk") && table.output.contains("yes"), "\(table.output)")
         #expect(table.output.contains("unavailable"), "\(table.output)")
+
+        // Records are anyone's: a second one whose id starts as the phone's makes the prefix
+        // ambiguous, and HOST is refused with both, not picked by which record came first.
+        let twin = try startProgram(
+            "/usr/sbin/ip",
+            [
+                "netns", "exec", lab.network.host, "/usr/bin/avahi-publish", "-s", "Twin", "_atrium._tcp", "9",
+                "txtvers=1", "protovers=1", "id=0b9a4f0e-twin", "kind=handset", "tls=required",
+                "pairing=required", "identity=\(String(repeating: "cd", count: 32))",
+            ], environment: lab.bus(lab.network.host))
+        defer { twin.process.terminate() }
+        var both = try await names([])
+        for _ in 0..<5 where !both.contains("Twin") { both = try await names([]) }
+        let ambiguous = try await lab.atrium(["ping", "0b9a4f0e", "-c", "1"])
+        #expect(ambiguous.status == 3, "\(ambiguous.output)")
+        #expect(
+            ambiguous.output.contains("2 hosts answer to \"0b9a4f0e\"") && ambiguous.output.contains("0b9a4f0e-twin")
+                && ambiguous.output.contains("0b9a4f0e-phone"), "\(ambiguous.output)")
     }
 
     @Test(
