@@ -165,6 +165,15 @@ public final class AtriumConnection: Sendable {
     ) async throws -> AtriumConnection {
         let given = timeout
         let timeout = timeout ?? .seconds(10)
+        // A token is a bearer secret, and `hello` carries it before anything else: it goes only
+        // to a host whose identity TLS checks against one this client knows, or over loopback.
+        // Otherwise it would go to whoever answers at the address (or advertises the name).
+        if token != nil, case .tcp = endpoint.address, !endpoint.isLoopback, tls?.expectedHostIdentity == nil {
+            throw AtriumClientError(
+                .cannotConnect,
+                "a token is sent only to a host whose identity this client knows, and \(endpoint) is not one: pair with it, or pass the identity atriumd prints at start (ClientTLS's expectedHostIdentity; atrium --host-identity)"
+            )
+        }
         let tlsContext: NIOSSLContext?
         if let tls, case .tcp = endpoint.address {
             do {

@@ -55,6 +55,23 @@ struct HostOptions: ParsableArguments {
             valueName: "seconds"))
     var timeout: Double?
 
+    @Option(
+        help: ArgumentHelp(
+            "A token the host's operator made (atriumd token create), to use the host without pairing; default: $ATRIUM_TOKEN. Sent only to a loopback host, or to one whose identity is known (paired, or --host-identity).",
+            valueName: "token"))
+    var token: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "The identity the host must prove (64 hex digits, as atriumd prints at start), for a host this client has not paired with.",
+            valueName: "hex"))
+    var hostIdentity: String?
+
+    /// `--token`, or `$ATRIUM_TOKEN`.
+    var tokenToSend: String? {
+        token ?? ProcessInfo.processInfo.environment["ATRIUM_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
     @Flag(
         help:
             "Speak plain TCP instead of TLS: only to a loopback host (127.0.0.1, ::1, localhost), which atriumd serves both ways."
@@ -62,6 +79,9 @@ struct HostOptions: ParsableArguments {
     var insecure = false
 
     func validate() throws {
+        if let hostIdentity, hostIdentity.count != 64 || !hostIdentity.allSatisfy(\.isHexDigit) {
+            throw ValidationError("--host-identity takes the 64 hex digits of an identity, as atriumd prints at start")
+        }
         // A first word with '=' is a KEY=VALUE field of `send`, which then uses the default host.
         guard let endpoint = AtriumEndpoint(host) else {
             guard host.contains("=") || Self.isHostName(host) else {
@@ -108,7 +128,8 @@ struct HostOptions: ParsableArguments {
                 // A host this client paired with must prove the identity it proved then.
                 tls = ClientTLS(
                     identity: try ClientTLS.defaultIdentity(),
-                    expectedHostIdentity: checkingKnownHost ? try KnownHosts().identity(of: endpoint) : nil)
+                    expectedHostIdentity: try hostIdentity?.lowercased()
+                        ?? (checkingKnownHost ? KnownHosts().identity(of: endpoint) : nil))
             } catch {
                 printError("cannot load this client's TLS identity or known hosts: \(error)")
                 throw Exit.unreachable
@@ -116,7 +137,7 @@ struct HostOptions: ParsableArguments {
         }
         let connection = try await reachable {
             try await AtriumConnection.connect(
-                to: endpoint, clientName: "atrium command line", tls: tls, timeout: duration)
+                to: endpoint, clientName: "atrium command line", token: tokenToSend, tls: tls, timeout: duration)
         }
         if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
             printError(
@@ -154,9 +175,12 @@ extension HostOptions {
             printError("cannot load this client's TLS identity: \(error)")
             throw Exit.unreachable
         }
+        var expecting = tls
+        if let hostIdentity { expecting?.expectedHostIdentity = hostIdentity.lowercased() }
+        let checked = expecting
         let connection = try await reachable {
             try await AtriumConnection.connect(
-                to: system, clientName: "atrium command line", tls: tls, timeout: duration)
+                to: system, clientName: "atrium command line", token: tokenToSend, tls: checked, timeout: duration)
         }
         if !system.isPaired, KnownHosts().identity(ofHostId: system.id) == nil, tls != nil {
             printError(

@@ -14,6 +14,39 @@ struct TokenTests {
         try await runProgram(TestHost.buildFolder.appendingPathComponent("atriumd").path, arguments)
     }
 
+    /// `atrium --token` (or ATRIUM_TOKEN) uses a host that requires pairing without pairing;
+    /// a token is never sent to a host off loopback whose identity the client does not know
+    /// (it would go to whoever answers), and the refusal says what to do.
+    @Test func theToolTakesATokenAndSendsItOnlyToAKnownHost() async throws {
+        let state = TLSTests.temporaryFolder("tool-tokens")
+        let made = try await Self.atriumd(["token", "create", "--name", "cli", "--state-dir", state.path])
+        let token = try #require(made.output.split(separator: "\n").first { $0.hasPrefix("atrium-") }.map(String.init))
+        let host = try await TestHost.start(
+            manifests: ClientTests.manifests, arguments: PairingTests.arguments + ["--state-dir", state.path])
+        let address = "127.0.0.1:\(host.port)"
+        let refused = try await atrium(["apps", address])
+        #expect(refused.status != 0, "unpaired and without a token: \(refused.output)")
+        let listed = try await atrium(["apps", address, "--token", token])
+        #expect(listed.status == 0 && listed.output.contains("atrium.examples.echo"), "\(listed.output)")
+        let fromEnvironment = try await runProgram(
+            TestHost.buildFolder.appendingPathComponent("atrium").path, ["apps", address],
+            environment: ["XDG_STATE_HOME": toolStateHome.path, "ATRIUM_TOKEN": token])
+        #expect(fromEnvironment.status == 0, "\(fromEnvironment.output)")
+        let badIdentity = try await atrium(["apps", address, "--host-identity", "xyz"])
+        #expect(badIdentity.status == 64 && badIdentity.output.contains("--host-identity takes"))
+        #expect(await host.stop() == 0)
+
+        // Off loopback, an identity must be known first: refused before anything is sent (the
+        // address is a documentation one, never connected to).
+        let offLoopback = AtriumEndpoint(.tcp(host: "192.0.2.7", port: 7340))
+        do {
+            _ = try await AtriumConnection.connect(to: offLoopback, token: token, tls: try TLSTests.clientTLS())
+            Issue.record("a token was sent to a host whose identity is not known")
+        } catch let error as AtriumClientError {
+            #expect(error.code == .cannotConnect && error.message.contains("a token is sent only to a host whose identity"))
+        }
+    }
+
     @Test func aTokenServesItsServicesOnlyAndARevokedOneIsCutOff() async throws {
         let state = TLSTests.temporaryFolder("tokens")
         let made = try await Self.atriumd([
