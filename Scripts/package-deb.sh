@@ -26,6 +26,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 command -v dpkg-deb >/dev/null || { echo "package-deb.sh: dpkg-deb is missing (Debian's dpkg)" >&2; exit 1; }
+command -v patchelf >/dev/null || {
+    echo "package-deb.sh: patchelf is missing (sudo apt-get install patchelf): the packaged programs are made to look for the Swift runtime only where the package puts it" >&2
+    exit 1
+}
 
 version="$(sed -n 's/.*static let current = "\(.*\)".*/\1/p' Sources/AtriumProtocol/Version.swift)"
 architecture="$(dpkg --print-architecture)"
@@ -57,6 +61,18 @@ done | sort -u | while read -r library; do
     esac
 done
 chmod 644 "$root$runtime"/*
+
+# Every program and plugin looks for the Swift runtime only where the package puts it: not in
+# the toolchain it was built with (swift build records /opt/swift/... first), where another
+# machine may have another Swift, of another ABI, or a build folder. The runtime's own
+# libraries keep $ORIGIN, which is that same folder.
+find "$root" -type f | while read -r file; do
+    [ "$(head -c 4 "$file" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
+    case "$file" in
+        "$root$runtime"/*) patchelf --set-rpath '$ORIGIN' "$file" ;;
+        *) patchelf --set-rpath "$runtime" "$file" ;;
+    esac
+done
 
 mkdir -p "$root/DEBIAN"
 size="$(du -sk "$root" | cut -f1)"

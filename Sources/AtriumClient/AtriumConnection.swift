@@ -19,12 +19,12 @@ public struct AtriumEndpoint: Sendable, Hashable, LosslessStringConvertible {
 
     public init(_ address: Address) { self.address = address }
 
-    /// Parses `host:port`, `host`, `[::1]:7340` or `unix:/path`; nil for anything else.
+    /// Parses `host:port`, `host`, `[::1]:7340`, `unix:/path`, or `unix:` alone (the host's
+    /// default local socket, ``defaultLocalSocket``); nil for anything else.
     public init?(_ text: String) {
         if text.hasPrefix("unix:") {
             let path = String(text.dropFirst("unix:".count))
-            guard !path.isEmpty else { return nil }
-            address = .unix(path: path)
+            address = .unix(path: path.isEmpty ? defaultLocalSocketPath() : path)
             return
         }
         var host = text

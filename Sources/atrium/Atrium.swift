@@ -74,11 +74,23 @@ struct HostOptions: ParsableArguments {
 
     @Flag(
         help:
+            "Talk to the host's local socket where atriumd puts it by default ($XDG_RUNTIME_DIR/atrium/atriumd.sock, or /tmp/atrium-UID/atriumd.sock without XDG_RUNTIME_DIR); the same as HOST unix: alone."
+    )
+    var local = false
+
+    /// The host to talk to: HOST, or the default local socket with --local.
+    var target: String { local ? "unix:" + defaultLocalSocketPath() : host == "unix:" ? "unix:" + defaultLocalSocketPath() : host }
+
+    @Flag(
+        help:
             "Speak plain TCP instead of TLS: only to a loopback host (127.0.0.1, ::1, localhost), which atriumd serves both ways."
     )
     var insecure = false
 
     func validate() throws {
+        if local && host != Self.defaultHost && !host.contains("=") {
+            throw ValidationError("--local and HOST ('\(host)') both name the host: give one")
+        }
         if let hostIdentity, hostIdentity.count != 64 || !hostIdentity.allSatisfy(\.isHexDigit) {
             throw ValidationError("--host-identity takes the 64 hex digits of an identity, as atriumd prints at start")
         }
@@ -112,7 +124,7 @@ struct HostOptions: ParsableArguments {
     }
 
     func connect(to address: String? = nil, checkingKnownHost: Bool = true) async throws -> AtriumConnection {
-        let text = address ?? host
+        let text = address ?? target
         if !isAddress(text) && Self.isHostName(text) { return try await connectDiscovered(text) }
         guard let endpoint = AtriumEndpoint(text) else {
             throw ValidationError(
@@ -253,10 +265,10 @@ struct Ping: AsyncParsableCommand {
         let ping = AppServiceConnection(appServiceName: Self.service, packageId: Self.package, connection: connection)
         let status = try await reachable { try await ping.openRemote(timeout: options.duration) }
         guard status == .success else {
-            printError("the ping service did not open: \(status)\(openHint(status, ping.openError, options.host))")
+            printError("the ping service did not open: \(status)\(openHint(status, ping.openError, options.target))")
             throw Exit.notSuccess
         }
-        print("PING \(options.host) (\(connection.welcome.hostName)) with Roman pings")
+        print("PING \(options.target) (\(connection.welcome.hostName)) with Roman pings")
         var times: [Double] = []
         for sequence in 1...count {
             let sent = Timestamp.now
@@ -271,7 +283,7 @@ struct Ping: AsyncParsableCommand {
                     answer.message["CreationDate"] == .date(sent)
                 {
                     times.append(elapsed)
-                    print(String(format: "pong from %@: seq=%d time=%.3f ms", options.host, sequence, elapsed))
+                    print(String(format: "pong from %@: seq=%d time=%.3f ms", options.target, sequence, elapsed))
                 } else {
                     print("seq=\(sequence): unexpected answer \(answer.status) \(answer.message)")
                 }
@@ -287,7 +299,7 @@ struct Ping: AsyncParsableCommand {
         }
         await connection.close()
         let lost = count - times.count
-        print("--- \(options.host) ping statistics ---")
+        print("--- \(options.target) ping statistics ---")
         print("\(count) sent, \(times.count) received, \(lost) lost (\(lost * 100 / count)%)")
         if !times.isEmpty {
             let sorted = times.sorted()
@@ -415,7 +427,9 @@ struct Send: AsyncParsableCommand {
 
     /// The host, and the KEY=VALUE words: a first word with '=' is a field, not a host.
     var hostAndFields: (String, [String]) {
-        options.host.contains("=") ? (HostOptions.defaultHost, [options.host] + fields) : (options.host, fields)
+        options.host.contains("=")
+            ? (options.local ? options.target : HostOptions.defaultHost, [options.host] + fields)
+            : (options.target, fields)
     }
 
     /// The message; with the service's `interface`, each field read as its declared type.
@@ -465,7 +479,7 @@ struct Send: AsyncParsableCommand {
                 if let error = app.openError { result["error"] = .string(error) }
                 print(MessageText.json(result))
             } else {
-                print("open \(package)/\(service): \(opened)\(openHint(opened, app.openError, options.host))")
+                print("open \(package)/\(service): \(opened)\(openHint(opened, app.openError, options.target))")
             }
             await connection.close()
             throw Exit.notSuccess
@@ -623,9 +637,9 @@ struct Bench: AsyncParsableCommand {
 
     /// HOST as an address, or the first endpoint of the host discovered under that name.
     func resolveTarget() async throws -> BenchConfiguration.Target {
-        var endpoint = AtriumEndpoint(options.host)
-        if !isAddress(options.host) {
-            let (found, problem, ambiguous) = await discoveredHost(named: options.host, within: .seconds(5))
+        var endpoint = AtriumEndpoint(options.target)
+        if !isAddress(options.target) {
+            let (found, problem, ambiguous) = await discoveredHost(named: options.target, within: .seconds(5))
             guard let first = found?.endpoints.first else {
                 printError(
                     ambiguous

@@ -42,7 +42,7 @@ struct Describe: AsyncParsableCommand {
         if let service, service.contains(where: { ":/".contains($0) }), options.host == HostOptions.defaultHost {
             return (nil, service)
         }
-        return (service, options.host)
+        return (service, options.target)
     }
 
     func run() async throws {

@@ -387,7 +387,7 @@ enum Templates {
             make                 # builds \(library) against atrium_plugin.h
             ./test.sh            # checks the manifest, runs the plugin in atriumd, sends it hello
             atriumd --manifests . --plugin-path .     # serves it (local clients only: see \(names.name).json)
-            atrium send unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock --package \(names.package) --service \(names.service) Command=hello Name=Ada
+            atrium send --local --package \(names.package) --service \(names.service) Command=hello Name=Ada
             ```
 
             - `\(names.name).c`: the service. Messages are read and built through the host table
@@ -396,7 +396,7 @@ enum Templates {
               `"paired"` serves paired devices over the network too. `"commands"` declares what
               the service takes: the host refuses a request that does not match, with the
               reason, before the plugin sees it; `atrium describe \(names.package)
-              unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock` prints it.
+              --local` prints it.
             - To install it: copy `\(library)` to the host's plugin folder and `\(names.name).json`
               to its manifests folder (`/etc/atrium/manifests.d`), then reload the host (SIGHUP).
 
@@ -522,7 +522,7 @@ enum Templates {
             swift test           # the service's own tests
             ./test.sh            # checks the manifest, runs the plugin in atriumd, sends it hello
             atriumd --manifests . --plugin-path .build/debug     # serves it (local clients only)
-            atrium send unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock --package \(names.package) --service \(names.service) Command=hello Name=Ada
+            atrium send --local --package \(names.package) --service \(names.service) Command=hello Name=Ada
             ```
 
             - `Sources/\(module)/\(type).swift`: the service (`AppService`, from AtriumPluginKit).
@@ -530,7 +530,7 @@ enum Templates {
               `"paired"` serves paired devices over the network too. `"commands"` declares what
               the service takes: the host refuses a request that does not match, with the
               reason, before the plugin sees it; `atrium describe \(names.package)
-              unix:$XDG_RUNTIME_DIR/atrium/atriumd.sock` prints it.
+              --local` prints it.
             - \(pathDependencyNote(names))
 
             """

@@ -71,6 +71,37 @@ struct CommandLineToolTests {
 
     /// A package that did not load: `atrium apps` says so (and why, over the local socket), and
     /// `atrium send` prints the host's reason for refusing the open.
+    /// `--local` (or HOST `unix:` alone) is the host's local socket where atriumd puts it by
+    /// default: under $XDG_RUNTIME_DIR, or /tmp/atrium-UID without it.
+    @Test func localNamesTheDefaultSocket() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests)
+        let runtime = TLSTests.temporaryFolder("runtime")
+        try FileManager.default.createDirectory(
+            at: runtime.appendingPathComponent("atrium"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(
+            atPath: runtime.appendingPathComponent("atrium/atriumd.sock").path, withDestinationPath: host.socketPath)
+        func tool(_ arguments: [String], runtime: String) async throws -> ProgramOutput {
+            try await runProgram(
+                TestHost.buildFolder.appendingPathComponent("atrium").path, arguments,
+                environment: ["XDG_STATE_HOME": toolStateHome.path, "XDG_RUNTIME_DIR": runtime])
+        }
+        let local = try await tool(["ping", "--local", "-c", "1"], runtime: runtime.path)
+        #expect(local.status == 0, "\(local.output)")
+        #expect(local.output.contains("PING unix:\(runtime.path)/atrium/atriumd.sock"), "\(local.output)")
+        let bare = try await tool(["apps", "unix:"], runtime: runtime.path)
+        #expect(bare.status == 0 && bare.output.contains("atrium.examples.echo"), "\(bare.output)")
+        let send = try await tool(
+            ["send", "--local", "--package", "atrium.examples.echo", "--service", "atrium.echo", "A=1"],
+            runtime: runtime.path)
+        #expect(send.status == 0, "\(send.output)")
+        let both = try await tool(["ping", "--local", "127.0.0.1:7000"], runtime: runtime.path)
+        #expect(both.status == 64 && both.output.contains("--local and HOST"), "\(both.output)")
+        // Without XDG_RUNTIME_DIR, the folder atriumd uses then.
+        let unset = try await tool(["ping", "--local", "-c", "1", "--timeout", "2"], runtime: "")
+        #expect(unset.output.contains("/tmp/atrium-\(getuid())/atriumd.sock"), "\(unset.output)")
+        #expect(await host.stop() == 0)
+    }
+
     /// `atrium pair` takes a discovered name as HOST, as every command does (none found here:
     /// unreachable, not a usage error), but not with --forget, whose name could be anyone's.
     @Test func pairTakesADiscoveredName() async throws {

@@ -213,9 +213,11 @@ import Testing
 /// Scripts/package-deb.sh, from the build the tests have: the package's fields and contents,
 /// and that what it installs runs, on the Swift runtime it carries.
 @Suite struct PackageTests {
-    static var hasDpkg: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/dpkg-deb") }
+    static var hasDpkg: Bool {
+        ["/usr/bin/dpkg-deb", "/usr/bin/patchelf"].allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+    }
 
-    @Test(.disabled(if: !PackageTests.hasDpkg, "dpkg-deb is not installed (Debian's dpkg)"))
+    @Test(.disabled(if: !PackageTests.hasDpkg, "dpkg-deb or patchelf is not installed (.ci/run installs patchelf)"))
     func theDebianPackageHoldsWhatItShouldAndItsHostRuns() async throws {
         let scratch = try InstallTests.scratch("package")
         defer { try? FileManager.default.removeItem(at: scratch) }
@@ -267,5 +269,45 @@ import Testing
             atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path],
             environment: ["LD_LIBRARY_PATH": carried])
         #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+
+        // Every program and plugin looks for the Swift runtime only where the package puts it,
+        // never in the toolchain it was built with (another Swift may sit there on the machine
+        // it is installed on) or a build folder.
+        var elfFiles = 0
+        for file in files {
+            let path = root.appendingPathComponent(file).path
+            guard let handle = FileHandle(forReadingAtPath: path) else { continue }
+            let magic = try handle.read(upToCount: 4)
+            try handle.close()
+            guard magic == Data([0x7f, 0x45, 0x4c, 0x46]) else { continue }
+            elfFiles += 1
+            let dynamic = try await runProgram("readelf", ["-d", path])
+            let paths = dynamic.output.split(separator: "\n").filter { $0.contains("RPATH") || $0.contains("RUNPATH") }
+                .flatMap { line in
+                    (line.split(separator: "[").last?.split(separator: "]").first ?? "").split(separator: ":")
+                        .map(String.init)
+                }
+            #expect(
+                paths.allSatisfy { $0 == "$ORIGIN" || $0 == "/usr/lib/atrium/swift" }, "\(file): \(paths)")
+        }
+        #expect(elfFiles >= 5, "the programs, the plugins and the runtime: \(elfFiles) ELF files")
+
+        // With the toolchain hidden (a mount namespace with an empty /opt/swift), what the package
+        // carries runs the host and loads its plugins.
+        let hidden = """
+            mount -t tmpfs none /opt/swift && export LD_LIBRARY_PATH="$1" && "$2" --version && \
+            "$2" --check --manifests "$3"
+            """
+        let isolated = try await runProgram(
+            "/usr/bin/unshare",
+            [
+                "-m", "/bin/sh", "-c", hidden, "sh", carried, atriumd,
+                root.appendingPathComponent("etc/atrium/manifests.d").path,
+            ])
+        if geteuid() == 0 {
+            #expect(isolated.status == 0, "\(isolated.output)")
+            #expect(isolated.output.contains(AtriumVersion.current), "\(isolated.output)")
+            #expect(isolated.output.contains("3 manifests, 3 would load, 0 would not"), "\(isolated.output)")
+        }
     }
 }
