@@ -106,6 +106,11 @@ public final class AppServiceConnection: Sendable {
         guard let channel = channelNumber.withLock({ $0 }),
             connection.state.withLock({ $0.channels[channel] != nil })
         else {
+            // The connection ended (with the host's reason, when it gave one: a revoked
+            // pairing, say): that, not the channel, is what the caller needs to hear.
+            if channelNumber.withLock({ $0 }) != nil, let ended = connection.state.withLock({ $0.ended }) {
+                throw ended
+            }
             throw AtriumClientError(
                 .channelNotOpen, "the connection to \(packageId)/\(appServiceName) is not open: call openRemote() first"
             )

@@ -218,12 +218,24 @@ func printError(_ text: String) {
 }
 
 /// Runs `body`, turning a connection failure into exit code 3 with its message.
+/// Runs `body`; a client error is printed and exits with the code scripts rely on: 1 when the
+/// host answered no (it refused: not authorized, not paired, a refused command), 3 when it
+/// could not be reached, went away or did not answer in time.
 func reachable<T>(_ body: () async throws -> T) async throws -> T {
     do {
         return try await body()
     } catch let error as AtriumClientError {
         printError(error.message)
-        throw Exit.unreachable
+        throw exitStatus(for: error)
+    }
+}
+
+/// The exit code for a client error (``reachable(_:)``).
+func exitStatus(for error: AtriumClientError) -> ExitCode {
+    switch error.code {
+    case .notAuthorized, .refused: Exit.notSuccess
+    case .hostWentAway where error.message.contains("notAuthorized"): Exit.notSuccess
+    default: Exit.unreachable
     }
 }
 
@@ -270,7 +282,10 @@ struct Ping: AsyncParsableCommand {
         }
         print("PING \(options.target) (\(connection.welcome.hostName)) with Roman pings")
         var times: [Double] = []
+        var ended: AtriumClientError?
+        var sentCount = 0
         for sequence in 1...count {
+            sentCount += 1
             let sent = Timestamp.now
             let start = ContinuousClock.now
             do {
@@ -292,15 +307,20 @@ struct Ping: AsyncParsableCommand {
                     "seq=\(sequence): no answer within \(AtriumConnection.describe(options.duration ?? connection.defaultTimeout))"
                 )
             } catch let error as AtriumClientError {
+                // The connection ended (the host's reason, a revoked pairing say): nothing more
+                // can be sent on it.
                 printError(error.message)
+                ended = error
                 break
             }
             if sequence < count { try await Task.sleep(for: .milliseconds(Int64(interval * 1000))) }
         }
         await connection.close()
-        let lost = count - times.count
+        let lost = sentCount - times.count
         print("--- \(options.target) ping statistics ---")
-        print("\(count) sent, \(times.count) received, \(lost) lost (\(lost * 100 / count)%)")
+        print(
+            "\(sentCount) sent, \(times.count) received, \(lost) lost (\(lost * 100 / sentCount)%)"
+                + (ended != nil && sentCount < count ? "; \(count - sentCount) not sent: the connection ended" : ""))
         if !times.isEmpty {
             let sorted = times.sorted()
             func percentile(_ p: Double) -> Double {
@@ -311,6 +331,7 @@ struct Ping: AsyncParsableCommand {
                     format: "min/p50/p99/max = %.3f/%.3f/%.3f/%.3f ms", sorted[0], percentile(0.5), percentile(0.99),
                     sorted.last!))
         }
+        if let ended { throw exitStatus(for: ended) }
         if lost > 0 { throw Exit.notSuccess }
     }
 }

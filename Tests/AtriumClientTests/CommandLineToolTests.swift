@@ -225,6 +225,45 @@ struct CommandLineToolTests {
         #expect(usage.output.contains("is not a host: use host:port"))
         let badField = try await atrium(["send", address, "--package", "p", "--service", "s", "novalue"])
         #expect(badField.status == 64 && badField.output.contains("'novalue' is not KEY=VALUE"))
+
+        // A host that requires pairing answers an unpaired device no: 1 from every command, as
+        // from ping, not 3 (it was reached).
+        let pairing = try await TestHost.start(manifests: ClientTests.manifests, arguments: PairingTests.arguments)
+        let paired = "127.0.0.1:\(pairing.port)"
+        let refusedPing = try await atrium(["ping", paired, "-c", "1"])
+        #expect(refusedPing.status == 1, "\(refusedPing.output)")
+        let refusedApps = try await atrium(["apps", paired])
+        #expect(refusedApps.status == 1 && refusedApps.output.contains("not paired"), "\(refusedApps.output)")
+        let refusedSend = try await atrium([
+            "send", paired, "--package", "atrium.examples.echo", "--service", "atrium.echo", "A=1",
+        ])
+        #expect(refusedSend.status == 1, "\(refusedSend.output)")
+        let help = try await atrium(["--help"])
+        #expect(help.output.contains("1 the host or service answered"), "exit codes are listed in --help")
+        #expect(await pairing.stop() == 0)
+    }
+
+    /// A device revoked while it pings hears the host's reason, and how many pings went out.
+    @Test func aRevokedDevicesPingSaysWhy() async throws {
+        let stateHome = TLSTests.temporaryFolder("revoked-state")
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: PairingTests.arguments)
+        let address = "127.0.0.1:\(host.port)"
+        let paired = try await PairingTests.toolPairs(host, address, stateHome: stateHome)
+        #expect(paired.status == 0, "\(paired.output)")
+        let pinging = try startAtrium(["ping", address, "-c", "50", "-i", "0.1"], stateHome: stateHome)
+        let admin = try await PairingTests.operatorConnection(host)
+        // Revoked once a few pings went through (one every 0.1 s).
+        try await Task.sleep(for: .milliseconds(500))
+        let device = try #require(try await admin.admin("devices.list")["devices"]?.array?.maps?.first?["identity"])
+        _ = try await admin.admin("devices.revoke", ["device": device])
+        await admin.close()
+        let outcome = await pinging.finish()
+        #expect(outcome.status == 1, "\(outcome.output)")
+        #expect(outcome.output.contains("revoked"), "the host's reason: \(outcome.output)")
+        #expect(!outcome.output.contains("call openRemote() first"), "\(outcome.output)")
+        #expect(outcome.output.contains("not sent: the connection ended"), "\(outcome.output)")
+        #expect(!outcome.output.contains("50 sent"), "\(outcome.output)")
+        #expect(await host.stop() == 0)
     }
 
     /// Echo with declared commands: what `atrium send` builds comes back as it was sent.

@@ -344,8 +344,8 @@ extension HostCore {
         registry.withLock { $0.package(name) }
     }
 
-    /// The `apps` listing: every package, its remote-capable services, its schemes and its
-    /// state; why it is not ready only to a local client (a remote one is not told about the
+    /// The `apps` listing: every package, its services (to a remote client, those that take
+    /// remote callers), its schemes and its state; why it is not ready only to a local client (a remote one is not told about the
     /// host's files). With `package`, that package alone, with what its services take: those
     /// `caller` may open (a service's access, a token's scope), at most
     /// ``maxDescribedBytes`` of them.
@@ -374,7 +374,8 @@ extension HostCore {
             return AppInfo(
                 package: package.manifest.package,
                 displayName: package.manifest.displayName,
-                services: package.manifest.services.filter(\.supportsRemoteSystems).map(\.name),
+                // A local client may open every service; a remote one, those that take remote callers.
+                services: package.manifest.services.filter { isLocal || $0.supportsRemoteSystems }.map(\.name),
                 schemes: package.manifest.schemes,
                 state: state.rawValue,
                 reason: isLocal ? reason : nil,
