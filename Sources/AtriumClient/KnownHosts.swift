@@ -35,7 +35,7 @@ public struct KnownHosts: Sendable {
     /// Whether this client paired with a host of `identity`, at any address (an unreadable
     /// file counts as no).
     public func isPaired(_ identity: String) -> Bool {
-        (try? all().values.contains(identity)) ?? false
+        (try? all().contains { !$0.key.hasPrefix("refused:") && $0.value == identity }) ?? false
     }
 
     /// The identity the host with id `hostId` (`welcome.hostId`) proved when this client
@@ -49,6 +49,7 @@ public struct KnownHosts: Sendable {
     public func remember(_ identity: String, forHostId hostId: String) throws {
         var hosts = try all()
         hosts["id:" + hostId] = identity
+        hosts["refused:" + identity] = nil
         try save(hosts)
     }
 
@@ -78,6 +79,22 @@ public struct KnownHosts: Sendable {
             return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         }
         return host.lowercased()
+    }
+
+    /// When the host of `identity` last refused this client although it paired with it (it
+    /// revoked the pairing, or forgot it), if it did since the last pairing: what this client
+    /// knows is then "paired here, refused there". Kept as `refused:IDENTITY`.
+    public func refusedSince(_ identity: String) -> String? {
+        try? all()["refused:" + identity]
+    }
+
+    /// Notes that the host of `identity`, which this client paired with, refused it (now);
+    /// a later pairing with it clears the note (``remember(_:forHostId:)``).
+    public func noteRefused(_ identity: String) throws {
+        var hosts = try all()
+        guard hosts.contains(where: { !$0.key.hasPrefix("refused:") && $0.value == identity }) else { return }
+        hosts["refused:" + identity] = Date().formatted(.iso8601)
+        try save(hosts)
     }
 
     /// Forgets `endpoint` (before pairing again with a host that made a new key on purpose);

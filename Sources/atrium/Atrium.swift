@@ -6,6 +6,7 @@ import AtriumTLS
 import AtriumValues
 import Foundation
 import NIOSSL
+import Synchronization
 
 /// Exit codes scripts can rely on (also in --help).
 enum Exit {
@@ -151,6 +152,7 @@ struct HostOptions: ParsableArguments {
             try await AtriumConnection.connect(
                 to: endpoint, clientName: "atrium command line", token: tokenToSend, tls: tls, timeout: duration)
         }
+        connectedHostIdentity.withLock { $0 = connection.hostIdentity }
         if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {
             printError(
                 "\(endpoint) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \(endpoint) makes it known"
@@ -194,6 +196,7 @@ extension HostOptions {
             try await AtriumConnection.connect(
                 to: system, clientName: "atrium command line", token: tokenToSend, tls: checked, timeout: duration)
         }
+        connectedHostIdentity.withLock { $0 = connection.hostIdentity }
         if !system.isPaired, KnownHosts().identity(ofHostId: system.id) == nil, tls != nil {
             printError(
                 "\"\(system.displayName)\" (\(connection.endpoint)) is not a host this client paired with, so nothing proves it is the one you mean (its identity: \(connection.hostIdentity ?? "?")); atrium pair \"\(system.displayName)\" makes it known"
@@ -205,6 +208,7 @@ extension HostOptions {
 
 /// What follows a refused open's status: the host's reason, and what to do about pairing.
 func openHint(_ status: AppServiceConnectionStatus, _ reason: String?, _ host: String) -> String {
+    if status == .notAuthorized { noteRefusedByHost() }
     let pairing = " (this device is not paired with the host, or the service does not take it: atrium pair \(host))"
     let reason = reason.map(clean)
     guard status == .notAuthorized else { return reason.map { ": \($0)" } ?? "" }
@@ -230,13 +234,29 @@ func reachable<T>(_ body: () async throws -> T) async throws -> T {
     }
 }
 
-/// The exit code for a client error (``reachable(_:)``).
+/// The exit code for a client error (``reachable(_:)``); a host that refused this client as
+/// not authorized is noted (``noteRefusedByHost()``).
 func exitStatus(for error: AtriumClientError) -> ExitCode {
     switch error.code {
-    case .notAuthorized, .refused: Exit.notSuccess
-    case .hostWentAway where error.message.contains("notAuthorized"): Exit.notSuccess
-    default: Exit.unreachable
+    case .notAuthorized, .refused:
+        if error.code == .notAuthorized { noteRefusedByHost() }
+        return Exit.notSuccess
+    case .hostWentAway where error.message.contains("notAuthorized"):
+        noteRefusedByHost()
+        return Exit.notSuccess
+    default: return Exit.unreachable
     }
+}
+
+/// The identity of the host this run connected to, if it proved one.
+let connectedHostIdentity = Mutex<String?>(nil)
+
+/// The host this run connected to refused it as not authorized: if this client paired with
+/// it, that is noted, so that `atrium discover` says what it knows (paired here, refused
+/// there) until the next pairing.
+func noteRefusedByHost() {
+    guard let identity = connectedHostIdentity.withLock({ $0 }) else { return }
+    try? KnownHosts().noteRefused(identity)
 }
 
 func milliseconds(_ duration: Duration) -> Double {

@@ -130,7 +130,11 @@ struct Discover: AsyncParsableCommand {
             "paired": system.isPaired, "tls": system.requiresTLS ? "required" : "optional",
             "pairing": system.requiresPairing ? "required" : "off", "protocolVersion": system.protocolVersion,
         ]
-        if let identity = system.identity { object["identity"] = identity }
+        if let identity = system.identity {
+            object["identity"] = identity
+            // Paired here, refused there: the host refused this client since it paired.
+            if system.isPaired, let refused = KnownHosts().refusedSince(identity) { object["refusedSince"] = refused }
+        }
         return object
     }
 
@@ -143,13 +147,21 @@ struct Discover: AsyncParsableCommand {
         "\"\(system.displayName)\" \(system.kind) \(system.endpoints.map(\.description).joined(separator: " ")) \(system.status.rawValue)\(system.isPaired ? " paired" : "") id \(system.id)"
     }
 
+    /// What this client knows of its pairing with `system`: "yes", "no", or "here, refused
+    /// there" when the host refused it since (it revoked the pairing).
+    static func paired(_ system: RemoteSystem) -> String {
+        guard system.isPaired else { return "no" }
+        guard let identity = system.identity, KnownHosts().refusedSince(identity) != nil else { return "yes" }
+        return "here, refused there"
+    }
+
     static func table(_ systems: [RemoteSystem]) -> String {
         let rows =
             [["NAME", "KIND", "ADDRESS", "STATUS", "PAIRED", "ID"]]
             + systems.map {
                 [
                     $0.displayName, $0.kind, $0.endpoints.first?.description ?? "-", $0.status.rawValue,
-                    $0.isPaired ? "yes" : "no", String($0.id.prefix(8)),
+                    paired($0), String($0.id.prefix(8)),
                 ]
             }
         let widths = (0..<6).map { column in rows.map { $0[column].count }.max() ?? 0 }

@@ -263,6 +263,15 @@ struct CommandLineToolTests {
         #expect(!outcome.output.contains("call openRemote() first"), "\(outcome.output)")
         #expect(outcome.output.contains("not sent: the connection ended"), "\(outcome.output)")
         #expect(!outcome.output.contains("50 sent"), "\(outcome.output)")
+        // What this client knows now: paired here, refused there (atrium discover says so),
+        // until it pairs again.
+        let known = KnownHosts(folder: stateHome.appendingPathComponent("atrium"))
+        let endpoint = try #require(AtriumEndpoint(address))
+        let identity = try #require(try known.identity(of: endpoint))
+        #expect(known.isPaired(identity) && known.refusedSince(identity) != nil)
+        let again = try await PairingTests.toolPairs(host, address, stateHome: stateHome)
+        #expect(again.status == 0, "\(again.output)")
+        #expect(known.refusedSince(identity) == nil)
         #expect(await host.stop() == 0)
     }
 
