@@ -1,5 +1,6 @@
 import ArgumentParser
 import AtriumHost
+import AtriumTLS
 import Foundation
 import Synchronization
 
@@ -74,11 +75,16 @@ extension Atriumd {
             }
         } catch {
             guard exitCode(for: error) != .success, let configured else { exit(withError: error) }
-            var message = fullMessage(for: error)
-            for (name, value) in configured.values.sorted(by: { $0.key < $1.key })
-            where value.origin != .commandLine && mentions(message, option: name) {
-                message += "\n(--\(name) is set by \(value.origin))"
+            let full = fullMessage(for: error)
+            // Where a value that is not on the command line came from goes right under the
+            // error: the file and line, or the variable, is what to fix.
+            var lines = full.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            let origins = configured.values.sorted(by: { $0.key < $1.key }).compactMap { name, value in
+                value.origin != .commandLine && mentions(full, option: name)
+                    ? "(--\(name) is set by \(value.origin))" : nil
             }
+            lines.insert(contentsOf: origins, at: min(1, lines.count))
+            let message = lines.joined(separator: "\n")
             FileHandle.standardError.write(Data((message + "\n").utf8))
             Foundation.exit(exitCode(for: error).rawValue)
         }
@@ -151,10 +157,20 @@ extension Atriumd {
         for variable in configured.unusedEnvironment {
             lines.append("# \(variable) names no option of atriumd's and is not used")
         }
+        // Defaults that depend on the machine, which --help can only describe.
+        let computed: [String: (values: [String], note: String)] = [
+            "manifests": (
+                HostConfiguration.standardManifestFolders().map(\.path), "default: those that exist are read"
+            ),
+            "state-dir": ([TLSIdentity.defaultStateFolder().path], "default"),
+            "plugin-path": (HostConfiguration.defaultPluginSearchPath().map(\.path), "default: atriumd's folder, then its ../lib/atrium/plugins"),
+        ]
         for option in optionSpecs(for: []).all where option.name != ConfiguredArguments.configOption {
             let line: String
             if let (values, origin) = configured.values[option.name] {
                 line = "\(option.name) = \(rendered(values, option)) # \(origin)"
+            } else if let (values, note) = computed[option.name] {
+                line = "\(option.name) = \(rendered(values, option)) # \(note)"
             } else if let value = option.defaultValue {
                 line = "\(option.name) = \(rendered(option.isRepeating ? [] : [value], option)) # default"
             } else if option.isFlag {

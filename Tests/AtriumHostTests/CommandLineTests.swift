@@ -245,6 +245,12 @@ struct CommandLineTests {
         ] {
             #expect(lines.contains(expected), "\(expected) in \(result.output)")
         }
+        // Defaults that depend on the machine are shown as they are, not as nothing.
+        let standard = try await run(["--config", "off", "--print-config"])
+        #expect(
+            standard.output.contains(
+                "manifests = [\"/etc/atrium/manifests.d\", \"/usr/share/atrium/manifests\""), "\(standard.output)")
+        #expect(standard.output.contains("state-dir = \""), "\(standard.output)")
         // What it prints is a configuration file that gives the same configuration.
         let printed = try configFile(result.output)
         defer { try? FileManager.default.removeItem(atPath: printed) }
@@ -295,6 +301,10 @@ struct CommandLineTests {
         #expect(refused.status == 64)
         #expect(refused.output.contains("--listen takes HOST:PORT"), "\(refused.output)")
         #expect(refused.output.contains("(--listen is set by \(path), line 2)"), "\(refused.output)")
+        // Right under the error, before the usage.
+        let lines = refused.output.split(separator: "\n").map(String.init)
+        let error = try #require(lines.firstIndex { $0.hasPrefix("Error:") }, "\(refused.output)")
+        #expect(lines.indices.contains(error + 1) && lines[error + 1] == "(--listen is set by \(path), line 2)")
         let environment = try await runProgram(
             TestHost.buildFolder.appendingPathComponent("atriumd").path, ["--check"],
             environment: ["ATRIUM_MAX_CHANNELS": "many"])
