@@ -79,6 +79,33 @@ struct ExecLaunchTests {
         #expect(await host.stop() == 0)
     }
 
+    /// As LAUNCHING.md says: a program gets the URI only; a launch's data is checked and not
+    /// passed on (its standard input is empty, and nothing of the data is in its environment).
+    @Test func aProgramGetsTheURIAndNotTheData() async throws {
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let output = folder.appendingPathComponent("seen.txt")
+        let program = folder.appendingPathComponent("seen.sh")
+        try """
+        #!/bin/sh
+        { printf 'uri=%s\\n' "$1"; printf 'stdin=%s\\n' "$(cat)"; env; } > "\(output.path).part"
+        mv "\(output.path).part" "\(output.path)"
+        """.write(to: program, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: program.path)
+        let host = try await TestHost.start(manifests: [
+            "seen.json": manifest("atrium.tests.seen", scheme: "atrium-seen", exec: [program.path, "{uri}"], wait: true)
+        ])
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        var options = RemoteLauncher.Options()
+        options.data = ["Secret": "in-the-data-only"]
+        let result = try await RemoteLauncher(connection: connection).launchUri("atrium-seen://page", options: options)
+        #expect(result.status == .success, "\(String(describing: result.error))")
+        let seen = try #require(try await contents(output))
+        #expect(seen.contains("uri=atrium-seen://page\nstdin=\n"), "\(seen)")
+        #expect(!seen.contains("in-the-data-only"), "\(seen)")
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aProgramThatRunsOnSucceedsAtOnceAndIsReaped() async throws {
         // The program writes only once the test says so, after the launch was answered: a
         // launch that waited for it would not be answered first.
