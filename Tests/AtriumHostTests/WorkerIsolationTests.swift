@@ -122,6 +122,12 @@ import Testing
         #expect(closed == [1, 2])
         #expect(try await Self.echoes(bystander, 1))
         #expect(await host.waitForLog(logged))
+        // A worker's first crash says where, as a crash in the host's process does: the file
+        // of the plugin's code (AddressSanitizer, where it runs, reports the crash itself).
+        if how == "segv" && !TestEnvironment.addressSanitizer {
+            #expect(host.logged("Program crashed: Bad pointer dereference"), "\(host.lastLines(60))")
+            #expect(host.logged("ctest_request") && host.logged("ctest.c:"), "\(host.lastLines(60))")
+        }
         // The worker comes back, and serves again.
         #expect(try await Self.openWhenBack(client, channel: 3))
         let again = try await client.request(channel: 3, id: 8, ["Int": 1])

@@ -255,12 +255,22 @@ final class WorkerProcess: ServiceBackend, Sendable {
         }
         // glibc reserves 64 MiB of address space per thread's malloc arena: two arenas keep a
         // worker's address space, which its memory limit counts, near what it really uses.
-        // Swift's crash backtracer would hold a crashed worker for a second or more while it
-        // symbolicates (and delay the restart): it is off unless the host's environment
-        // says otherwise (SWIFT_BACKTRACE=enable=yes to see where a plugin crashed).
+        // Swift's crash backtracer says where a plugin crashed (the crashed thread, file and
+        // line), as it does for a plugin in the host's own process; its output reaches the log
+        // with the worker's. It holds a crashed worker for a second or so while it
+        // symbolicates, which delays the answers to requests in flight and the restart: so a
+        // worker that follows a crash in the last minute runs without it, and a crash loop
+        // restarts at its own pace. The host's environment decides when it sets SWIFT_BACKTRACE.
         var environment = ProcessInfo.processInfo.environment
         environment["MALLOC_ARENA_MAX"] = "2"
-        environment["SWIFT_BACKTRACE"] = environment["SWIFT_BACKTRACE"] ?? "enable=no"
+        let crashedRecently = state.withLock { state in
+            state.crashes.contains { ContinuousClock.now - $0 < Self.crashWindow }
+        }
+        environment["SWIFT_BACKTRACE"] =
+            environment["SWIFT_BACKTRACE"]
+            ?? (crashedRecently
+                ? "enable=no"
+                : "enable=yes,interactive=no,color=no,threads=crashed,registers=none,images=none,symbolicate=fast,limit=24,top=8")
         // What the worker (its plugin included) prints goes to the host's log through a pipe,
         // escaped, cut and counted as a program's output is: never raw into the log.
         var output: [Int32] = [-1, -1]
