@@ -15,6 +15,10 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 
     /// The hard limit on a frame body's length.
     public let maxFrameBytes: Int
+    /// A lower limit its owner may change while frames are read (``FrameLimit``): the limit
+    /// is then the smaller of the two.
+    @usableFromInline
+    var lowered: FrameLimit?
     /// The limit on the first frame's body (a host expects `hello` there, which is small), so
     /// that a peer that has not introduced itself cannot make the receiver buffer much.
     public let maxFirstFrameBytes: Int
@@ -54,13 +58,20 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
     /// frames gets this specialized for its frame type, not a generic call per frame.
     @inlinable
     public func decodeFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
-        try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false)
+        try decodeFrame(from: &buffer, limit: currentLimit, first: false)
+    }
+
+    /// The limit now: ``maxFrameBytes``, or the lowered one when it is smaller.
+    @inlinable
+    var currentLimit: Int {
+        guard let lowered else { return maxFrameBytes }
+        return min(maxFrameBytes, lowered.bytes)
     }
 
     /// The next frame, under the first frame's limit until one has been decoded.
     @inlinable
     mutating func nextFrame(from buffer: inout ByteBuffer) throws(FrameError) -> Frame? {
-        guard !firstFrameSeen else { return try decodeFrame(from: &buffer, limit: maxFrameBytes, first: false) }
+        guard !firstFrameSeen else { return try decodeFrame(from: &buffer, limit: currentLimit, first: false) }
         let frame = try decodeFrame(from: &buffer, limit: maxFirstFrameBytes, first: true)
         if frame != nil { firstFrameSeen = true }
         return frame
@@ -107,9 +118,12 @@ public struct FrameInput<Frame: AtriumFrame> {
     /// Whether whole frames may be held: the caller stopped taking them.
     public var isPaused: Bool { paused }
 
-    /// `maxFirstFrameBytes`, when given, limits the first frame (as ``FrameDecoder`` does).
-    public init(maxFrameBytes: Int, maxFirstFrameBytes: Int? = nil) {
+    /// `maxFirstFrameBytes`, when given, limits the first frame (as ``FrameDecoder`` does);
+    /// `lowered`, when given, lowers the limit for as long as its owner says (a connection
+    /// that is not authorized yet).
+    public init(maxFrameBytes: Int, maxFirstFrameBytes: Int? = nil, lowered: FrameLimit? = nil) {
         decoder = FrameDecoder(maxFrameBytes: maxFrameBytes, maxFirstFrameBytes: maxFirstFrameBytes)
+        decoder.lowered = lowered
     }
 
     /// How many bytes are held: of a frame not yet whole, and of frames not taken yet.
@@ -189,6 +203,18 @@ public struct FrameInput<Frame: AtriumFrame> {
     @inlinable
     public mutating func resume(_ each: (Frame) -> Bool) throws(FrameError) {
         try read(ByteBuffer(), each)
+    }
+}
+
+/// A frame limit that its owner may change while frames are being read (a reference, so that
+/// changing it from a frame's handler does not touch the ``FrameInput`` that is reading).
+/// Confined to the reading thread (the channel's event loop), as the input is.
+public final class FrameLimit {
+    /// The most bytes a frame body may have now.
+    public var bytes: Int
+
+    public init(bytes: Int) {
+        self.bytes = bytes
     }
 }
 

@@ -407,6 +407,53 @@ struct PairingTests {
         #expect(await second.stop() == 0)
     }
 
+    /// A device that is not paired is held to frames of 64 KiB (its welcome says so): what a
+    /// stranger can make the host buffer over its many connections stays small, not 4 MiB a
+    /// connection. A paired device gets the host's whole limit.
+    @Test func aStrangersFramesAreHeldSmall() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let identity = try TLSIdentity.loadOrCreate(
+            in: TLSTests.temporaryFolder("small-frames"), name: "client", commonName: "stranger")
+        let context = try identity.makeClientContext()
+        let stranger = try await TestClient.connect(port: host.port) { channel in
+            try channel.pipeline.syncOperations.addHandler(
+                NIOSSLClientHandler(
+                    context: context, serverHostname: nil,
+                    customVerificationCallback: { _, promise in promise.succeed(.certificateVerified) }))
+        }
+        let welcome = try await stranger.hello(clientId: "stranger")
+        #expect(welcome.limits.maxFrameBytes == 64 << 10, "\(welcome.limits)")
+        #expect(welcome.limits.maxMessageBytes < 64 << 10)
+        // A frame of 1 MiB is refused as soon as its length arrives.
+        try await stranger.sendRaw(Array(withUnsafeBytes(of: UInt32(1 << 20).bigEndian) { Array($0) }) + [0xa0])
+        guard case .error(let refused) = try await stranger.next() else {
+            Issue.record("no error frame")
+            return
+        }
+        #expect(refused.code == .frameTooLarge && refused.message.contains("65536"), "\(refused)")
+        await stranger.close()
+
+        // Paired: the whole limit.
+        let admin = try await Self.operatorConnection(host)
+        let folder = TLSTests.temporaryFolder("big-frames-device")
+        let device = try await Self.device(host, identity: folder)
+        #expect(device.welcome.limits.maxFrameBytes == 64 << 10)
+        let pairing = Task { try await device.pair(deviceName: "big frames", timeout: .seconds(10)) }
+        let request = try #require(try await Self.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+        let again = try await Self.device(host, identity: folder)
+        #expect(again.welcome.limits.maxFrameBytes == 4 << 20)
+        let echo = AppServiceConnection(appServiceName: "atrium.echo", packageId: "atrium.examples.echo", connection: again)
+        #expect(try await echo.openRemote() == .success)
+        let big = try await echo.sendMessage(["Blob": .bytes(Array(repeating: 1, count: 512 << 10))])
+        #expect(big.status == .success)
+        await device.close()
+        await again.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func plainTCPCannotPair() async throws {
         let host = try await TestHost.start(
             manifests: ClientTests.manifests, arguments: ["--tls", "optional", "--pairing", "required"])

@@ -116,7 +116,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
         loopMetrics: LoopMetrics? = nil, logger: Logger
     ) {
         Self.live.wrappingAdd(1, ordering: .relaxed)
-        input = FrameInput(maxFrameBytes: core.limits.maxFrameBytes, maxFirstFrameBytes: core.admission.maxHelloBytes)
+        // A remote client is held to a small frame limit until it is authorized (a paired
+        // device, a token): what a stranger can make the host buffer, over the many connections
+        // it may open, stays small.
+        frameLimit = FrameLimit(
+            bytes: isLocal || !core.pairingRequired
+                ? core.limits.maxFrameBytes : min(core.limits.maxFrameBytes, Self.unauthorizedFrameBytes))
+        input = FrameInput(
+            maxFrameBytes: core.limits.maxFrameBytes, maxFirstFrameBytes: core.admission.maxHelloBytes,
+            lowered: frameLimit)
         self.loopMetrics = loopMetrics
         self.transport = transport
         self.core = core
@@ -137,6 +145,24 @@ final class ConnectionHandler: ChannelDuplexHandler {
 
     let limits: ProtocolLimits
     let admission: AdmissionLimits
+    /// The frame limit of this connection now: `limits.maxFrameBytes` once the client is
+    /// authorized, ``unauthorizedFrameBytes`` before.
+    private let frameLimit: FrameLimit
+    /// The most bytes a frame of a client that is not authorized may have.
+    static let unauthorizedFrameBytes = 64 << 10
+
+    /// The client became authorized (or is no longer): its frame limit follows.
+    private func authorizationChanged() {
+        frameLimit.bytes = authorized ? limits.maxFrameBytes : min(limits.maxFrameBytes, Self.unauthorizedFrameBytes)
+    }
+
+    /// The limits this client is told in its welcome: the frame and message limits it has now.
+    private var toldLimits: ProtocolLimits {
+        var told = limits
+        told.maxFrameBytes = min(limits.maxFrameBytes, frameLimit.bytes)
+        told.maxMessageBytes = min(limits.maxMessageBytes, max(told.maxFrameBytes - 1024, 0))
+        return told
+    }
     /// What has been read of frames not yet whole; the first frame (hello) under its own limit.
     private var input: FrameInput<ClientFrame>
     /// Whether reading has stopped (a protocol error, the connection gone): nothing the client
@@ -636,6 +662,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if authorized, let identity = transport.peerIdentity, core.pairingRequired {
             core.devices.seen(identity, from: peerAddress)
         }
+        authorizationChanged()
         link?.slot.book.withLock { $0.clientId = hello.clientId }
         clientId = hello.clientId
         clientName = hello.clientName
@@ -648,7 +675,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         write(
             .welcome(
                 WelcomeFrame(
-                    hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: limits,
+                    hostId: core.configuration.hostId, hostName: core.configuration.hostName, limits: toldLimits,
                     hostIdentity: core.identity, kind: core.configuration.kind,
                     responseTimeoutMilliseconds: UInt64(core.configuration.responseTimeout.seconds * 1000))
             )
@@ -746,6 +773,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
         if core.devices.isPaired(identity) {
             authorized = true
+            authorizationChanged()
             answer(.paired, nil)
             return
         }
@@ -849,7 +877,10 @@ final class ConnectionHandler: ChannelDuplexHandler {
         pairing = .none
         pairingTimer?.cancel()
         pairingTimer = nil
-        if status == .paired { authorized = true }
+        if status == .paired {
+            authorized = true
+            authorizationChanged()
+        }
         write(.paired(PairedFrame(id: id, status: status, error: error)))
     }
 
