@@ -37,10 +37,16 @@ struct RemoteSystemTracker {
     static let maxEndpoints = 8
     /// Identities this client paired with.
     var pairedIdentities: Set<String>
+    /// The addresses (``KnownHosts`` keys) where this client paired with a host, whose
+    /// identity TLS proved there: such an endpoint of a system is tried first and never cut,
+    /// so that records that reuse a paired host's id (ids are public) cannot bury its address
+    /// under theirs.
+    var knownEndpoints: Set<String>
 
-    init(filters: [RemoteSystemFilter], pairedIdentities: Set<String>) {
+    init(filters: [RemoteSystemFilter], pairedIdentities: Set<String>, knownEndpoints: Set<String> = []) {
         self.filters = filters
         self.pairedIdentities = pairedIdentities
+        self.knownEndpoints = knownEndpoints
     }
 
     /// Systems that match the filters, by name.
@@ -151,8 +157,11 @@ struct RemoteSystemTracker {
             if !endpoints.contains(endpoint) { endpoints.append(endpoint) }
         }
         for endpoint in manual[id]?.endpoints ?? [] where !endpoints.contains(endpoint) { endpoints.append(endpoint) }
+        // Where this client paired comes first (a stable sort keeps the rest in order).
+        let known = endpoints.filter { knownEndpoints.contains(KnownHosts.key($0)) }
+        endpoints = known + endpoints.filter { !knownEndpoints.contains(KnownHosts.key($0)) }
         // A peer announcing many addresses under one id gets the first few tried.
-        endpoints = Array(endpoints.prefix(Self.maxEndpoints))
+        endpoints = Array(endpoints.prefix(max(Self.maxEndpoints, known.count)))
         let record = latest.record
         return RemoteSystem(
             id: id, displayName: Self.printable(latest.item.name), kind: record.kind, endpoints: endpoints,

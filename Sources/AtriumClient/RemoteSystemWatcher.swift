@@ -97,8 +97,13 @@ final class RemoteSystemWatcherCore: Sendable {
     init(filters: [RemoteSystemFilter], options: Options) {
         self.filters = filters
         self.options = options
-        let paired = Set((try? KnownHosts(folder: options.stateFolder).all().values).map(Array.init) ?? [])
-        state = Mutex(State(tracker: RemoteSystemTracker(filters: filters, pairedIdentities: paired)))
+        let known = (try? KnownHosts(folder: options.stateFolder).all()) ?? [:]
+        let pins = known.filter { !$0.key.hasPrefix("refused:") }
+        let paired = Set(pins.values)
+        let addresses = Set(pins.keys.filter { !$0.hasPrefix("id:") })
+        state = Mutex(
+            State(
+                tracker: RemoteSystemTracker(filters: filters, pairedIdentities: paired, knownEndpoints: addresses)))
     }
 
     var remoteSystems: [RemoteSystem] { state.withLock { $0.tracker.matching } }

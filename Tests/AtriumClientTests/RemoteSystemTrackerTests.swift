@@ -77,6 +77,26 @@ struct RemoteSystemTrackerTests {
         #expect(fewer.endpoints.count == 2)
     }
 
+    /// Records that reuse a paired host's id (ids are public), even with its identity copied,
+    /// cannot push the address where this client paired with it out of the endpoints tried,
+    /// nor behind theirs.
+    @Test func recordsReusingAPairedHostsIdDoNotBuryItsAddress() throws {
+        var tracker = RemoteSystemTracker(
+            filters: [], pairedIdentities: [Self.identity], knownEndpoints: ["10.0.0.5:7340"])
+        _ = tracker.resolved(Self.item("Desk"), Self.resolution("10.0.0.5"))
+        for n in 1...12 {
+            _ = tracker.resolved(Self.item("Desk \(n)"), Self.resolution("10.0.0.\(100 + n)"))
+        }
+        let endpoints = try #require(tracker.systems["host-1"]?.endpoints)
+        #expect(endpoints.first == AtriumEndpoint(.tcp(host: "10.0.0.5", port: 7340)), "\(endpoints)")
+        #expect(endpoints.count == RemoteSystemTracker.maxEndpoints)
+        // Without a paired address, the cap keeps the newest first few, as before.
+        var plain = RemoteSystemTracker(filters: [], pairedIdentities: [])
+        _ = plain.resolved(Self.item("Desk"), Self.resolution("10.0.0.5"))
+        for n in 1...12 { _ = plain.resolved(Self.item("Desk \(n)"), Self.resolution("10.0.0.\(100 + n)")) }
+        #expect(plain.systems["host-1"]?.endpoints.contains(AtriumEndpoint(.tcp(host: "10.0.0.5", port: 7340))) == false)
+    }
+
     @Test func aHostThatComesBackWithinTheDelayIsUpdatedNotRemoved() throws {
         var tracker = RemoteSystemTracker(filters: [], pairedIdentities: [])
         _ = tracker.resolved(Self.item("Lab One"), Self.resolution(port: 4000))
