@@ -322,4 +322,74 @@ struct HostileBypassTests {
         #expect(host == nil)
         chmod(folder.path, 0o755)
     }
+
+    /// A folder on the way to a library or a manifest that another user owns, or may write to,
+    /// lets them put another file in its place (a link repointed, a folder renamed): refused,
+    /// naming the folder, as sshd's StrictModes does. A sticky folder (/tmp) is fine when the
+    /// entry on the way is root's or the host user's.
+    @Test(.enabled(if: geteuid() == 0, "playing another user's folder needs root (chown)"))
+    func foldersOtherUsersControlOnTheWayAreRefused() async throws {
+        let atriumd = TestHost.buildFolder.appendingPathComponent("atriumd").path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-way-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let shared = root.appendingPathComponent("shared")
+        let plugins = shared.appendingPathComponent("atrium/plugins")
+        try FileManager.default.createDirectory(at: plugins, withIntermediateDirectories: true)
+        chmod(root.path, 0o755)
+        let library = plugins.appendingPathComponent("libEcho.so")
+        try FileManager.default.copyItem(at: TestHost.buildFolder.appendingPathComponent("libEcho.so"), to: library)
+        let manifests = root.appendingPathComponent("m")
+        try FileManager.default.createDirectory(at: manifests, withIntermediateDirectories: true)
+        try """
+        { "manifestVersion": 1, "package": "atrium.tests.way", "library": "\(library.path)",
+          "services": [{ "name": "s" }] }
+        """.write(to: manifests.appendingPathComponent("way.json"), atomically: true, encoding: .utf8)
+        let trusted = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", manifests.path])
+        #expect(trusted.status == 0, "\(trusted.output)")
+        // The folder above the library's belongs to someone else, who could rename it.
+        chown(shared.path, 65534, 65534)
+        let libraryRefused = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", manifests.path])
+        #expect(libraryRefused.status == 1, "\(libraryRefused.output)")
+        #expect(
+            libraryRefused.output.contains(
+                "the folder \(shared.path) on the way to the plugin library \(library.path) belongs to uid 65534"),
+            "\(libraryRefused.output)")
+
+        // A manifest that is a link into a folder someone else owns.
+        let theirs = shared.appendingPathComponent("theirs")
+        try FileManager.default.createDirectory(at: theirs, withIntermediateDirectories: true)
+        chown(theirs.path, 65534, 65534)
+        let linked = root.appendingPathComponent("linked")
+        try FileManager.default.createDirectory(at: linked, withIntermediateDirectories: true)
+        try Fixtures.referenceManifests["echo.json"]!.write(
+            to: theirs.appendingPathComponent("echo.json"), atomically: true, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(
+            atPath: linked.appendingPathComponent("echo.json").path,
+            withDestinationPath: theirs.appendingPathComponent("echo.json").path)
+        let link = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", linked.path])
+        #expect(link.status == 1 && link.output.contains("on the way to the manifest"), "\(link.output)")
+
+        // A sticky folder anyone may write to, with a folder of root's in it: fine.
+        let sticky = root.appendingPathComponent("sticky")
+        let mine = sticky.appendingPathComponent("mine")
+        try FileManager.default.createDirectory(at: mine, withIntermediateDirectories: true)
+        chmod(sticky.path, 0o1777)
+        try Fixtures.referenceManifests["echo.json"]!.write(
+            to: mine.appendingPathComponent("echo.json"), atomically: true, encoding: .utf8)
+        let inSticky = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", mine.path])
+        #expect(inSticky.status == 0, "\(inSticky.output)")
+        // ... but not one of someone else's there.
+        chown(mine.path, 65534, 65534)
+        let theirsInSticky = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", mine.path])
+        #expect(theirsInSticky.status != 0, "\(theirsInSticky.output)")
+
+        // A manifest far over the size limit is refused by its size, not read whole.
+        let huge = root.appendingPathComponent("huge")
+        try FileManager.default.createDirectory(at: huge, withIntermediateDirectories: true)
+        let file = huge.appendingPathComponent("huge.json")
+        _ = FileManager.default.createFile(atPath: file.path, contents: nil)
+        truncate(file.path, 3 << 30)
+        let big = try await runProgram(atriumd, ["--check", "--no-load", "--manifests", huge.path])
+        #expect(big.output.contains("is 3221225472 bytes; a manifest may be at most"), "\(big.output)")
+    }
 }

@@ -382,6 +382,38 @@ import Testing
         #expect(await host.stop() == 0)
     }
 
+    /// A worker is restarted after a crash only from a library that is still trusted: the
+    /// library's path is checked again (StrictModes) before each start, since the worker loads
+    /// what is there now.
+    @Test func aWorkerIsNotRestartedFromALibraryNoLongerTrusted() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-retrust-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let library = folder.appendingPathComponent("libAtriumTestCService.so")
+        try FileManager.default.copyItem(
+            at: TestHost.buildFolder.appendingPathComponent("libAtriumTestCService.so"), to: library)
+        chmod(library.path, 0o755)
+        let manifest = Self.manifest().replacingOccurrences(
+            of: "\"libAtriumTestCService.so\"", with: "\"\(library.path)\"")
+        let host = try await startHost(manifests: Fixtures.referenceManifests.merging(["w.json": manifest]) { $1 })
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "c", package: Self.package) == .success)
+        // Someone made it writable by others, then the worker crashed.
+        chmod(library.path, 0o666)
+        try await client.send(.request(RequestFrame(channel: 1, id: 2, message: EncodedValueSet(["Crash": "exit"]))))
+        // The request in flight answered AppUnavailable, and the channel closed, in either order.
+        var frames: [HostFrame?] = []
+        for _ in 0..<2 { frames.append(try await client.next(timeout: .seconds(10))) }
+        #expect(frames.contains { if case .response(let answer) = $0 { answer.status == .appUnavailable } else { false } })
+        #expect(frames.contains { if case .closed(let closed) = $0 { closed.channel == 1 } else { false } })
+        #expect(
+            await host.waitForLog("the worker could not be restarted: the plugin library \(library.path) is writable by other users"),
+            "\(host.lastLines())")
+        #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .appUnavailable)
+        await client.close()
+        #expect(await host.stop() == 0)
+    }
+
     @Test func whatAPluginStartedGoesWithItsWorker() async throws {
         let host = try await Self.startWorkerHost()
         let client = try await connectedClient(host)

@@ -88,8 +88,20 @@ public struct ManifestDirectory: Sendable {
     }
 
     private mutating func read(_ file: URL, label: String, several: Bool, strictModes: Bool) {
-        if strictModes, let problem = FileTrust.problem(file.path, what: "manifest") {
+        // The file, the folders on its way and, for a link, where it leads: someone who could
+        // change any of them could put a manifest of theirs in place of this one.
+        if strictModes, let problem = FileTrust.problem(file: file.path, what: "manifest") {
             problems.append(ManifestError(file: label, field: nil, reason: problem, url: file))
+            return
+        }
+        // Its size before it is read: a link to a huge file is not read whole to be refused.
+        var info = stat()
+        if stat(file.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, Int(info.st_size) > Manifest.maxBytes {
+            problems.append(
+                ManifestError(
+                    file: label, field: nil,
+                    reason: "is \(info.st_size) bytes; a manifest may be at most \(Manifest.maxBytes) (1 MiB)",
+                    url: file))
             return
         }
         guard let data = FileManager.default.contents(atPath: file.path) else {

@@ -215,6 +215,11 @@ final class WorkerProcess: ServiceBackend, Sendable {
 
     /// Starts a worker process; returns why it could not.
     private func launchWorker() -> String? {
+        // Checked again at every start, a restart after a crash included: the worker loads the
+        // library by its path, and what is there now is what it loads.
+        if core.configuration.strictModes, let problem = FileTrust.problem(file: library.path, what: "plugin library") {
+            return problem
+        }
         let file = PluginLibrary.FileIdentity(library.path)
         state.withLock { $0.libraryFile = file }
         // A link per event loop of the host, each a pipe toward the worker and one toward the
