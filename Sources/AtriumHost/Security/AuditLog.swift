@@ -29,11 +29,28 @@ public final class AuditLog: Sendable {
     private let queue = DispatchQueue(label: "atrium.audit")
     private let logger: Logger
     private let interval: Duration
-    private struct Backlog {
+    /// Lines waiting for the disk, of one share of the queue, and those dropped since the
+    /// last one admitted.
+    private struct Share {
+        let limit: Int
         var queued = 0
         var dropped = 0
-        var strangersQueued = 0
-        var strangersDropped = 0
+
+        /// Admits one more line, and returns how many were dropped before it (reset), or nil
+        /// when the share is full (the line is dropped, counted).
+        mutating func admit() -> Int? {
+            guard queued < limit else {
+                dropped += 1
+                return nil
+            }
+            queued += 1
+            defer { dropped = 0 }
+            return dropped
+        }
+    }
+    private struct Backlog {
+        var trusted = Share(limit: AuditLog.maxQueued)
+        var strangers = Share(limit: AuditLog.maxStrangersQueued)
         /// Strangers' events counted and not written, by peer and kind.
         var windows: [String: Window] = [:]
     }
@@ -118,23 +135,8 @@ public final class AuditLog: Sendable {
     }
 
     private func enqueue(_ line: [String: String], stranger: Bool) {
-        let admitted = backlog.withLock { backlog -> Int? in
-            if stranger {
-                guard backlog.strangersQueued < Self.maxStrangersQueued else {
-                    backlog.strangersDropped += 1
-                    return nil
-                }
-                backlog.strangersQueued += 1
-                defer { backlog.strangersDropped = 0 }
-                return backlog.strangersDropped
-            }
-            guard backlog.queued < Self.maxQueued else {
-                backlog.dropped += 1
-                return nil
-            }
-            backlog.queued += 1
-            defer { backlog.dropped = 0 }
-            return backlog.dropped
+        let admitted = backlog.withLock { backlog in
+            stranger ? backlog.strangers.admit() : backlog.trusted.admit()
         }
         guard let dropped = admitted else { return }
         queue.async { [self] in
@@ -145,7 +147,7 @@ public final class AuditLog: Sendable {
             }
             append(line)
             backlog.withLock {
-                if stranger { $0.strangersQueued -= 1 } else { $0.queued -= 1 }
+                if stranger { $0.strangers.queued -= 1 } else { $0.trusted.queued -= 1 }
             }
         }
     }
