@@ -80,7 +80,9 @@ struct HostOptions: ParsableArguments {
     var local = false
 
     /// The host to talk to: HOST, or the default local socket with --local.
-    var target: String { local ? "unix:" + defaultLocalSocketPath() : host == "unix:" ? "unix:" + defaultLocalSocketPath() : host }
+    var target: String {
+        local ? "unix:" + defaultLocalSocketPath() : host == "unix:" ? "unix:" + defaultLocalSocketPath() : host
+    }
 
     @Flag(
         help:

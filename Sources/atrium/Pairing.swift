@@ -95,7 +95,8 @@ struct Pair: AsyncParsableCommand {
             printError("not paired: \(outcome.status)\(outcome.error.map { ": \($0)" } ?? "")")
             throw Exit.notSuccess
         }
-        let replaced = forget ? (try? KnownHosts().identity(of: connection.endpoint)).flatMap { $0 == identity ? nil : $0 } : nil
+        let replaced =
+            forget ? (try? KnownHosts().identity(of: connection.endpoint)).flatMap { $0 == identity ? nil : $0 } : nil
         do {
             try KnownHosts().remember(identity, for: connection.endpoint)
             try KnownHosts().remember(identity, forHostId: hostId)

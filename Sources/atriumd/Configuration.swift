@@ -163,7 +163,10 @@ extension Atriumd {
                 HostConfiguration.standardManifestFolders().map(\.path), "default: those that exist are read"
             ),
             "state-dir": ([TLSIdentity.defaultStateFolder().path], "default"),
-            "plugin-path": (HostConfiguration.defaultPluginSearchPath().map(\.path), "default: atriumd's folder, then its ../lib/atrium/plugins"),
+            "plugin-path": (
+                HostConfiguration.defaultPluginSearchPath().map(\.path),
+                "default: atriumd's folder, then its ../lib/atrium/plugins"
+            ),
         ]
         for option in optionSpecs(for: []).all where option.name != ConfiguredArguments.configOption {
             let line: String

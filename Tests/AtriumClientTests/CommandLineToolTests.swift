@@ -122,7 +122,8 @@ struct CommandLineToolTests {
         #expect(try await atrium(["ping", address, "-c", "2", "-i", "0"]).status == 0)
         #expect(try await atrium(["apps", address]).status == 0)
         #expect(try await atrium(["launch", address, "nobody-declared://x"]).status == 1)
-        #expect(try await atrium(["send", address, "--package", "no.such.package", "--service", "s", "A=1"]).status == 1)
+        #expect(
+            try await atrium(["send", address, "--package", "no.such.package", "--service", "s", "A=1"]).status == 1)
         #expect(await host.waitForLog("event=launch (undeclared scheme) ProtocolUnavailable"), "\(host.lastLines())")
         #expect(await host.waitForLog("event=open refused"), "\(host.lastLines())")
         #expect(await host.stop() == 0)

@@ -92,7 +92,8 @@ struct ExecLaunchTests {
         """.write(to: program, atomically: true, encoding: .utf8)
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: program.path)
         let host = try await TestHost.start(manifests: [
-            "seen.json": manifest("atrium.tests.seen", scheme: "atrium-seen", exec: [program.path, "{uri}"], wait: true)
+            "seen.json": manifest(
+                "atrium.tests.seen", scheme: "atrium-seen", exec: [program.path, "{uri}"], wait: true)
         ])
         let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
         var options = RemoteLauncher.Options()

@@ -354,7 +354,8 @@ struct PairingTests {
         _ host: TestHost, _ address: String, stateHome: URL, _ extra: [String] = []
     ) async throws -> ProgramOutput {
         let output = TLSTests.temporaryFolder("pair-output").appendingPathExtension("txt")
-        let pairing = try startAtrium(["pair", address, "--name", "pinned"] + extra, stateHome: stateHome, file: output)
+        let pairing = try startAtrium(
+            ["pair", address, "--name", "pinned"] + extra, stateHome: stateHome, file: output)
         let admin = try await Self.operatorConnection(host)
         defer { Task { await admin.close() } }
         let request = try #require(try await Self.waiting(admin).first)
@@ -444,7 +445,8 @@ struct PairingTests {
         #expect(try await pairing.value.status == .paired)
         let again = try await Self.device(host, identity: folder)
         #expect(again.welcome.limits.maxFrameBytes == 4 << 20)
-        let echo = AppServiceConnection(appServiceName: "atrium.echo", packageId: "atrium.examples.echo", connection: again)
+        let echo = AppServiceConnection(
+            appServiceName: "atrium.echo", packageId: "atrium.examples.echo", connection: again)
         #expect(try await echo.openRemote() == .success)
         let big = try await echo.sendMessage(["Blob": .bytes(Array(repeating: 1, count: 512 << 10))])
         #expect(big.status == .success)

@@ -94,7 +94,8 @@ struct RemoteSystemTrackerTests {
         var plain = RemoteSystemTracker(filters: [], pairedIdentities: [])
         _ = plain.resolved(Self.item("Desk"), Self.resolution("10.0.0.5"))
         for n in 1...12 { _ = plain.resolved(Self.item("Desk \(n)"), Self.resolution("10.0.0.\(100 + n)")) }
-        #expect(plain.systems["host-1"]?.endpoints.contains(AtriumEndpoint(.tcp(host: "10.0.0.5", port: 7340))) == false)
+        #expect(
+            plain.systems["host-1"]?.endpoints.contains(AtriumEndpoint(.tcp(host: "10.0.0.5", port: 7340))) == false)
     }
 
     @Test func aHostThatComesBackWithinTheDelayIsUpdatedNotRemoved() throws {

@@ -43,7 +43,8 @@ struct TokenTests {
             _ = try await AtriumConnection.connect(to: offLoopback, token: token, tls: try TLSTests.clientTLS())
             Issue.record("a token was sent to a host whose identity is not known")
         } catch let error as AtriumClientError {
-            #expect(error.code == .cannotConnect && error.message.contains("a token is sent only to a host whose identity"))
+            #expect(
+                error.code == .cannotConnect && error.message.contains("a token is sent only to a host whose identity"))
         }
     }
 

@@ -60,7 +60,8 @@ struct DocumentationTests {
         let numbers = [
             "AppNotInstalled": 1, "AppServiceUnavailable": 3, "RemoteSystemNotSupportedByApp": 6, "NotAuthorized": 7,
             "Failure": 1, "ResourceLimitsExceeded": 2, "MessageSizeTooLarge": 5, "ValueSetTooLarge": 5,
-            "ProtocolUnavailable": 3, "DeniedByLocalSystem": 6, "DeniedByRemoteSystem": 7, "Completed": 0, "Canceled": 1,
+            "ProtocolUnavailable": 3, "DeniedByLocalSystem": 6, "DeniedByRemoteSystem": 7, "Completed": 0,
+            "Canceled": 1,
         ]
         let pattern = try Regex(#"status (\d+) \((\w+)\)"#)
         var checked = 0

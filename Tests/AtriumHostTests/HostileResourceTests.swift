@@ -121,7 +121,8 @@ struct HostileResourceTests {
     /// unsent-output limit as many reads are: the host stops acting on the frames of the read
     /// while the client does not read, and answers every one of them once it does.
     @Test func oneReadOfRequestsForLargeAnswersIsHeldToTheOutputLimit() async throws {
-        let host = try await startHost(manifests: Fixtures.all.merging(["described.json": Self.describedManifest]) { $1 })
+        let host = try await startHost(
+            manifests: Fixtures.all.merging(["described.json": Self.describedManifest]) { $1 })
         let before = try #require(host.residentBytes)
         let greedy = try await TestClient.connect(port: host.port, autoRead: false)
         var requests = ByteBuffer()

@@ -386,7 +386,8 @@ import Testing
     /// library's path is checked again (StrictModes) before each start, since the worker loads
     /// what is there now.
     @Test func aWorkerIsNotRestartedFromALibraryNoLongerTrusted() async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-retrust-\(UUID().uuidString)")
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-retrust-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
         let library = folder.appendingPathComponent("libAtriumTestCService.so")
@@ -404,10 +405,12 @@ import Testing
         // The request in flight answered AppUnavailable, and the channel closed, in either order.
         var frames: [HostFrame?] = []
         for _ in 0..<2 { frames.append(try await client.next(timeout: .seconds(10))) }
-        #expect(frames.contains { if case .response(let answer) = $0 { answer.status == .appUnavailable } else { false } })
+        #expect(
+            frames.contains { if case .response(let answer) = $0 { answer.status == .appUnavailable } else { false } })
         #expect(frames.contains { if case .closed(let closed) = $0 { closed.channel == 1 } else { false } })
         #expect(
-            await host.waitForLog("the worker could not be restarted: the plugin library \(library.path) is writable by other users"),
+            await host.waitForLog(
+                "the worker could not be restarted: the plugin library \(library.path) is writable by other users"),
             "\(host.lastLines())")
         #expect(try await client.open(channel: 2, service: "c", package: Self.package) == .appUnavailable)
         await client.close()

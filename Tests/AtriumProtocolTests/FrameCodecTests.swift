@@ -181,8 +181,10 @@ struct FrameCodecTests {
     /// contract's key is read too.
     @Test func theWelcomeSaysItsResponseTimeoutWhereTheContractPutsIt() throws {
         var bytes = ByteBuffer()
-        HostFrame.welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 2_500))
-            .encode(into: &bytes)
+        HostFrame.welcome(
+            WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 2_500)
+        )
+        .encode(into: &bytes)
         let welcome = try EncodedValueSet(uncheckedBytes: bytes).decode()
         #expect(welcome["responseTimeoutMs"] == .int(2_500))
         #expect(
@@ -218,7 +220,9 @@ struct FrameCodecTests {
         }
         #expect(frames == Array(Self.clientFrames.prefix(2)))
         #expect(input.isPaused)
-        #expect(input.heldBytes == stream.readableBytes - Self.clientFrames.prefix(2).map { encoded($0).readableBytes }.reduce(0, +))
+        #expect(
+            input.heldBytes == stream.readableBytes
+                - Self.clientFrames.prefix(2).map { encoded($0).readableBytes }.reduce(0, +))
         #expect(input.truncation == .truncated(after: 5), "only the partial frame after the whole ones held")
         // Resumed one frame at a time, then all the rest.
         try input.resume { frame -> Bool in

@@ -60,7 +60,8 @@ enum FileTrust {
             let next = folder == "/" ? "/" + name : folder + "/" + name
             var info = stat()
             guard stat(folder, &info) == 0 else {
-                return "cannot inspect the folder \(folder) on the way to the \(what) \(path): \(String(cString: strerror(errno)))"
+                return
+                    "cannot inspect the folder \(folder) on the way to the \(what) \(path): \(String(cString: strerror(errno)))"
             }
             guard info.st_uid == owner || info.st_uid == 0 else {
                 return

@@ -135,7 +135,8 @@ private final class MetricsHandler: ChannelInboundHandler {
     private var deadline: Scheduled<Void>?
 
     init(
-        id: UInt64, connections: MetricsConnections, scrape: @escaping @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>
+        id: UInt64, connections: MetricsConnections,
+        scrape: @escaping @Sendable (any EventLoop) -> EventLoopFuture<[UInt8]>
     ) {
         self.id = id
         self.connections = connections
