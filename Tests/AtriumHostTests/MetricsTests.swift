@@ -239,7 +239,7 @@ import Testing
     @Test func stalledConnectionsDoNotKeepAScrapeOut() async throws {
         let (host, port) = try await Self.startHost()
         let script = """
-            import http.client, socket, threading, time
+            import http.client, select, socket, threading, time
             stop = threading.Event()
             held, lock = [], threading.Lock()
             def stall(address):
@@ -291,13 +291,17 @@ import Testing
             mine = [stall("127.0.0.6") for _ in range(5)]
             began = time.time()
             closed_at = []
-            for s in reversed(mine):  # the fifth first: it is closed at once
-                s.settimeout(10)
-                try:
-                    s.recv(1)
-                except OSError:
-                    pass
-                closed_at.append(time.time() - began)
+            # Each is watched on its own: which of the five the host takes last is its choice.
+            waiting = list(mine)
+            while waiting and time.time() - began < 10:
+                readable, _, _ = select.select(waiting, [], [], 0.05)
+                for s in readable:
+                    try:
+                        s.recv(1)
+                    except OSError:
+                        pass
+                    closed_at.append(time.time() - began)
+                    waiting.remove(s)
             print(" ".join("%.1f" % t for t in sorted(closed_at)))
             """
         let result = try await runProgram("python3", ["-c", script])
@@ -307,7 +311,7 @@ import Testing
         #expect(lines[0] == "200 200 200 200 200", "scrapes during the stall: \(lines[0])")
         let closedAt = lines[1].split(separator: " ").compactMap { Double($0) }
         #expect(closedAt.count == 5)
-        #expect(closedAt.first.map { $0 < 1 } == true, "the fifth from one address is closed at once: \(lines[1])")
+        #expect(closedAt.first.map { $0 < 1 } == true, "one of five from one address is closed at once: \(lines[1])")
         #expect(closedAt.dropFirst().allSatisfy { $0 >= 4 && $0 < 9 }, "stalled heads closed at 5 s: \(lines[1])")
         #expect(host.isRunning)
         #expect(await host.stop() == 0)
