@@ -890,14 +890,20 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.tokenName = nil
         authorized = false
         audit("token.revoked", ["token": tokenName])
-        protocolError(FrameError(.notAuthorized, "this connection's token was revoked by the host's operator"))
+        // The operator's own doing, not a breach by the client.
+        logger.info("a connection of token \(tokenName) cut off: the token was revoked")
+        protocolError(
+            FrameError(.notAuthorized, "this connection's token was revoked by the host's operator"), log: false)
     }
 
     /// A device was unpaired: if it is this connection's, the connection is cut off now.
     func deviceRevoked(_ identity: String) {
         guard transport.peerIdentity == identity, !isLocal, core.pairingRequired else { return }
         authorized = false
-        protocolError(FrameError(.notAuthorized, "this device's pairing was revoked by the host's operator"))
+        // The operator's own doing, not a breach by the client.
+        logger.info("a connection of device \(identity) cut off: its pairing was revoked")
+        protocolError(
+            FrameError(.notAuthorized, "this device's pairing was revoked by the host's operator"), log: false)
     }
 
     private func handleAdmin(_ admin: AdminFrame) {
