@@ -132,6 +132,9 @@ public final class AtriumConnection: Sendable {
         var ended: AtriumClientError?
         /// The last `error` frame from the host, the likely reason for an end.
         var lastError: ErrorFrame?
+        /// `paired` frames that came while no call waited for them (the host's pairing timeout
+        /// can fire between its nonce and the client's reveal), by id: the few latest.
+        var unclaimedPaired: [UInt64: PairedFrame] = [:]
     }
 
     /// Where a channel's events go: the service's messages, and its closing.
@@ -430,7 +433,11 @@ public final class AtriumConnection: Sendable {
                 throw AtriumClientError(.protocolError, "the host's pairing nonce is not 64 hex digits")
             }
             showCode(PairingCode.between(host: host, client: client, clientNonce: nonce, hostNonce: hostNonce))
-            return try await paired(.pairReveal(id: id, nonce: nonce), id: id, timeout: timeout)
+            let revealed = try await paired(.pairReveal(id: id, nonce: nonce), id: id, timeout: timeout)
+            // The host's outcome that came before the reveal was answered (it timed out while
+            // the reveal was on its way) is the outcome, not the reveal's "nothing waits".
+            let earlier = state.withLock { $0.unclaimedPaired.removeValue(forKey: id) }
+            return revealed.status == .notPossible ? earlier ?? revealed : revealed
         default:
             throw AtriumClientError(.protocolError, "the host answered pair with something else")
         }
@@ -504,7 +511,12 @@ public final class AtriumConnection: Sendable {
             events?.closed.finish()
             events?.requests.finish()
         case .paired(let paired):
-            _ = deliver(frame, to: .paired(paired.id))
+            if !deliver(frame, to: .paired(paired.id)) {
+                state.withLock { state in
+                    if state.unclaimedPaired.count >= 8 { state.unclaimedPaired.removeAll() }
+                    state.unclaimedPaired[paired.id] = paired
+                }
+            }
         case .pairNonce(let id, _):
             _ = deliver(frame, to: .paired(id))
         case .adminResult(let result):
