@@ -120,8 +120,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         // device, a token): what a stranger can make the host buffer, over the many connections
         // it may open, stays small.
         frameLimit = FrameLimit(
-            bytes: isLocal || !core.pairingRequired
-                ? core.limits.maxFrameBytes : min(core.limits.maxFrameBytes, Self.unauthorizedFrameBytes))
+            bytes: Self.frameBytes(authorized: isLocal || !core.pairingRequired, limits: core.limits))
         input = FrameInput(
             maxFrameBytes: core.limits.maxFrameBytes, maxFirstFrameBytes: core.admission.maxHelloBytes,
             lowered: frameLimit)
@@ -151,9 +150,14 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// The most bytes a frame of a client that is not authorized may have.
     static let unauthorizedFrameBytes = 64 << 10
 
+    /// The frame limit of a client that is authorized, or not.
+    private static func frameBytes(authorized: Bool, limits: ProtocolLimits) -> Int {
+        authorized ? limits.maxFrameBytes : min(limits.maxFrameBytes, unauthorizedFrameBytes)
+    }
+
     /// The client became authorized (or is no longer): its frame limit follows.
     private func authorizationChanged() {
-        frameLimit.bytes = authorized ? limits.maxFrameBytes : min(limits.maxFrameBytes, Self.unauthorizedFrameBytes)
+        frameLimit.bytes = Self.frameBytes(authorized: authorized, limits: limits)
     }
 
     /// The limits this client is told in its welcome: the frame and message limits it has now.
