@@ -345,8 +345,8 @@ extension HostCore {
     }
 
     /// The `apps` listing: every package, its services (to a remote client, those that take
-    /// remote callers), its schemes and its state; why it is not ready only to a local client (a remote one is not told about the
-    /// host's files). With `package`, that package alone, with what its services take: those
+    /// remote callers), its schemes and its state; why it is not ready only to a local client
+    /// (a remote one is not told about the host's files). With `package`, that package alone, with what its services take: those
     /// `caller` may open (a service's access, a token's scope), at most
     /// ``maxDescribedBytes`` of them.
     func apps(for caller: Caller, package name: String? = nil) -> [AppInfo] {
