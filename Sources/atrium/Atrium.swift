@@ -335,6 +335,7 @@ struct Ping: AsyncParsableCommand {
                 ended = error
                 break
             }
+            fflush(nil)  // each answer at once, also into a pipe or a file
             if sequence < count { try await Task.sleep(for: .milliseconds(Int64(interval * 1000))) }
         }
         await connection.close()

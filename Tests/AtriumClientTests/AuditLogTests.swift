@@ -81,6 +81,8 @@ struct AuditLogTests {
         let strangers = 4
         let maxRefused = 32
         var closedWithReason = 0
+        let clock = ContinuousClock()
+        let floodStarted = clock.now
         for _ in 0..<strangers {
             let stranger = try await PairingTests.device(host)
             var refused = 0
@@ -102,6 +104,9 @@ struct AuditLogTests {
             await stranger.close()
         }
         #expect(closedWithReason == strangers)
+        // The flood spans this many of the host's 10 s intervals (more on a slow machine):
+        // each writes at most the first refusal and one count.
+        let intervals = Int((clock.now - floodStarted) / .seconds(10)) + 1
 
         let device = try await PairingTests.device(host)
         let pairing = Task { try await device.pair(deviceName: "kept", timeout: .seconds(10)) }
@@ -124,7 +129,9 @@ struct AuditLogTests {
             return 1 + (Int(line["more since last written"] ?? "0") ?? 0)  // one written at once
         }
         #expect(counted.reduce(0, +) == strangers * (maxRefused + 1), "\(refusals)")
-        #expect(refusals.count <= 4, "\(refusals.count) lines for \(strangers * (maxRefused + 1)) refusals")
+        #expect(
+            refusals.count <= 2 * intervals,
+            "\(refusals.count) lines for \(strangers * (maxRefused + 1)) refusals in \(intervals) intervals")
         #expect(refusals.contains { $0["aggregated"] == "true" && $0["frame"] == "apps" })
         #expect(events.contains { $0["event"] == "pairing.requested" && $0["device"] == identity })
         #expect(events.contains { $0["event"] == "pairing.accepted" && $0["device"] == identity })

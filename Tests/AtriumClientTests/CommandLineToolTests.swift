@@ -251,10 +251,16 @@ struct CommandLineToolTests {
         let address = "127.0.0.1:\(host.port)"
         let paired = try await PairingTests.toolPairs(host, address, stateHome: stateHome)
         #expect(paired.status == 0, "\(paired.output)")
-        let pinging = try startAtrium(["ping", address, "-c", "50", "-i", "0.1"], stateHome: stateHome)
+        let output = stateHome.appendingPathComponent("ping.out")
+        let pinging = try startAtrium(["ping", address, "-c", "50", "-i", "0.1"], stateHome: stateHome, file: output)
         let admin = try await PairingTests.operatorConnection(host)
-        // Revoked once a few pings went through (one every 0.1 s).
-        try await Task.sleep(for: .milliseconds(500))
+        // Revoked once two pings went through (one every 0.1 s; the tool may take a while to
+        // start on a busy machine, so its output is watched, for at most 20 s).
+        func pongs() -> Int {
+            ((try? String(contentsOf: output, encoding: .utf8)) ?? "").components(separatedBy: "pong from").count - 1
+        }
+        for _ in 0..<400 where pongs() < 2 { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(pongs() >= 2, "the ping went out before the revocation")
         let device = try #require(try await admin.admin("devices.list")["devices"]?.array?.maps?.first?["identity"])
         _ = try await admin.admin("devices.revoke", ["device": device])
         await admin.close()
