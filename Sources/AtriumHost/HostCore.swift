@@ -171,7 +171,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         for link in state.withLock({ Array($0.connections.values) }) {
             let done = link.eventLoop.makePromise(of: Void.self)
             link.run { connection in
-                connection.deviceRevoked(device.identity)
+                connection.session.deviceRevoked(device.identity, on: connection)
                 done.succeed()
             }
             cutOff.append(done.futureResult)
@@ -358,7 +358,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             breaches.record(
                 "response timeout \(request.backend.package)", reason,
                 metadata: ["package": "\(request.backend.package)"])
-            connection.finish(request, status: .resourceLimitsExceeded, message: nil, error: reason)
+            connection.channels.finish(
+                request, status: .resourceLimitsExceeded, message: nil, error: reason, on: connection)
         }
         answer(overdue.messages, status: .resourceLimitsExceeded)
     }
@@ -411,7 +412,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         let (finalStatus, finalMessage, finalError) = (status, message, error)
         link.run { connection in
-            connection.finish(request, status: finalStatus, message: finalMessage, error: finalError)
+            connection.channels.finish(
+                request, status: finalStatus, message: finalMessage, error: finalError, on: connection)
         }
         return result
     }
@@ -442,7 +444,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     func answer(_ handle: UInt64, status: AppServiceResponseStatus, error: String) {
         guard let (request, link) = slot(of: handle)?.takePending(handle) else { return }
         link.run { connection in
-            connection.finish(request, status: status, message: nil, error: error)
+            connection.channels.finish(request, status: status, message: nil, error: error, on: connection)
         }
     }
 
@@ -489,7 +491,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         // The connection's timer answers the backend at the deadline if the client has not.
         link.run { connection in
-            connection.sendServiceRequest(id, number: number, message: message)
+            connection.channels.sendServiceRequest(id, number: number, message: message, on: connection)
         }
         return .success(id)
     }
@@ -547,8 +549,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         guard let link else { return .failure(.unknownChannel) }
         link.run { connection in
-            connection.closeChannel(
-                handle, status: status, by: .service, requestStatus: .failure, reason: "the service closed the channel")
+            connection.channels.closeChannel(
+                handle, status: status, by: .service, requestStatus: .failure, reason: "the service closed the channel",
+                on: connection)
         }
         return .success(())
     }
@@ -565,7 +568,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     ) {
         for (handle, request) in closed.pending {
             request.backend.abandoned(request: handle, on: request.channel, timedOut: false)
-            connection?.finish(request, status: requestStatus, message: nil, error: reason)
+            connection.map { $0.channels.finish(request, status: requestStatus, message: nil, error: reason, on: $0) }
         }
         answer(closed.outgoing, status: outgoingStatus)
     }
@@ -636,7 +639,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
         guard gone else { return }
         for link in state.withLock({ Array($0.connections.values) }) {
-            link.run { connection in connection.tokenStillValid(among: names) }
+            link.run { connection in connection.session.tokenStillValid(among: names, on: connection) }
         }
     }
 
@@ -826,7 +829,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         for link in connections {
             let promise = link.eventLoop.makePromise(of: Void.self)
             link.run { connection in
-                connection.hostIsStopping()
+                connection.channels.hostIsStopping(on: connection)
                 promise.succeed()
             }
             answered.append(promise.futureResult)

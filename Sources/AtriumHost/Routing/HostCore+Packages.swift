@@ -331,7 +331,8 @@ extension HostCore {
         for link in openConnections {
             let promise = link.eventLoop.makePromise(of: Void.self)
             link.run { connection in
-                connection.closeChannels(of: backend, status: status, requestStatus: requestStatus, reason: reason)
+                connection.channels.closeChannels(
+                    of: backend, status: status, requestStatus: requestStatus, reason: reason, on: connection)
                 promise.succeed()
             }
             done.append(promise.futureResult)
