@@ -28,7 +28,7 @@ final class ConnectionChannels {
         let (isOpen, openChannels) = link.slot.book.withLock { ($0.numbers[open.channel] != nil, $0.channels.count) }
         // The reason goes to the log and, as the `opened` frame's error, to the client (a remote
         // one is told less about the host's files).
-        let refuse = { (refusal: HostCore.RouteRefusal) in
+        let refuse = { (refusal: Router.Refusal) in
             let (status, reason) = (refusal.status, refusal.reason)
             var metadata: Logger.Metadata = ["status": "\(status)"]
             if !isLocal {
@@ -60,17 +60,17 @@ final class ConnectionChannels {
             return
         case .tooManyChannels:
             refuse(
-                HostCore.RouteRefusal(
+                Router.Refusal(
                     .unknown, "the connection already has \(connection.limits.maxChannels) channels, the limit"))
             return
         case .proceed:
             break
         }
         if core.isShuttingDown {
-            refuse(HostCore.RouteRefusal(.remoteSystemUnavailable, "the host is shutting down"))
+            refuse(Router.Refusal(.remoteSystemUnavailable, "the host is shutting down"))
             return
         }
-        switch core.route(package: open.package, service: open.service, caller: connection.caller) {
+        switch core.router.route(package: open.package, service: open.service, caller: connection.caller) {
         case .failure(let refusal):
             refuse(refusal)
         case .success(let route):
@@ -131,7 +131,7 @@ final class ConnectionChannels {
         if status == .success {
             // Recorded only if the backend is still its package's: a reload that retired it
             // closes its channels on this loop after it swapped the packages.
-            if core.isCurrent(backend) {
+            if core.registry.isCurrent(backend) {
                 let metricsIndex = metricsIndex(package: backend.package, service: open.service, on: connection)
                 link.slot.book.withLock {
                     $0.insertChannel(
@@ -150,7 +150,7 @@ final class ConnectionChannels {
             }
         } else if backend.health.state == .failed {
             // The host's side failed (a worker that cannot start its plugin), not the service.
-            error = core.unavailable(backend.package, backend.health.reason ?? "its plugin failed")
+            error = Router.unavailable(backend.package, backend.health.reason ?? "its plugin failed")
                 .told(isRemote: !connection.isLocal)
         } else {
             error = "the service refused the connection (its open answered \(status))"
@@ -175,14 +175,15 @@ final class ConnectionChannels {
         guard let metrics = core.metrics, let loopMetrics = connection.loopMetrics else { return nil }
         // The manifest's spelling of the service: the client's may differ (Unicode
         // equivalence), and is not the client's to choose.
-        let declared = core.package(package)?.manifest.service(named: service)?.name ?? service
+        let declared = core.registry.package(package)?.manifest.service(named: service)?.name ?? service
         return loopMetrics.index(of: metrics.service(package: package, service: declared))
     }
 
     // MARK: - apps
 
     func apps(id: UInt64, package: String?, on connection: ConnectionHandler) {
-        connection.write(.apps(AppsFrame(id: id, apps: connection.core.apps(for: connection.caller, package: package))))
+        connection.write(
+            .apps(AppsFrame(id: id, apps: connection.core.router.apps(for: connection.caller, package: package))))
     }
 
     // MARK: - Requests

@@ -236,7 +236,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     var pipeline: ChannelPipeline.SynchronousOperations? { context?.pipeline.syncOperations }
 
     /// Who this client is, as a service's access sees it.
-    var caller: HostCore.Caller { session.caller(isLocal: isLocal, identity: transport.peerIdentity) }
+    var caller: Router.Caller { session.caller(isLocal: isLocal, identity: transport.peerIdentity) }
 
     // MARK: - Half-close and backpressure
 

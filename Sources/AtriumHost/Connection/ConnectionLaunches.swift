@@ -14,7 +14,7 @@ enum ConnectionLaunches {
         core.totals.launches.wrappingAdd(1, ordering: .relaxed)
         // Refused before it reaches a handler (HostCore.launch counts the others).
         let refuse = { (outcome: LaunchOutcome) in
-            core.metrics?.launched(scheme: core.declaredScheme(of: launch.uri), status: outcome.status)
+            core.metrics?.launched(scheme: core.launcher.declaredScheme(of: launch.uri), status: outcome.status)
             answer(launch, outcome, on: connection)
         }
         guard connection.machine.launchReceived() else {
@@ -26,7 +26,7 @@ enum ConnectionLaunches {
                     error: "more than \(admission.maxLaunchesPerConnection) launches in flight on this connection"))
             return
         }
-        guard core.takeLaunchSlot() else {
+        guard core.launcher.takeSlot() else {
             connection.machine.launchEnded()
             core.breaches.record("launches", "the host reached --max-launches")
             refuse(
@@ -37,7 +37,7 @@ enum ConnectionLaunches {
         }
         if let data = launch.data, data.byteCount > core.configuration.launchDataLimit {
             connection.machine.launchEnded()
-            core.releaseLaunchSlot()
+            core.launcher.releaseSlot()
             refuse(
                 LaunchOutcome(
                     status: .valueSetTooLarge,
@@ -54,14 +54,14 @@ enum ConnectionLaunches {
         guard let link = connection.link else { return }
         let (clientId, isRemote) = (connection.session.clientId, !connection.isLocal)
         // A handler may take a while (a program starting): it runs on the launch threads.
-        core.launchPool.submit { state in
+        core.launcher.pool.submit { state in
             let outcome =
                 state == .active
-                ? core.launch(
+                ? core.launcher.launch(
                     request, clientId: clientId, clientDescription: "client \(untrusted(clientId, limit: 64))",
                     isRemote: isRemote)
                 : LaunchOutcome(status: .remoteSystemUnavailable, error: "the host is shutting down")
-            core.releaseLaunchSlot()
+            core.launcher.releaseSlot()
             link.run { connection in
                 connection.machine.launchEnded()
                 answer(launch, outcome, on: connection)

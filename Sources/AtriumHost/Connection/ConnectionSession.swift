@@ -70,8 +70,8 @@ final class ConnectionSession {
     }
 
     /// Who this client is, as a service's access sees it.
-    func caller(isLocal: Bool, identity: String?) -> HostCore.Caller {
-        HostCore.Caller(isRemote: !isLocal, authorized: authorized, identity: identity, tokenServices: tokenServices)
+    func caller(isLocal: Bool, identity: String?) -> Router.Caller {
+        Router.Caller(isRemote: !isLocal, authorized: authorized, identity: identity, tokenServices: tokenServices)
     }
 
     // MARK: - The connection's start and end
@@ -140,8 +140,8 @@ final class ConnectionSession {
             return
         }
         let isLocal = connection.isLocal
-        let verdict: HostCore.TokenVerdict
-        switch core.checkToken(hello.token, isLocal: isLocal) {
+        let verdict: TokenGate.Verdict
+        switch core.tokens.check(hello.token, isLocal: isLocal) {
         case .failure(let refusal):
             audit("token.refused", ["reason": refusal.reason], on: connection)
             core.breaches.record("token refused", "hello refused: \(refusal.reason)")
@@ -167,7 +167,7 @@ final class ConnectionSession {
             authorized = true
             tokenName = token.name
             tokenServices = token.services
-            core.noteToken(token.name)
+            core.tokens.note(token.name)
         }
         if authorized, let identity = transport.peerIdentity, core.pairingRequired {
             core.devices.seen(identity, from: peerAddress)

@@ -84,7 +84,7 @@ public final class AtriumServer: Service, Sendable {
                     "TCP clients must be paired devices", metadata: ["paired": "\(core.devices.devices.count)"])
             }
         }
-        core.load(manifests)
+        core.registry.load(manifests, core: core)
     }
 
     /// Loads (or makes, at first start) the host's identity and decides what the TCP
@@ -129,7 +129,7 @@ public final class AtriumServer: Service, Sendable {
     }
 
     /// The packages, with their load errors.
-    public var packages: [LoadedPackage] { core.packages }
+    public var packages: [LoadedPackage] { core.registry.packages }
 
     /// Reads the manifests folder again and brings the packages in line with it
     /// (``HostCore/reload(_:)``); logs what changed. An unreadable or unsafe folder changes
@@ -148,7 +148,7 @@ public final class AtriumServer: Service, Sendable {
         for problem in directory.problems { logger.error("manifest skipped: \(problem)") }
         for warning in directory.warnings { logger.warning("\(warning)") }
         for note in directory.notes { logger.notice("\(note)") }
-        guard let report = core.reload(directory) else {
+        guard let report = core.registry.reload(directory, core: core) else {
             logger.notice("reload (\(reason)) skipped: the host is shutting down")
             return nil
         }
@@ -159,7 +159,7 @@ public final class AtriumServer: Service, Sendable {
 
     /// What systemd shows beside the service (`systemctl status`): how many packages serve.
     func servingStatus() -> String {
-        let packages = core.packages
+        let packages = core.registry.packages
         let available = packages.filter { $0.backend != nil }.count
         let listening = core.listeners.withLock { $0 }.joined(separator: ", ")
         return "serving \(available) of \(packages.count) packages"

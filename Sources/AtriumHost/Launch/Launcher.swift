@@ -3,6 +3,7 @@ package import AtriumValues
 import Dispatch
 import Foundation
 import Logging
+import NIOPosix
 import Synchronization
 
 /// A launch as a client (or a plugin) asked for it.
@@ -20,7 +21,58 @@ package struct LaunchOutcome: Sendable {
     package var error: String?
 }
 
-extension HostCore {
+/// Where launches run (CONTRACT section 5): checks a URI and the launch policy, finds the
+/// handler of its scheme in the registry's snapshot (a program, a plugin, or the desktop's own
+/// handlers), falls back to `fallbackUri`, and waits for the handler's answer, on a few
+/// threads of its own so that handlers that take a while never hold an event loop. It counts
+/// the launches in flight, from clients and plugins together, against `--max-launches`.
+/// Thread-safe.
+final class Launcher: Sendable {
+    let configuration: HostConfiguration
+    let admission: AdmissionLimits
+    let registry: PackageRegistry
+    let logger: Logger
+    let breaches: BreachLog
+    let metrics: HostMetrics?
+    /// Where launches run: a few threads of their own, so that handlers that take a while
+    /// (a program started with `wait`) never hold an event loop or Dispatch's shared pool.
+    let pool: NIOThreadPool
+    /// Launches in flight, from clients and plugins together (at most `admission.maxLaunches`).
+    let inFlight = Atomic<Int>(0)
+
+    init(
+        configuration: HostConfiguration, registry: PackageRegistry, logger: Logger, breaches: BreachLog,
+        metrics: HostMetrics?
+    ) {
+        self.configuration = configuration
+        admission = configuration.admission
+        self.registry = registry
+        self.logger = logger
+        self.breaches = breaches
+        self.metrics = metrics
+        pool = NIOThreadPool(numberOfThreads: min(max(configuration.admission.maxLaunches, 1), 16))
+        pool.start()
+    }
+
+    var policy: LaunchPolicy { configuration.launchPolicy }
+
+    /// Takes one of the launch slots; false when `--max-launches` are in flight.
+    func takeSlot() -> Bool {
+        let limit = admission.maxLaunches
+        var current = inFlight.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, original) = inFlight.compareExchange(
+                expected: current, desired: current + 1, ordering: .acquiringAndReleasing)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func releaseSlot() {
+        inFlight.wrappingSubtract(1, ordering: .acquiringAndReleasing)
+    }
+
     /// The scheme of `uri` (RFC 3986: what comes before the first ':'), lowercased, when it has
     /// a valid one.
     static func scheme(of uri: String) -> String? {
@@ -29,13 +81,11 @@ extension HostCore {
         return Manifest.isScheme(scheme) ? scheme.lowercased() : nil
     }
 
-    var policy: LaunchPolicy { configuration.launchPolicy }
-
     /// The scheme of `uri` when a manifest declares it, else nil: what counts and logs may be
     /// labelled with (a bounded set), never a client's text.
     func declaredScheme(of uri: String) -> String? {
         Self.scheme(of: uri).flatMap { scheme in
-            packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
+            registry.packages.contains { $0.manifest.schemes.contains(scheme) } ? scheme : nil
         }
     }
 
@@ -66,41 +116,6 @@ extension HostCore {
             breaches.record(kind, level: level, line, metadata: metadata, isBreach: isBreach)
         }
         return outcome
-    }
-
-    /// A launch a backend asked for. With `channel`, it is made on behalf of that channel's
-    /// client, with the client's identity and under the client's policy (a remote client
-    /// cannot launch through a plugin what it could not launch itself). Without one it is
-    /// checked as a remote client's launch: the host cannot tell whom the backend acts for,
-    /// so it grants no more than the least trusted caller gets. Blocks while the handler
-    /// runs (up to the response timeout for a backend): call it off the event loop.
-    func launch(fromBackend backend: any ServiceBackend, channel: UInt64?, uri: String, data: [UInt8]?)
-        -> LaunchOutcome
-    {
-        let request = LaunchRequestInfo(uri: uri, package: nil, fallbackUri: nil, preferredPackages: [], data: data)
-        var clientId = ""
-        var isRemote = true
-        var description = "plugin \(backend.package)"
-        if let channel {
-            guard
-                let client = slot(of: channel)?.book.withLock({ book in
-                    book.channel(channel, of: backend).map { _ in (book.clientId, book.isRemote) }
-                })
-            else {
-                return LaunchOutcome(
-                    status: .unknown, error: "channel \(channel) is not an open channel of package \(backend.package)")
-            }
-            (clientId, isRemote) = client
-            description += " for client \(untrusted(clientId, limit: 64))"
-        }
-        guard takeLaunchSlot() else {
-            breaches.record("launches", "the host reached --max-launches")
-            return LaunchOutcome(
-                status: .deniedByRemoteSystem,
-                error: "the host has \(admission.maxLaunches) launches in flight, its limit")
-        }
-        defer { releaseLaunchSlot() }
-        return launch(request, clientId: clientId, clientDescription: description, isRemote: isRemote)
     }
 
     private func checkedLaunch(_ request: LaunchRequestInfo, clientId: String, isRemote: Bool) -> LaunchOutcome {
@@ -183,7 +198,7 @@ extension HostCore {
         // manifests write it, lowercased, and the rest as sent: `NOTES://a` reaches notes as
         // `notes://a`.
         let uri = Self.lowercasingScheme(of: uri, scheme)
-        let handlers = packages.filter { $0.manifest.schemes.contains(scheme) }
+        let handlers = registry.packages.filter { $0.manifest.schemes.contains(scheme) }
         let toDesktop = handlers.isEmpty && request.package == nil && policy.systemHandlers
         // The policy decides what may run; a scheme nothing handles is ProtocolUnavailable (and
         // may fall back) whoever asks.
@@ -214,7 +229,7 @@ extension HostCore {
             return outcome
         }
         guard let backend = chosen.backend, backend.health.state != .failed else {
-            let refusal = unavailable(
+            let refusal = Router.unavailable(
                 chosen.manifest.package, chosen.backend?.health.reason ?? chosen.loadError ?? "it has no plugin")
             return LaunchOutcome(status: .appUnavailable, error: refusal.told(isRemote: isRemote))
         }
@@ -249,7 +264,7 @@ extension HostCore {
     {
         if let target = request.package {
             guard let package = handlers.first(where: { $0.manifest.package == target }) else {
-                let why = package(target) == nil ? "is not installed" : "does not handle the scheme \(scheme)"
+                let why = registry.package(target) == nil ? "is not installed" : "does not handle the scheme \(scheme)"
                 return .failure(
                     LaunchOutcomeError(LaunchOutcome(status: .appUnavailable, error: "package \"\(target)\" \(why)")))
             }

@@ -35,7 +35,7 @@ extension HostCore {
             )
         }
         let held = heldInSlots()
-        let packages = packages.map { package -> ValueSet in
+        let packages = registry.packages.map { package -> ValueSet in
             var entry: ValueSet = [
                 "package": .string(package.manifest.package),
                 "isolation": .string(package.manifest.isolation == .process ? "process" : "none"),
@@ -74,7 +74,7 @@ extension HostCore {
             "channels": .int(Int64(held.channels.values.reduce(0, +))),
             "pendingRequests": .int(Int64(held.pending)),
             "outgoingRequests": .int(Int64(held.outgoing)),
-            "launchesInFlight": .int(Int64(launchesInFlight.load(ordering: .relaxed))),
+            "launchesInFlight": .int(Int64(launcher.inFlight.load(ordering: .relaxed))),
             "packages": .array(ValueArray(maps: packages)),
         ]
     }
@@ -108,7 +108,7 @@ extension HostCore {
         metrics.gauge("atrium_connections", [("transport", "tcp")], Double(counted.tcp))
         metrics.gauge("atrium_connections", [("transport", "local")], Double(counted.local))
         let held = heldInSlots()
-        let current = packages
+        let current = registry.packages
         for package in current {
             let name = package.manifest.package
             metrics.gauge("atrium_channels", [("package", name)], Double(held.channels[name] ?? 0))
@@ -120,7 +120,7 @@ extension HostCore {
         }
         metrics.forget(packagesOtherThan: Set(current.map(\.manifest.package)))
         metrics.gauge("atrium_pending_requests", [], Double(held.pending))
-        metrics.gauge("atrium_launches_in_flight", [], Double(launchesInFlight.load(ordering: .relaxed)))
+        metrics.gauge("atrium_launches_in_flight", [], Double(launcher.inFlight.load(ordering: .relaxed)))
         metrics.gauge("atrium_uptime_seconds", [], (ContinuousClock.now - started).seconds)
         metrics.gauge("atrium_heap_in_use_bytes", [], Double(atrium_heap_in_use()))
         metrics.gauge("atrium_build_info", [("version", AtriumVersion.current)], 1)
