@@ -54,6 +54,44 @@ struct DocumentationTests {
 
     static let kinds: Set = ["swift-client", "swift-plugin", "swift-package", "c-plugin", "c-fragment"]
 
+    /// docs/ARCHITECTURE.md names, for every frame a client sends, the file of `Connection/`
+    /// that handles it, and every source file it names is there (a file moved or renamed
+    /// without the guide following it is found here).
+    @Test func theArchitectureGuideNamesWhereEachFrameLivesAndItsFilesExist() throws {
+        let root = Fixtures.repositoryRoot
+        let text = try String(contentsOf: root.appendingPathComponent("docs/ARCHITECTURE.md"), encoding: .utf8)
+        let clientFrames = [
+            "hello", "ping", "pair", "pairReveal", "admin", "open", "request", "response", "close", "apps", "launch",
+        ]
+        let table = try #require(text.range(of: "### Where a frame family lives"), "the table of frame families")
+        let rows = text[table.upperBound...].split(separator: "\n").prefix { !$0.hasPrefix("What ") }
+            .filter { $0.hasPrefix("| `") }
+        for frame in clientFrames {
+            let row = rows.first { $0.split(separator: "|").first?.contains("`\(frame)`") ?? false }
+            let file = row.flatMap { $0.split(separator: "|").dropFirst().first }?
+                .trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+            #expect(file != nil, "the family table names no file for `\(frame)`")
+            guard let file else { continue }
+            let path = root.appendingPathComponent("Sources/AtriumHost/Connection/\(file)").path
+            #expect(FileManager.default.fileExists(atPath: path), "`\(frame)` is handled in \(file), which is not there")
+        }
+        // Every `….swift` the guide names is a file under Sources/, named by its path from
+        // Sources/ or from its module's folder, or by its name alone.
+        let sources = root.appendingPathComponent("Sources")
+        let all = (FileManager.default.enumerator(atPath: sources.path)?.allObjects as? [String] ?? [])
+            .filter { $0.hasSuffix(".swift") }
+        let named = try Regex(#"`([A-Za-z0-9_/+]+\.swift)`"#)
+        var checked = 0
+        for match in text.matches(of: named) {
+            guard let name = match.output[1].substring.map(String.init) else { continue }
+            checked += 1
+            #expect(
+                all.contains { $0 == name || $0.hasSuffix("/" + name) },
+                "docs/ARCHITECTURE.md names \(name), which is not under Sources/")
+        }
+        #expect(checked > 40, "found \(checked) files named")
+    }
+
     /// Every "status N (Name)" in the docs gives the number CONTRACT section 4 gives that name
     /// (names that mean one number in every enumeration they are in).
     @Test func statusesInTheDocsHaveTheContractsNumbers() throws {
