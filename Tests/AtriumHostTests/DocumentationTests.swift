@@ -73,7 +73,8 @@ struct DocumentationTests {
             #expect(file != nil, "the family table names no file for `\(frame)`")
             guard let file else { continue }
             let path = root.appendingPathComponent("Sources/AtriumHost/Connection/\(file)").path
-            #expect(FileManager.default.fileExists(atPath: path), "`\(frame)` is handled in \(file), which is not there")
+            #expect(
+                FileManager.default.fileExists(atPath: path), "`\(frame)` is handled in \(file), which is not there")
         }
         // Every `….swift` the guide names is a file under Sources/, named by its path from
         // Sources/ or from its module's folder, or by its name alone.
