@@ -119,10 +119,11 @@ final class ConnectionHandler: ChannelDuplexHandler {
             link = ConnectionLink(
                 id: id, handler: NIOLoopBound(self, eventLoop: context.eventLoop), slot: slot, output: output)
         }
-        if let remote = context.remoteAddress {
-            logger[metadataKey: "peer"] = "\(remote)"
-        }
-        session.connected(remote: context.remoteAddress, isLocal: isLocal)
+        // Read once (each read is a system call): the log, the audit lines and the pairing
+        // limits all name the address the connection came from, also after it is gone.
+        guard let remote = context.remoteAddress else { return }
+        logger[metadataKey: "peer"] = "\(remote)"
+        if !isLocal { session.connected(remote: remote) }
     }
 
     /// The handler holds its own link (which holds the handler) and its context (which holds

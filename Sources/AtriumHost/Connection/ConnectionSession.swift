@@ -76,9 +76,8 @@ final class ConnectionSession {
 
     // MARK: - The connection's start and end
 
-    /// The connection's peer, as the pipeline knows it (a TCP client's address).
-    func connected(remote: SocketAddress?, isLocal: Bool) {
-        guard !isLocal, let remote else { return }
+    /// The connection's peer, a TCP client's address.
+    func connected(remote: SocketAddress) {
         peerAddress = remote.ipAddress ?? "\(remote)"
         peerKey = ConnectionHandler.peerKey(remote) ?? peerAddress
     }
