@@ -78,6 +78,9 @@ let package = Package(
         .systemLibrary(name: "CAvahi", providers: [.apt(["libavahi-client-dev"])]),
         // DNS-SD through avahi-daemon: the host advertises _atrium._tcp, clients browse for it.
         .target(name: "AtriumDiscovery", dependencies: ["CAvahi", logging], swiftSettings: strict),
+        // Transfers (CONTRACT section 8): the table, the journal, the spool and each transfer's
+        // windows, as plain types with no I/O framework inside.
+        .target(name: "AtriumTransfers", swiftSettings: strict),
         // The Swift SDK for writing plugins.
         .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
         // Manifests, plugin loading, routing, the server.
@@ -187,6 +190,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        .testTarget(name: "AtriumTransfersTests", dependencies: ["AtriumTransfers"], swiftSettings: strict),
         .testTarget(
             name: "AtriumHostTests",
             dependencies: ["AtriumHost", "AtriumTesting", "AtriumValues", "AtriumProtocol", nioCore, nioPosix],

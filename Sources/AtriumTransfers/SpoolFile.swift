@@ -1,0 +1,128 @@
+public import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// An upload's bytes on the host while they arrive (`ID.part` in the spool folder): space
+/// reserved when the upload's size is known (`posix_fallocate`), each chunk written at its
+/// offset (`pwrite`, from the bytes as they came), and synced (`fdatasync`) before the host
+/// acknowledges them. Owns its descriptor until ``close()``. One writer at a time: the
+/// transfer's attached connection.
+public final class SpoolFile {
+    public let url: URL
+    /// The open descriptor; -1 once closed.
+    public private(set) var descriptor: Int32
+
+    private init(url: URL, descriptor: Int32) {
+        self.url = url
+        self.descriptor = descriptor
+    }
+
+    /// The spool file of transfer `id` in `folder`: made (mode 0600) if it is not there, with
+    /// `reserve` bytes of space taken at once when it is known. Refused with
+    /// ``TransferErrorCode/insufficientStorage`` when the file system cannot hold them and
+    /// still keep `floor` bytes free.
+    public static func open(
+        _ id: TransferID, in folder: URL, reserve: Int64? = nil, floor: Int64 = 0
+    ) throws(SpoolError) -> SpoolFile {
+        let url = folder.appendingPathComponent("\(id).part")
+        var descriptor = Glibc.open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        // A file made here and refused goes again; one that was there (a resumed upload) stays.
+        let made = descriptor >= 0
+        if !made, errno == EEXIST { descriptor = Glibc.open(url.path, O_RDWR | O_CLOEXEC) }
+        guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
+        let file = SpoolFile(url: url, descriptor: descriptor)
+        func refuse(_ reason: String) -> SpoolError {
+            file.close()
+            if made { unlink(url.path) }
+            return .insufficientStorage(reason)
+        }
+        if let reserve, reserve > 0 {
+            var status = stat()
+            fstat(descriptor, &status)
+            // What is taken already (a resumed upload) is not taken again.
+            let taken = Int64(status.st_blocks) * 512
+            if let free = Self.freeBytes(of: folder), free - max(reserve - taken, 0) < floor {
+                throw refuse("the upload needs \(reserve) bytes; the host's disk has \(free) free and keeps \(floor)")
+            }
+            let result = posix_fallocate(descriptor, 0, off_t(reserve))
+            if result == ENOSPC || result == EDQUOT || result == EFBIG {
+                throw refuse("the host's disk cannot hold \(reserve) bytes")
+            }
+            // A file system without fallocate (EOPNOTSUPP) takes the bytes as they come.
+        } else if floor > 0, let free = Self.freeBytes(of: folder), free < floor {
+            throw refuse("the host's disk has \(free) bytes free, under the \(floor) it keeps")
+        }
+        return file
+    }
+
+    /// The bytes free for an unprivileged user on the file system of `folder`.
+    public static func freeBytes(of folder: URL) -> Int64? {
+        var status = statvfs()
+        guard statvfs(folder.path, &status) == 0 else { return nil }
+        return Int64(status.f_bavail) * Int64(status.f_frsize)
+    }
+
+    /// Writes `bytes` at `offset`.
+    public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(SpoolError) {
+        var done = 0
+        while done < bytes.count {
+            let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else {
+                if errno == ENOSPC || errno == EDQUOT { throw .insufficientStorage("the host's disk is full") }
+                throw .storage(TransferStorageError.system("cannot write", url))
+            }
+            done += count
+        }
+    }
+
+    /// Puts what was written on stable storage.
+    public func sync() throws(SpoolError) {
+        guard fdatasync(descriptor) == 0 else { throw .storage(TransferStorageError.system("cannot sync", url)) }
+    }
+
+    /// Cuts the file to `length` bytes (what a finished upload of unknown size, or one whose
+    /// reservation was larger, holds).
+    public func truncate(to length: Int64) throws(SpoolError) {
+        guard ftruncate(descriptor, off_t(length)) == 0 else {
+            throw .storage(TransferStorageError.system("cannot truncate", url))
+        }
+    }
+
+    /// Closes the descriptor (once).
+    public func close() {
+        guard descriptor >= 0 else { return }
+        Glibc.close(descriptor)
+        descriptor = -1
+    }
+
+    deinit { close() }
+
+    /// Removes transfer `id`'s spool file from `folder`, if it is there.
+    public static func remove(_ id: TransferID, in folder: URL) {
+        unlink(folder.appendingPathComponent("\(id).part").path)
+    }
+}
+
+/// Why the spool refused or failed.
+public enum SpoolError: Error, Sendable, CustomStringConvertible {
+    /// No room: the client is told ``TransferErrorCode/insufficientStorage``.
+    case insufficientStorage(String)
+    /// The file system failed.
+    case storage(TransferStorageError)
+
+    public var description: String {
+        switch self {
+        case .insufficientStorage(let reason): reason
+        case .storage(let error): error.description
+        }
+    }
+}
+
+extension TransferStorageError {
+    static func system(_ what: String, _ url: URL) -> TransferStorageError {
+        TransferStorageError("\(what) \(url.path): \(String(cString: strerror(errno)))")
+    }
+}

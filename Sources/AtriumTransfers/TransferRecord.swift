@@ -1,0 +1,61 @@
+public import Foundation
+
+/// Everything the host keeps of one transfer, and what its journal holds on disk: enough to
+/// resume it after a restart and to tell its caller how it ended.
+public struct TransferRecord: Sendable, Codable, Equatable {
+    public let id: TransferID
+    public let owner: TransferOwner
+    public let direction: TransferDirection
+    /// The package and service that made it (a revoked access to the service ends it).
+    public let package: String
+    public let service: String
+    /// The file's name as the service gave it, for display only: never a path.
+    public var name: String?
+    /// Its size in bytes; -1 for an upload whose size is not known until its `last` chunk.
+    public var size: Int64
+    /// The most an upload of unknown size may grow to (the service's maximum).
+    public var maxSize: Int64
+    /// Where the bytes stand: an upload's bytes on stable storage, or a download's bytes the
+    /// client acknowledged.
+    public var offset: Int64
+    /// The SHA-256 of the whole file, when it is known (a download's, an upload's once checked
+    /// or announced by its client).
+    public var digest: [UInt8]?
+    public var phase: TransferPhase
+    /// Why it failed, or why it waits.
+    public var error: TransferErrorCode?
+    /// What the service answered once it took the finished upload (a ValueSet's CBOR bytes).
+    public var result: [UInt8]?
+    public var created: Date
+    /// When bytes last moved (or it was made): the expiry counts from here.
+    public var lastProgress: Date
+    public var ended: Date?
+    /// The table's change number at its last change: what `transfers` with `since` compares.
+    public var sequence: UInt64
+
+    public init(
+        id: TransferID = TransferID(), owner: TransferOwner, direction: TransferDirection, package: String,
+        service: String, name: String? = nil, size: Int64, maxSize: Int64 = -1, digest: [UInt8]? = nil, now: Date
+    ) {
+        self.id = id
+        self.owner = owner
+        self.direction = direction
+        self.package = package
+        self.service = service
+        self.name = name
+        self.size = size
+        self.maxSize = maxSize
+        offset = 0
+        self.digest = digest
+        phase = .waiting
+        created = now
+        lastProgress = now
+        sequence = 0
+    }
+
+    /// The bytes of an unfinished upload the spool holds or has reserved for it.
+    public var spoolBytes: Int64 {
+        guard direction == .upload, !phase.isEnded else { return 0 }
+        return size >= 0 ? size : offset
+    }
+}

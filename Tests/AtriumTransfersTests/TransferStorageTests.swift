@@ -1,0 +1,96 @@
+import AtriumTransfers
+import Foundation
+import Testing
+
+/// The journal and the spool on a real file system: records replaced whole, a write a crash cut
+/// short left behind, what is not a record named; space reserved, bytes at their offsets, a
+/// disk without room refused at once.
+struct TransferStorageTests {
+    static func folder(_ name: String) -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-\(name)-\(UUID())")
+        try? FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    let now = Date(timeIntervalSince1970: 1_800_000_000)
+
+    @Test func recordsSurviveAsWrittenAndAreReplacedWhole() throws {
+        let folder = Self.folder("journal")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        var record = TransferRecord(
+            owner: .token("phone"), direction: .upload, package: "p", service: "s", name: "ü/../x", size: -1,
+            maxSize: 1 << 30, now: now)
+        try journal.write(record)
+        record.offset = 4096
+        record.phase = .completed
+        record.result = [0xa1, 0x61, 0x61, 0x01]
+        record.ended = now + 5
+        try journal.write(record)
+        let read = journal.readAll()
+        #expect(read.problems.isEmpty)
+        #expect(read.records == [record])
+        let mode = try FileManager.default.attributesOfItem(atPath: folder.path)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+        try journal.remove(record.id)
+        #expect(journal.readAll().records.isEmpty)
+    }
+
+    @Test func aWriteCutShortAndFilesThatAreNotRecordsLeaveTheRestReadable() throws {
+        let folder = Self.folder("journal-bad")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        let good = TransferRecord(
+            owner: .localUser(1000), direction: .download, package: "p", service: "s", size: 1, now: now)
+        try journal.write(good)
+        let cut = folder.appendingPathComponent(".\(TransferID()).json.new")
+        try Data("{\"id\":".utf8).write(to: cut)
+        try Data("not json".utf8).write(to: folder.appendingPathComponent("\(TransferID()).json"))
+        // A record under another transfer's name is not taken for it.
+        let other = TransferID()
+        try Data(contentsOf: folder.appendingPathComponent("\(good.id).json"))
+            .write(to: folder.appendingPathComponent("\(other).json"))
+        let read = journal.readAll()
+        #expect(read.records == [good])
+        #expect(read.problems.count == 2, "\(read.problems)")
+        #expect(read.problems.contains { $0.contains("not the one its name says") })
+        #expect(!FileManager.default.fileExists(atPath: cut.path), "the cut-short write is removed")
+    }
+
+    @Test func bytesGoToTheirOffsetsAndTheSpaceIsReserved() throws {
+        let folder = Self.folder("spool")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let id = TransferID()
+        let spool = try SpoolFile.open(id, in: folder, reserve: 1 << 20)
+        let attributes = try FileManager.default.attributesOfItem(atPath: spool.url.path)
+        #expect((attributes[.size] as? Int) == 1 << 20, "the whole size is taken when the upload is accepted")
+        try [UInt8](repeating: 7, count: 10).withUnsafeBytes { try spool.write($0, at: 0) }
+        try [UInt8](repeating: 9, count: 5).withUnsafeBytes { try spool.write($0, at: 10) }
+        try spool.sync()
+        try spool.truncate(to: 15)
+        spool.close()
+        let bytes = try [UInt8](Data(contentsOf: folder.appendingPathComponent("\(id).part")))
+        #expect(bytes == [UInt8](repeating: 7, count: 10) + [UInt8](repeating: 9, count: 5))
+        SpoolFile.remove(id, in: folder)
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("\(id).part").path))
+    }
+
+    @Test func anUploadTheDiskCannotHoldIsRefusedAtOnce() throws {
+        let folder = Self.folder("spool-full")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let free = try #require(SpoolFile.freeBytes(of: folder))
+        // More than the disk has free: refused before a byte is written.
+        #expect(throws: SpoolError.self) { _ = try SpoolFile.open(TransferID(), in: folder, reserve: free + (1 << 30)) }
+        // Room for the bytes, but not for the floor the host keeps free.
+        #expect(throws: SpoolError.self) {
+            _ = try SpoolFile.open(TransferID(), in: folder, reserve: 4096, floor: free)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).isEmpty, "a refused file is not left")
+        // A resumed upload's file is never removed by a refusal.
+        let id = TransferID()
+        let kept = try SpoolFile.open(id, in: folder)
+        kept.close()
+        #expect(throws: SpoolError.self) { _ = try SpoolFile.open(id, in: folder, reserve: free + (1 << 30)) }
+        #expect(FileManager.default.fileExists(atPath: kept.url.path))
+    }
+}
