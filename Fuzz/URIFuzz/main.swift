@@ -7,7 +7,7 @@ import FuzzDriver
 @_cdecl("LLVMFuzzerTestOneInput")
 func fuzzURIs(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let uri = String(decoding: UnsafeBufferPointer(start: data, count: size), as: UTF8.self)
-    if case .success(let scheme) = HostCore.checkURI(uri, maxLength: 2048) {
+    if case .success(let scheme) = Launcher.checkURI(uri, maxLength: 2048) {
         precondition(!scheme.isEmpty && scheme == scheme.lowercased(), "a scheme came back empty or not lowercased")
     }
     let escaped = untrusted(uri, limit: 100)

@@ -159,6 +159,9 @@ extension AtriumConnection {
             }
         case .welcome, .unknown:
             break
+        case .transfer:
+            // This client starts no transfer yet: nothing waits for one of their frames.
+            break
         }
     }
 

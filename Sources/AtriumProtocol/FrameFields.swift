@@ -145,7 +145,8 @@ struct FrameFields {
                     duplicate = !seen.insert(Self.text(of: key, raw, keyTexts)).inserted
                 }
                 if duplicate {
-                    throw FrameError(.malformedFrame, "\(name) has the key \(quotedKey(Self.text(of: key, raw, keyTexts))) twice")
+                    throw FrameError(
+                        .malformedFrame, "\(name) has the key \(quotedKey(Self.text(of: key, raw, keyTexts))) twice")
                 }
                 let start = reader.offset
                 try reader.skipItem(maxDepth: ProtocolLimits.maxFrameNesting - 1)
@@ -189,7 +190,8 @@ struct FrameFields {
     /// strings compare (canonical equivalence).
     private static func same(_ a: Key, _ b: Key, _ raw: UnsafeRawBufferPointer, _ texts: [String]) -> Bool {
         if a.isASCII, b.isASCII {
-            return sameBytes(UnsafeRawBufferPointer(rebasing: raw[a.range]), UnsafeRawBufferPointer(rebasing: raw[b.range]))
+            return sameBytes(
+                UnsafeRawBufferPointer(rebasing: raw[a.range]), UnsafeRawBufferPointer(rebasing: raw[b.range]))
         }
         return text(of: a, raw, texts) == text(of: b, raw, texts)
     }

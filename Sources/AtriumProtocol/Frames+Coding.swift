@@ -120,6 +120,7 @@ extension ClientFrame: FrameBody {
         case .pair: "pair"
         case .pairReveal: "pairReveal"
         case .admin: "admin"
+        case .transfer(let frame): frame.type
         case .unknown(let type): type
         }
     }
@@ -180,6 +181,8 @@ extension ClientFrame: FrameBody {
             buffer.writeKey("id", admin.id)
             buffer.writeKey("command", admin.command)
             if let arguments = admin.arguments { buffer.writeKey("arguments", arguments) }
+        case .transfer(let frame):
+            frame.encodeBody(into: &buffer)
         case .unknown(let type):
             buffer.writeHead(major: 5, argument: 1)
             buffer.writeText("type" as StaticString)
@@ -242,6 +245,7 @@ extension ClientFrame: FrameBody {
                         id: try fields.uint("id"), command: try fields.text("command"),
                         arguments: try fields.optionalMessage("arguments")))
             default:
+                if let frame = try ClientTransferFrame.decode(type, fields) { return .transfer(frame) }
                 return .unknown(type: type)
             }
         }
@@ -253,6 +257,7 @@ extension HostFrame: FrameBody {
         switch self {
         case .response(let response): response.message.buffer.readableBytes
         case .request(let request): request.message.buffer.readableBytes
+        case .transfer(let frame): frame.carriedBytes
         default: 0
         }
     }
@@ -270,6 +275,7 @@ extension HostFrame: FrameBody {
         case .paired: "paired"
         case .pairNonce: "pairNonce"
         case .adminResult: "adminResult"
+        case .transfer(let frame): frame.type
         case .error: "error"
         case .unknown(let type): type
         }
@@ -365,6 +371,8 @@ extension HostFrame: FrameBody {
             buffer.writeKey("status", result.status)
             if let value = result.result { buffer.writeKey("result", value) }
             if let error = result.error { buffer.writeKey("error", error) }
+        case .transfer(let frame):
+            frame.encodeBody(into: &buffer)
         case .error(let error):
             buffer.writeFrameHeader("error", keys: 3)
             buffer.writeKey("code", error.code.rawValue)
@@ -475,6 +483,7 @@ extension HostFrame: FrameBody {
                     )
                 )
             default:
+                if let frame = try HostTransferFrame.decode(type, fields) { return .transfer(frame) }
                 return .unknown(type: type)
             }
         }

@@ -379,6 +379,8 @@ public enum ClientFrame: AtriumFrame {
     /// The nonce the client committed to in `pair` (32 bytes, lowercase hex).
     case pairReveal(id: UInt64, nonce: String)
     case admin(AdminFrame)
+    /// A frame of transfers (CONTRACT section 8).
+    case transfer(ClientTransferFrame)
     /// A frame whose `type` this version does not know (answered with `unknownType`).
     case unknown(type: String)
 }
@@ -397,6 +399,8 @@ public enum HostFrame: AtriumFrame {
     /// The host's nonce for a committed `pair` (32 bytes, lowercase hex).
     case pairNonce(id: UInt64, nonce: String)
     case adminResult(AdminResultFrame)
+    /// A frame of transfers (CONTRACT section 8).
+    case transfer(HostTransferFrame)
     case error(ErrorFrame)
     /// A frame whose `type` this version does not know.
     case unknown(type: String)

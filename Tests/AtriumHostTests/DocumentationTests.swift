@@ -62,6 +62,7 @@ struct DocumentationTests {
         let text = try String(contentsOf: root.appendingPathComponent("docs/ARCHITECTURE.md"), encoding: .utf8)
         let clientFrames = [
             "hello", "ping", "pair", "pairReveal", "admin", "open", "request", "response", "close", "apps", "launch",
+            "attach", "chunk", "ack", "detach", "cancelTransfer", "transfers",
         ]
         let table = try #require(text.range(of: "### Where a frame family lives"), "the table of frame families")
         let rows = text[table.upperBound...].split(separator: "\n").prefix { !$0.hasPrefix("What ") }

@@ -17,6 +17,7 @@ import Synchronization
 /// | `admin` | ``ConnectionAdmin`` |
 /// | `open`, `request`, `response`, `close`, `apps` | ``ConnectionChannels`` |
 /// | `launch` | ``ConnectionLaunches`` |
+/// | `attach`, `chunk`, `ack`, `detach`, `cancelTransfer`, `transfers` | ``ConnectionTransfers`` |
 ///
 /// Everything here runs on the connection's event loop; backends are called only through
 /// ``ServiceBackend`` (which never blocks the loop), and from this loop only, in the order
@@ -464,6 +465,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .close(let channel): channels.close(channel, on: self)
         case .apps(let id, let package): channels.apps(id: id, package: package, on: self)
         case .launch(let launch): ConnectionLaunches.launch(launch, on: self)
+        case .transfer(let frame): ConnectionTransfers.frame(frame, on: self)
         case .unknown(let type):
             let message = "unknown frame type \"\(untrusted(type, limit: 64))\""
             core.breaches.record("unknown frame type", level: .info, message)

@@ -27,7 +27,7 @@ package struct LaunchOutcome: Sendable {
 /// threads of its own so that handlers that take a while never hold an event loop. It counts
 /// the launches in flight, from clients and plugins together, against `--max-launches`.
 /// Thread-safe.
-final class Launcher: Sendable {
+package final class Launcher: Sendable {
     let configuration: HostConfiguration
     let admission: AdmissionLimits
     let registry: PackageRegistry

@@ -1,0 +1,231 @@
+import AtriumValues
+import Foundation
+import NIOCore
+
+// How transfer frames are written and read (CONTRACT section 8), beside Frames+Coding.swift.
+
+extension CBOROutput {
+    mutating func writeKey(_ key: StaticString, uuid: UUID) {
+        writeText(key)
+        writeUUID(uuid)
+    }
+
+    mutating func writeKey(_ key: StaticString, signed value: Int64) {
+        writeText(key)
+        writeInt(value)
+    }
+
+    mutating func writeKey(_ key: StaticString, bytes: [UInt8]) {
+        writeText(key)
+        bytes.withUnsafeBytes { writeByteString($0) }
+    }
+
+    mutating func writeKey(_ key: StaticString, bytes: ByteBuffer) {
+        writeText(key)
+        bytes.withUnsafeReadableBytes { writeByteString($0) }
+    }
+}
+
+extension ChunkFrame {
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
+        buffer.writeFrameHeader("chunk", keys: 4 + count(last, digest != nil))
+        buffer.writeKey("transfer", uuid: transfer)
+        buffer.writeKey("offset", offset)
+        buffer.writeKey("data", bytes: data)
+        if last {
+            buffer.writeText("last" as StaticString)
+            buffer.writeBool(true)
+        }
+        if let digest { buffer.writeKey("digest", bytes: digest) }
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        self.init(
+            transfer: try fields.uuid("transfer"), offset: try fields.uint("offset"),
+            data: try fields.bytesSlice("data"), last: try fields.optionalBool("last") ?? false,
+            digest: try fields.optionalByteArray("digest"))
+    }
+}
+
+extension AckFrame {
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
+        buffer.writeFrameHeader("ack", keys: 4)
+        buffer.writeKey("transfer", uuid: transfer)
+        buffer.writeKey("offset", offset)
+        buffer.writeKey("window", window)
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        self.init(
+            transfer: try fields.uuid("transfer"), offset: try fields.uint("offset"), window: try fields.uint("window"))
+    }
+}
+
+extension TransferStateFrame {
+    /// The map's keys, without `type` (an entry of a `transfers` answer) or with it.
+    func encodeFields<Output: CBOROutput>(into buffer: inout Output, asFrame: Bool) {
+        let keys = 4 + count(error != nil, result != nil)
+        if asFrame {
+            buffer.writeFrameHeader("transferState", keys: keys + 1)
+        } else {
+            buffer.writeHead(major: 5, argument: UInt64(keys))
+        }
+        buffer.writeKey("transfer", uuid: transfer)
+        buffer.writeKey("state", state)
+        buffer.writeKey("offset", offset)
+        buffer.writeKey("size", signed: size)
+        if let error { buffer.writeKey("error", error) }
+        if let result { buffer.writeKey("result", result) }
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        self.init(
+            transfer: try fields.uuid("transfer"), state: try fields.text("state"), offset: try fields.uint("offset"),
+            size: try fields.signedInt("size"), error: try fields.optionalText("error"),
+            result: try fields.optionalMessage("result"))
+    }
+}
+
+extension ClientTransferFrame {
+    public var type: String {
+        switch self {
+        case .attach: "attach"
+        case .chunk: "chunk"
+        case .ack: "ack"
+        case .detach: "detach"
+        case .cancel: "cancelTransfer"
+        case .transfers: "transfers"
+        }
+    }
+
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
+        switch self {
+        case .attach(let attach):
+            buffer.writeFrameHeader("attach", keys: 3 + count(attach.offset != nil, attach.window != nil))
+            buffer.writeKey("id", attach.id)
+            buffer.writeKey("transfer", uuid: attach.transfer)
+            if let offset = attach.offset { buffer.writeKey("offset", offset) }
+            if let window = attach.window { buffer.writeKey("window", window) }
+        case .chunk(let chunk):
+            chunk.encodeBody(into: &buffer)
+        case .ack(let ack):
+            ack.encodeBody(into: &buffer)
+        case .detach(let transfer):
+            buffer.writeFrameHeader("detach", keys: 2)
+            buffer.writeKey("transfer", uuid: transfer)
+        case .cancel(let transfer):
+            buffer.writeFrameHeader("cancelTransfer", keys: 2)
+            buffer.writeKey("transfer", uuid: transfer)
+        case .transfers(let query):
+            buffer.writeFrameHeader("transfers", keys: 2 + count(query.since != nil, !query.forget.isEmpty))
+            buffer.writeKey("id", query.id)
+            if let since = query.since { buffer.writeKey("since", since) }
+            if !query.forget.isEmpty {
+                buffer.writeText("forget" as StaticString)
+                buffer.writeHead(major: 4, argument: UInt64(query.forget.count))
+                for uuid in query.forget { buffer.writeUUID(uuid) }
+            }
+        }
+    }
+
+    /// The transfer frame of `type`, or nil when `type` is not one.
+    static func decode(_ type: String, _ fields: FrameFields) throws(FrameError) -> ClientTransferFrame? {
+        switch type {
+        case "attach":
+            return .attach(
+                AttachFrame(
+                    id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
+                    offset: try fields.optionalUInt("offset"), window: try fields.optionalUInt("window")))
+        case "chunk": return .chunk(try ChunkFrame(fields))
+        case "ack": return .ack(try AckFrame(fields))
+        case "detach": return .detach(transfer: try fields.uuid("transfer"))
+        case "cancelTransfer": return .cancel(transfer: try fields.uuid("transfer"))
+        case "transfers":
+            return .transfers(
+                TransfersQueryFrame(
+                    id: try fields.uint("id"), since: try fields.optionalUInt("since"),
+                    forget: try fields.optionalUUIDArray("forget") ?? []))
+        default: return nil
+        }
+    }
+}
+
+extension HostTransferFrame {
+    public var type: String {
+        switch self {
+        case .attached: "attached"
+        case .chunk: "chunk"
+        case .ack: "ack"
+        case .state: "transferState"
+        case .transfers: "transfers"
+        }
+    }
+
+    /// The bytes of file data the frame carries (a chunk's).
+    var carriedBytes: Int {
+        if case .chunk(let chunk) = self { return chunk.data.readableBytes }
+        return 0
+    }
+
+    func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
+        switch self {
+        case .attached(let attached):
+            let optionals = count(attached.name != nil, attached.digest != nil, attached.error != nil)
+            buffer.writeFrameHeader("attached", keys: 10 + optionals)
+            buffer.writeKey("id", attached.id)
+            buffer.writeKey("transfer", uuid: attached.transfer)
+            buffer.writeKey("status", attached.status.wireValue)
+            buffer.writeKey("direction", attached.direction)
+            buffer.writeKey("size", signed: attached.size)
+            buffer.writeKey("offset", attached.offset)
+            buffer.writeKey("chunkBytes", attached.chunkBytes)
+            buffer.writeKey("window", attached.window)
+            buffer.writeText("expires" as StaticString)
+            buffer.writeDate(attached.expires)
+            if let name = attached.name { buffer.writeKey("name", name) }
+            if let digest = attached.digest { buffer.writeKey("digest", bytes: digest) }
+            if let error = attached.error { buffer.writeKey("error", error) }
+        case .chunk(let chunk):
+            chunk.encodeBody(into: &buffer)
+        case .ack(let ack):
+            ack.encodeBody(into: &buffer)
+        case .state(let state):
+            state.encodeFields(into: &buffer, asFrame: true)
+        case .transfers(let answer):
+            buffer.writeFrameHeader("transfers", keys: 4)
+            buffer.writeKey("id", answer.id)
+            buffer.writeText("transfers" as StaticString)
+            buffer.writeHead(major: 4, argument: UInt64(answer.transfers.count))
+            for state in answer.transfers { state.encodeFields(into: &buffer, asFrame: false) }
+            buffer.writeKey("cursor", answer.cursor)
+        }
+    }
+
+    /// The transfer frame of `type`, or nil when `type` is not one.
+    static func decode(_ type: String, _ fields: FrameFields) throws(FrameError) -> HostTransferFrame? {
+        switch type {
+        case "attached":
+            return .attached(
+                AttachedFrame(
+                    id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
+                    status: AppServiceResponseStatus(rawValue: try fields.int("status")),
+                    direction: try fields.text("direction"), size: try fields.signedInt("size"),
+                    offset: try fields.uint("offset"), chunkBytes: try fields.uint("chunkBytes"),
+                    window: try fields.uint("window"), expires: try fields.date("expires"),
+                    name: try fields.optionalText("name"), digest: try fields.optionalByteArray("digest"),
+                    error: try fields.optionalText("error")))
+        case "chunk": return .chunk(try ChunkFrame(fields))
+        case "ack": return .ack(try AckFrame(fields))
+        case "transferState": return .state(try TransferStateFrame(fields))
+        case "transfers":
+            return .transfers(
+                TransfersFrame(
+                    id: try fields.uint("id"),
+                    transfers: try fields.arrayOfMaps("transfers").map { (map) throws(FrameError) in
+                        try TransferStateFrame(map)
+                    },
+                    cursor: try fields.uint("cursor")))
+        default: return nil
+        }
+    }
+}

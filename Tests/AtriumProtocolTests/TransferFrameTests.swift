@@ -1,0 +1,157 @@
+import AtriumProtocol
+import AtriumValues
+import Foundation
+import NIOCore
+import Testing
+
+/// The frames of transfers (CONTRACT section 8): each round-trips, is the map the contract
+/// gives, carries a chunk's bytes as a slice of what was read, and names what it breaks.
+struct TransferFrameTests {
+    static let id = UUID(uuidString: "7F1D9D5E-8A3B-4C59-9E0A-2B6F4C1D8E21")!
+    static let digest = [UInt8](repeating: 0xab, count: 32)
+
+    static let clientFrames: [ClientFrame] = [
+        .transfer(.attach(AttachFrame(id: 1, transfer: id))),
+        .transfer(.attach(AttachFrame(id: 2, transfer: id, offset: 1 << 33, window: 4 << 20))),
+        .transfer(.chunk(ChunkFrame(transfer: id, offset: 0, data: ByteBuffer(bytes: [1, 2, 3])))),
+        .transfer(.chunk(ChunkFrame(transfer: id, offset: 3, data: ByteBuffer(), last: true, digest: digest))),
+        .transfer(.ack(AckFrame(transfer: id, offset: 42, window: 1 << 20))),
+        .transfer(.detach(transfer: id)),
+        .transfer(.cancel(transfer: id)),
+        .transfer(.transfers(TransfersQueryFrame(id: 3))),
+        .transfer(.transfers(TransfersQueryFrame(id: 4, since: 17, forget: [id, UUID()]))),
+    ]
+
+    static let hostFrames: [HostFrame] = [
+        .transfer(
+            .attached(
+                AttachedFrame(
+                    id: 1, transfer: id, status: .success, direction: "download", size: 1 << 32, offset: 10,
+                    chunkBytes: 256 << 10, window: 4 << 20, expires: Timestamp(secondsSince1970: 1_800_000_000),
+                    name: "IMG_0001.HEIC", digest: digest))),
+        .transfer(
+            .attached(
+                AttachedFrame(
+                    id: 2, transfer: id, status: .failure, direction: "upload", size: -1, offset: 0, chunkBytes: 0,
+                    window: 0, expires: Timestamp(secondsSince1970: 1_800_000_000.5), error: "notFound"))),
+        .transfer(.chunk(ChunkFrame(transfer: id, offset: 7, data: ByteBuffer(bytes: Array(0..<200))))),
+        .transfer(.ack(AckFrame(transfer: id, offset: 4096, window: 8192))),
+        .transfer(.state(TransferStateFrame(transfer: id, state: "running", offset: 5, size: 10))),
+        .transfer(
+            .state(
+                TransferStateFrame(
+                    transfer: id, state: "completed", offset: 10, size: 10,
+                    result: EncodedValueSet(["Name": "a.jpg", "Size": 10, "Digest": .bytes(digest)])))),
+        .transfer(
+            .transfers(
+                TransfersFrame(
+                    id: 9,
+                    transfers: [
+                        TransferStateFrame(transfer: id, state: "failed", offset: 3, size: -1, error: "digestMismatch"),
+                        TransferStateFrame(transfer: UUID(), state: "waiting", offset: 0, size: 5),
+                    ], cursor: 12))),
+        .transfer(.transfers(TransfersFrame(id: 10, transfers: [], cursor: 0))),
+    ]
+
+    @Test(arguments: clientFrames)
+    func clientFramesRoundTrip(_ frame: ClientFrame) throws {
+        var buffer = encoded(frame)
+        #expect(try FrameDecoder<ClientFrame>().decodeFrame(from: &buffer) == frame)
+        #expect(buffer.readableBytes == 0)
+    }
+
+    @Test(arguments: hostFrames)
+    func hostFramesRoundTrip(_ frame: HostFrame) throws {
+        var buffer = encoded(frame)
+        #expect(try FrameDecoder<HostFrame>().decodeFrame(from: &buffer) == frame)
+    }
+
+    /// The wire form is the contract's map: the uuid as tag 37 over 16 bytes, the data as a
+    /// byte string, `last` as true, a size of -1 as a negative integer, `expires` as tag 1.
+    @Test func theWireFormIsTheContractsMap() throws {
+        let chunk = encoded(
+            ClientFrame.transfer(
+                .chunk(ChunkFrame(transfer: Self.id, offset: 3, data: ByteBuffer(bytes: [9]), last: true))))
+        let map = try ValueSet(cbor: Array(chunk.readableBytesView.dropFirst(4)))
+        #expect(
+            map == [
+                "type": "chunk", "transfer": .uuid(Self.id), "offset": 3, "data": .bytes([9]), "last": true,
+            ])
+        let attached = encoded(Self.hostFrames[1])
+        let answer = try ValueSet(cbor: Array(attached.readableBytesView.dropFirst(4)))
+        #expect(answer["size"] == .int(-1))
+        #expect(answer["expires"] == .date(Timestamp(secondsSince1970: 1_800_000_000.5)))
+        #expect(answer["type"] == "attached" && answer["status"] == 1 && answer["error"] == "notFound")
+        let transfers = encoded(Self.hostFrames[6])
+        let listed = try ValueSet(cbor: Array(transfers.readableBytesView.dropFirst(4)))
+        guard case .array(let entries) = listed["transfers"], case .maps(let maps) = entries.storage else {
+            Issue.record("transfers is not an array of maps: \(listed)")
+            return
+        }
+        #expect(maps.count == 2 && maps.allSatisfy { $0["type"] == nil }, "entries are transferState maps without type")
+    }
+
+    /// A chunk's data is a slice of the bytes the frame was read from: no copy of the file's
+    /// bytes on the way in.
+    @Test func aChunksDataIsASliceOfTheFrame() throws {
+        let payload = [UInt8](repeating: 0x5a, count: 64 << 10)
+        var buffer = encoded(
+            ClientFrame.transfer(.chunk(ChunkFrame(transfer: Self.id, offset: 0, data: ByteBuffer(bytes: payload)))))
+        let frameStart = buffer.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+        let frameEnd = frameStart + UInt(buffer.readableBytes)
+        guard case .transfer(.chunk(let chunk)) = try FrameDecoder<ClientFrame>().decodeFrame(from: &buffer) else {
+            Issue.record("not decoded as a chunk")
+            return
+        }
+        #expect(Array(chunk.data.readableBytesView) == payload)
+        let dataStart = chunk.data.withUnsafeReadableBytes { UInt(bitPattern: $0.baseAddress) }
+        #expect(dataStart > frameStart && dataStart < frameEnd, "the data points into the frame's bytes")
+    }
+
+    /// Bytes sent in chunks (an indefinite-length byte string) are taken, joined.
+    @Test func dataSentInChunksIsJoined() throws {
+        var body: [UInt8] = [0xa4]
+        body += [0x64] + Array("type".utf8) + [0x65] + Array("chunk".utf8)
+        body += [0x68] + Array("transfer".utf8) + [0xd8, 0x25, 0x50] + withUnsafeBytes(of: Self.id.uuid) { Array($0) }
+        body += [0x66] + Array("offset".utf8) + [0x00]
+        body += [0x64] + Array("data".utf8) + [0x5f, 0x42, 1, 2, 0x41, 3, 0xff]
+        guard case .transfer(.chunk(let chunk)) = try ClientFrame(body: ByteBuffer(bytes: body)) else {
+            Issue.record("not decoded as a chunk")
+            return
+        }
+        #expect(Array(chunk.data.readableBytesView) == [1, 2, 3])
+    }
+
+    @Test func missingAndMistypedKeysAreNamed() {
+        let uuid = Value.uuid(Self.id)
+        #expect(
+            clientFrameError(["type": "attach", "id": 1])?.message == #"attach: key "transfer" is missing"#)
+        #expect(
+            clientFrameError(["type": "attach", "id": 1, "transfer": "7f1d9d5e-8a3b-4c59-9e0a-2b6f4c1d8e21"])?.message
+                == #"attach: key "transfer" must be a uuid (tag 37 over 16 bytes), not a text string"#)
+        #expect(
+            clientFrameError(["type": "chunk", "transfer": uuid, "offset": 0, "data": "text"])?.message
+                == #"chunk: key "data" must be bytes, not a text string"#)
+        #expect(
+            clientFrameError(["type": "chunk", "transfer": uuid, "offset": -1, "data": .bytes([])])?.message
+                == #"chunk: key "offset" must be an unsigned integer, not an integer"#)
+        #expect(
+            clientFrameError(["type": "chunk", "transfer": uuid, "offset": 0, "data": .bytes([]), "last": 1])?.message
+                == #"chunk: key "last" must be true or false, not an integer"#)
+        #expect(
+            clientFrameError(["type": "ack", "transfer": uuid, "offset": 0])?.message
+                == #"ack: key "window" is missing"#)
+        #expect(
+            clientFrameError(["type": "transfers", "id": 1, "forget": ["x"]])?.message
+                == #"transfers: key "forget" must be an array of uuids, not an array"#)
+        #expect(clientFrameError(["type": "transfers", "id": 1, "forget": .array(ValueArray(uuids: []))]) == nil)
+        // A uuid tag over 15 bytes is not a uuid.
+        var short: [UInt8] = [0xa2]
+        short += [0x64] + Array("type".utf8) + [0x66] + Array("detach".utf8)
+        short += [0x68] + Array("transfer".utf8) + [0xd8, 0x25, 0x4f] + [UInt8](repeating: 1, count: 15)
+        let refused = clientFrameError(bytes: short)
+        #expect(refused?.code == .malformedFrame)
+        #expect(
+            refused?.message.contains(#"detach: key "transfer" must be a uuid"#) == true, "\(refused?.message ?? "")")
+    }
+}
