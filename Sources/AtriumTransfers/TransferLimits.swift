@@ -21,15 +21,17 @@ public struct TransferLimits: Sendable, Equatable {
     public var freeSpaceFloorBytes: Int64
     /// An unfinished transfer with no progress for this long expires.
     public var expiry: Duration
-    /// An ended transfer's outcome is kept at least this long (unless its caller forgets it).
+    /// An ended transfer's outcome is kept at least this long (unless its caller forgets it)...
     public var retention: Duration
+    /// ...and unless its caller has more outcomes kept than this: past it, its oldest go.
+    public var keptOutcomesPerCaller: Int
 
     public init(
         chunkBytes: Int = 256 << 10, windowBytes: Int64 = 4 << 20, connectionWindowBytes: Int64 = 16 << 20,
         attachedPerConnection: Int = 16, attachedPerCaller: Int = 64, unfinishedPerCaller: Int = 256,
         unfinished: Int = 4096, spoolBytesPerCaller: Int64 = 64 << 30, spoolBytes: Int64 = 256 << 30,
         freeSpaceFloorBytes: Int64 = 1 << 30, expiry: Duration = .seconds(24 * 3600),
-        retention: Duration = .seconds(7 * 24 * 3600)
+        retention: Duration = .seconds(7 * 24 * 3600), keptOutcomesPerCaller: Int = 10_000
     ) {
         self.chunkBytes = chunkBytes
         self.windowBytes = windowBytes
@@ -43,5 +45,6 @@ public struct TransferLimits: Sendable, Equatable {
         self.freeSpaceFloorBytes = freeSpaceFloorBytes
         self.expiry = expiry
         self.retention = retention
+        self.keptOutcomesPerCaller = keptOutcomesPerCaller
     }
 }

@@ -3,24 +3,48 @@ public import Foundation
 /// The host's transfers: who owns each, which connection has it attached, what changed since a
 /// caller last asked, and the limits per caller and in all (CONTRACT section 8). Plain state:
 /// the host holds it under one lock, journals each record it returns as changed, and acts on
-/// what the calls return (tell a displaced connection, delete a transfer's files).
+/// what the calls return (tell a displaced connection, delete a transfer's files; what the
+/// table let go of by itself is in ``takeRemoved()``).
 ///
 /// Ownership is checked on every call that names a transfer: another caller's transfer is
-/// ``TransferErrorCode/notFound``, exactly as one that does not exist.
+/// ``TransferErrorCode/notFound``, exactly as one that does not exist. What a caller can make
+/// the table do costs in proportion to its own transfers, never to everyone's: the counts the
+/// limits compare are kept as the records change, and each caller's ids are kept apart.
 public struct TransferTable: Sendable {
     public let limits: TransferLimits
     private var records: [TransferID: TransferRecord] = [:]
-    /// Which connection has each transfer attached.
+    /// Each caller's transfers.
+    private var idsByOwner: [TransferOwner: Set<TransferID>] = [:]
+    /// Which connection has each transfer attached, and how many each connection has.
     private var attachedTo: [TransferID: UInt64] = [:]
+    private var attachedOnConnection: [UInt64: Int] = [:]
+    /// What the limits compare, per caller and in all.
+    private var countsByOwner: [TransferOwner: Counts] = [:]
+    private var total = Counts()
+    /// Ended transfers the table let go of by itself (over a caller's kept outcomes), whose files
+    /// the host removes.
+    private var removed: [TransferRecord] = []
     /// The last change number given out: every change takes the next.
     public private(set) var sequence: UInt64 = 0
+
+    private struct Counts: Sendable {
+        var unfinished = 0
+        var ended = 0
+        var spoolBytes: Int64 = 0
+        var attached = 0
+
+        mutating func add(_ record: TransferRecord, _ sign: Int) {
+            if record.phase.isEnded { ended += sign } else { unfinished += sign }
+            spoolBytes += Int64(sign) * record.spoolBytes
+        }
+    }
 
     public init(limits: TransferLimits, records: [TransferRecord] = []) {
         self.limits = limits
         for var record in records {
             // Nothing is attached after a restart: a running transfer waits for its client.
             if record.phase == .running { record.phase = .waiting }
-            self.records[record.id] = record
+            put(record)
             sequence = max(sequence, record.sequence)
         }
     }
@@ -35,6 +59,13 @@ public struct TransferTable: Sendable {
 
     /// Every transfer (for a sweep's files, or shutdown).
     public var all: [TransferRecord] { Array(records.values) }
+
+    /// The ended transfers the table let go of by itself since the last call (a caller over its
+    /// kept outcomes): their records and files are to be removed.
+    public mutating func takeRemoved() -> [TransferRecord] {
+        defer { removed = [] }
+        return removed
+    }
 
     // MARK: - Making a transfer
 
@@ -57,37 +88,28 @@ public struct TransferTable: Sendable {
 
     /// Adds `record` (a service offered a file or accepted one), within the limits.
     public mutating func add(_ record: TransferRecord) -> Result<TransferRecord, Refusal> {
-        let unfinished = records.values.filter { !$0.phase.isEnded }
-        guard unfinished.count < limits.unfinished else { return .failure(.tooMany(limits.unfinished)) }
-        let ofCaller = unfinished.filter { $0.owner == record.owner }
-        guard ofCaller.count < limits.unfinishedPerCaller else {
+        let ofCaller = countsByOwner[record.owner] ?? Counts()
+        guard total.unfinished < limits.unfinished else { return .failure(.tooMany(limits.unfinished)) }
+        guard ofCaller.unfinished < limits.unfinishedPerCaller else {
             return .failure(.tooManyOfCaller(limits.unfinishedPerCaller))
         }
-        if record.direction == .upload {
-            // An upload of known size reserves it all; one of unknown size counts as it grows.
-            let adds = max(record.size, 0)
-            guard ofCaller.reduce(0, { $0 + $1.spoolBytes }) + adds <= limits.spoolBytesPerCaller else {
-                return .failure(.spoolOfCaller(limits.spoolBytesPerCaller))
-            }
-            guard unfinished.reduce(0, { $0 + $1.spoolBytes }) + adds <= limits.spoolBytes else {
-                return .failure(.spool(limits.spoolBytes))
-            }
+        // An upload of known size reserves it all; one of unknown size counts as it grows.
+        let adds = record.spoolBytes
+        guard ofCaller.spoolBytes + adds <= limits.spoolBytesPerCaller else {
+            return .failure(.spoolOfCaller(limits.spoolBytesPerCaller))
         }
+        guard total.spoolBytes + adds <= limits.spoolBytes else { return .failure(.spool(limits.spoolBytes)) }
         var record = record
-        sequence += 1
-        record.sequence = sequence
-        records[record.id] = record
+        store(&record)
         return .success(record)
     }
 
     /// Whether an upload of unknown size may grow to `offset` bytes within the spool limits.
     public func mayGrow(_ id: TransferID, to offset: Int64) -> Bool {
         guard let record = records[id] else { return false }
-        let unfinished = records.values.filter { !$0.phase.isEnded }
         let growth = max(offset - record.spoolBytes, 0)
-        let ofCaller = unfinished.filter { $0.owner == record.owner }.reduce(0) { $0 + $1.spoolBytes }
-        return ofCaller + growth <= limits.spoolBytesPerCaller
-            && unfinished.reduce(0, { $0 + $1.spoolBytes }) + growth <= limits.spoolBytes
+        let ofCaller = countsByOwner[record.owner]?.spoolBytes ?? 0
+        return ofCaller + growth <= limits.spoolBytesPerCaller && total.spoolBytes + growth <= limits.spoolBytes
     }
 
     // MARK: - Attaching
@@ -117,17 +139,15 @@ public struct TransferTable: Sendable {
         guard !record.phase.isEnded else { return .failure(.ended(record)) }
         let previous = attachedTo[id]
         if previous != connection {
-            let onConnection = attachedTo.values.filter { $0 == connection }.count
-            guard onConnection < limits.attachedPerConnection else {
+            guard attachedOnConnection[connection, default: 0] < limits.attachedPerConnection else {
                 return .failure(.tooManyOnConnection(limits.attachedPerConnection))
             }
-            // The caller's other attachments, not counting this transfer's own.
-            let ofCaller = attachedTo.keys.filter { $0 != id && records[$0]?.owner == owner }.count
-            guard ofCaller < limits.attachedPerCaller else {
+            // Moving the caller's own attachment is not one more.
+            if previous == nil, countsByOwner[owner, default: Counts()].attached >= limits.attachedPerCaller {
                 return .failure(.tooManyOfCaller(limits.attachedPerCaller))
             }
         }
-        attachedTo[id] = connection
+        setAttachment(id, connection)
         if record.phase == .waiting {
             record.phase = .running
             record.error = nil
@@ -147,7 +167,7 @@ public struct TransferTable: Sendable {
         -> TransferRecord?
     {
         guard attachedTo[id] == connection, var record = records[id] else { return nil }
-        attachedTo[id] = nil
+        setAttachment(id, nil)
         guard record.phase == .running else { return record }
         record.phase = .waiting
         record.error = error
@@ -157,6 +177,7 @@ public struct TransferTable: Sendable {
 
     /// Detaches every transfer of `connection` (it closed); returns those it had.
     public mutating func connectionClosed(_ connection: UInt64) -> [TransferRecord] {
+        guard attachedOnConnection[connection] != nil else { return [] }
         let ids = attachedTo.filter { $0.value == connection }.map(\.key)
         return ids.compactMap { detach($0, from: connection) }
     }
@@ -186,9 +207,10 @@ public struct TransferTable: Sendable {
         if let digest { record.digest = digest }
         if phase.isEnded {
             record.ended = now
-            attachedTo[id] = nil
+            setAttachment(id, nil)
         }
         store(&record)
+        if phase.isEnded { keepOutcomes(of: record.owner) }
         return record
     }
 
@@ -200,12 +222,23 @@ public struct TransferTable: Sendable {
         return moved(id, to: .canceled, now: now)
     }
 
+    /// Past ``TransferLimits/keptOutcomesPerCaller``, a caller's oldest outcomes go (what a
+    /// client that makes and finishes transfers without end can make the host keep).
+    private mutating func keepOutcomes(of owner: TransferOwner) {
+        let excess = (countsByOwner[owner]?.ended ?? 0) - limits.keptOutcomesPerCaller
+        guard excess > 0, let ids = idsByOwner[owner] else { return }
+        let oldest = ids.compactMap { records[$0] }.filter(\.phase.isEnded)
+            .sorted { ($0.ended ?? $0.created, $0.sequence) < ($1.ended ?? $1.created, $1.sequence) }
+            .prefix(excess)
+        for record in oldest { removed += drop(record.id).map { [$0] } ?? [] }
+    }
+
     // MARK: - What a caller asks about
 
     /// The caller's transfers changed after change number `since` (all of them without it),
     /// oldest change first, and the cursor to ask with next.
     public func changes(of owner: TransferOwner, since: UInt64?) -> (records: [TransferRecord], cursor: UInt64) {
-        let changed = records.values.filter { $0.owner == owner && $0.sequence > (since ?? 0) }
+        let changed = (idsByOwner[owner] ?? []).compactMap { records[$0] }.filter { $0.sequence > (since ?? 0) }
             .sorted { $0.sequence < $1.sequence }
         return (changed, sequence)
     }
@@ -215,31 +248,23 @@ public struct TransferTable: Sendable {
     public mutating func forget(_ ids: [TransferID], owner: TransferOwner) -> [TransferRecord] {
         ids.compactMap { id in
             guard let record = find(id, owner: owner), record.phase.isEnded else { return nil }
-            records[id] = nil
-            return record
+            return drop(id)
         }
     }
 
     /// Removes every transfer of `owner` at once (its device was unpaired, its token revoked):
     /// returns them, whose files go and whose attached connections are told.
     public mutating func removeAll(of owner: TransferOwner) -> [TransferRecord] {
-        let gone = records.values.filter { $0.owner == owner }
-        for record in gone {
-            records[record.id] = nil
-            attachedTo[record.id] = nil
-        }
-        return gone
+        (idsByOwner[owner] ?? []).compactMap { drop($0) }
     }
 
     /// Removes every transfer made by `service` of `package` for `owner` (the caller may no
     /// longer open the service).
     public mutating func removeAll(of owner: TransferOwner, package: String, service: String) -> [TransferRecord] {
-        let gone = records.values.filter { $0.owner == owner && $0.package == package && $0.service == service }
-        for record in gone {
-            records[record.id] = nil
-            attachedTo[record.id] = nil
+        let ids = (idsByOwner[owner] ?? []).filter {
+            records[$0]?.package == package && records[$0]?.service == service
         }
-        return gone
+        return ids.compactMap { drop($0) }
     }
 
     // MARK: - The sweep
@@ -261,9 +286,8 @@ public struct TransferTable: Sendable {
         let retention = limits.retention.timeInterval
         for record in Array(records.values) {
             if record.phase.isEnded {
-                if let ended = record.ended, now.timeIntervalSince(ended) >= retention {
-                    records[record.id] = nil
-                    sweep.removed.append(record)
+                if let ended = record.ended, now.timeIntervalSince(ended) >= retention, let gone = drop(record.id) {
+                    sweep.removed.append(gone)
                 }
             } else if attachedTo[record.id] == nil, now.timeIntervalSince(record.lastProgress) >= expiry,
                 record.phase == .waiting || record.phase == .running
@@ -276,10 +300,56 @@ public struct TransferTable: Sendable {
         return sweep
     }
 
+    // MARK: - Keeping the counts
+
+    /// Gives `record` the next change number and puts it in the table.
     private mutating func store(_ record: inout TransferRecord) {
         sequence += 1
         record.sequence = sequence
+        put(record)
+    }
+
+    /// Puts `record` in the table in place of its earlier version, counting it.
+    private mutating func put(_ record: TransferRecord) {
+        if let old = records[record.id] {
+            countsByOwner[old.owner, default: Counts()].add(old, -1)
+            total.add(old, -1)
+        }
         records[record.id] = record
+        idsByOwner[record.owner, default: []].insert(record.id)
+        countsByOwner[record.owner, default: Counts()].add(record, 1)
+        total.add(record, 1)
+    }
+
+    /// Takes transfer `id` out of the table, with its attachment and counts.
+    private mutating func drop(_ id: TransferID) -> TransferRecord? {
+        guard records[id] != nil else { return nil }
+        // Detached first: the attachment is counted against the record's owner.
+        setAttachment(id, nil)
+        let record = records.removeValue(forKey: id)!
+        countsByOwner[record.owner, default: Counts()].add(record, -1)
+        total.add(record, -1)
+        idsByOwner[record.owner]?.remove(id)
+        if idsByOwner[record.owner]?.isEmpty == true {
+            idsByOwner[record.owner] = nil
+            countsByOwner[record.owner] = nil
+        }
+        return record
+    }
+
+    /// Attaches transfer `id` to `connection` (nil: to none), counting it.
+    private mutating func setAttachment(_ id: TransferID, _ connection: UInt64?) {
+        let owner = records[id]?.owner
+        if let previous = attachedTo[id] {
+            let left = attachedOnConnection[previous, default: 1] - 1
+            attachedOnConnection[previous] = left > 0 ? left : nil
+            if let owner { countsByOwner[owner, default: Counts()].attached -= 1 }
+        }
+        attachedTo[id] = connection
+        if let connection {
+            attachedOnConnection[connection, default: 0] += 1
+            if let owner { countsByOwner[owner, default: Counts()].attached += 1 }
+        }
     }
 }
 

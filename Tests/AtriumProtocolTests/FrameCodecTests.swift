@@ -43,78 +43,80 @@ struct FrameCodecTests {
         "Type": "ping", "CreationDate": .date(Timestamp(secondsSince1970: 1_700_000_000.25)), "TargetId": "phone",
     ])
 
-    static let clientFrames: [ClientFrame] = [
-        .hello(HelloFrame(clientId: "client-1")),
-        .hello(HelloFrame(version: 1, clientId: "c", clientName: "Phone", token: "secret")),
-        .open(
-            OpenFrame(
-                channel: 1, service: "com.microsoft.test.cdppingpongservice",
-                package: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce")),
-        .request(RequestFrame(channel: 1, id: .max, message: message)),
-        .response(ResponseFrame(channel: 1, id: 2, status: .success, message: message)),
-        .response(ResponseFrame(channel: 1, id: 3, status: .failure, error: "no")),
-        .close(channel: 7),
-        .launch(LaunchFrame(id: 4, uri: "roman-test://x")),
-        .launch(
-            LaunchFrame(
-                id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org",
-                preferredPackages: ["a", "b"], data: message)),
-        .apps(id: 6),
-        .apps(id: 12, package: "atrium.tests.typed"),
-        .ping(id: 0),
-        .pair(PairFrame(id: 8, deviceName: "Ana's phone")),
-        .pair(PairFrame(id: 11, deviceName: "Ana's phone", commitment: String(repeating: "0f", count: 32))),
-        .pairReveal(id: 11, nonce: String(repeating: "a1", count: 32)),
-        .admin(AdminFrame(id: 9, command: "pairing.list")),
-        .admin(AdminFrame(id: 10, command: "pairing.accept", arguments: EncodedValueSet(["request": 3]))),
-        .unknown(type: "future"),
-    ]
+    static let clientFrames: [ClientFrame] =
+        [
+            .hello(HelloFrame(clientId: "client-1")),
+            .hello(HelloFrame(version: 1, clientId: "c", clientName: "Phone", token: "secret")),
+            .open(
+                OpenFrame(
+                    channel: 1, service: "com.microsoft.test.cdppingpongservice",
+                    package: "5085ShawnHenry.RomanTestApp_jsjw7knzsgcce")),
+            .request(RequestFrame(channel: 1, id: .max, message: message)),
+            .response(ResponseFrame(channel: 1, id: 2, status: .success, message: message)),
+            .response(ResponseFrame(channel: 1, id: 3, status: .failure, error: "no")),
+            .close(channel: 7),
+            .launch(LaunchFrame(id: 4, uri: "roman-test://x")),
+            .launch(
+                LaunchFrame(
+                    id: 5, uri: "roman-test://x", package: "p", fallbackUri: "https://example.org",
+                    preferredPackages: ["a", "b"], data: message)),
+            .apps(id: 6),
+            .apps(id: 12, package: "atrium.tests.typed"),
+            .ping(id: 0),
+            .pair(PairFrame(id: 8, deviceName: "Ana's phone")),
+            .pair(PairFrame(id: 11, deviceName: "Ana's phone", commitment: String(repeating: "0f", count: 32))),
+            .pairReveal(id: 11, nonce: String(repeating: "a1", count: 32)),
+            .admin(AdminFrame(id: 9, command: "pairing.list")),
+            .admin(AdminFrame(id: 10, command: "pairing.accept", arguments: EncodedValueSet(["request": 3]))),
+            .unknown(type: "future"),
+        ] + TransferFrameTests.clientFrames
 
-    static let hostFrames: [HostFrame] = [
-        .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default)),
-        .welcome(
-            WelcomeFrame(
-                hostId: "h", hostName: "box", limits: .default, hostIdentity: String(repeating: "a", count: 64))),
-        .paired(PairedFrame(id: 1, status: .paired)),
-        .pairNonce(id: 11, nonce: String(repeating: "b2", count: 32)),
-        .paired(PairedFrame(id: 2, status: .refused, error: "the host's operator refused the pairing")),
-        .adminResult(
-            AdminResultFrame(id: 3, status: 0, result: EncodedValueSet(["requests": .array(ValueArray(maps: []))]))),
-        .adminResult(AdminResultFrame(id: 4, status: 1, error: "no such request")),
-        .opened(OpenedFrame(channel: 1, status: .appNotInstalled)),
-        .opened(OpenedFrame(channel: 3, status: .appUnavailable, error: "package \"p\" is not available")),
-        .response(ResponseFrame(channel: 1, id: 2, status: .messageSizeTooLarge, error: "too big")),
-        .request(RequestFrame(channel: 1, id: 9, message: message)),
-        .closed(ClosedFrame(channel: 1, status: .canceled)),
-        .launched(LaunchedFrame(id: 3, status: .protocolUnavailable, error: "no handler for scheme x")),
-        .launched(LaunchedFrame(id: 4, status: .success)),
-        .apps(AppsFrame(id: 5, apps: [AppInfo(package: "p", displayName: "P", services: ["s"], schemes: [])])),
-        .apps(
-            AppsFrame(
-                id: 6,
-                apps: [
-                    AppInfo(package: "p", displayName: "P", services: [], schemes: ["x"], state: "ready"),
-                    AppInfo(
-                        package: "q", displayName: "Q", services: ["s"], schemes: [], state: "failed",
-                        reason: "no library"),
-                ])),
-        .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 30_000)),
-        .apps(AppsFrame(id: 6, apps: [])),
-        .apps(
-            AppsFrame(
-                id: 8,
-                apps: [
-                    AppInfo(
-                        package: "p", displayName: "P", services: ["s"], schemes: [], state: "ready",
-                        interfaces: [
-                            "s": ServiceInterface.example(),
-                            "t": ServiceInterface(commandKey: "Type", commands: [.init(name: "ping")]),
-                        ])
-                ])),
-        .pong(id: 7),
-        .error(ErrorFrame(code: .unknownType, message: "unknown frame type \"x\"")),
-        .opened(OpenedFrame(channel: 2, status: AppServiceConnectionStatus(rawValue: 99))),
-    ]
+    static let hostFrames: [HostFrame] =
+        [
+            .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default)),
+            .welcome(
+                WelcomeFrame(
+                    hostId: "h", hostName: "box", limits: .default, hostIdentity: String(repeating: "a", count: 64))),
+            .paired(PairedFrame(id: 1, status: .paired)),
+            .pairNonce(id: 11, nonce: String(repeating: "b2", count: 32)),
+            .paired(PairedFrame(id: 2, status: .refused, error: "the host's operator refused the pairing")),
+            .adminResult(
+                AdminResultFrame(id: 3, status: 0, result: EncodedValueSet(["requests": .array(ValueArray(maps: []))]))),
+            .adminResult(AdminResultFrame(id: 4, status: 1, error: "no such request")),
+            .opened(OpenedFrame(channel: 1, status: .appNotInstalled)),
+            .opened(OpenedFrame(channel: 3, status: .appUnavailable, error: "package \"p\" is not available")),
+            .response(ResponseFrame(channel: 1, id: 2, status: .messageSizeTooLarge, error: "too big")),
+            .request(RequestFrame(channel: 1, id: 9, message: message)),
+            .closed(ClosedFrame(channel: 1, status: .canceled)),
+            .launched(LaunchedFrame(id: 3, status: .protocolUnavailable, error: "no handler for scheme x")),
+            .launched(LaunchedFrame(id: 4, status: .success)),
+            .apps(AppsFrame(id: 5, apps: [AppInfo(package: "p", displayName: "P", services: ["s"], schemes: [])])),
+            .apps(
+                AppsFrame(
+                    id: 6,
+                    apps: [
+                        AppInfo(package: "p", displayName: "P", services: [], schemes: ["x"], state: "ready"),
+                        AppInfo(
+                            package: "q", displayName: "Q", services: ["s"], schemes: [], state: "failed",
+                            reason: "no library"),
+                    ])),
+            .welcome(WelcomeFrame(hostId: "h", hostName: "box", limits: .default, responseTimeoutMilliseconds: 30_000)),
+            .apps(AppsFrame(id: 6, apps: [])),
+            .apps(
+                AppsFrame(
+                    id: 8,
+                    apps: [
+                        AppInfo(
+                            package: "p", displayName: "P", services: ["s"], schemes: [], state: "ready",
+                            interfaces: [
+                                "s": ServiceInterface.example(),
+                                "t": ServiceInterface(commandKey: "Type", commands: [.init(name: "ping")]),
+                            ])
+                    ])),
+            .pong(id: 7),
+            .error(ErrorFrame(code: .unknownType, message: "unknown frame type \"x\"")),
+            .opened(OpenedFrame(channel: 2, status: AppServiceConnectionStatus(rawValue: 99))),
+        ] + TransferFrameTests.hostFrames
 
     @Test(arguments: clientFrames)
     func clientFramesRoundTrip(_ frame: ClientFrame) throws {

@@ -149,4 +149,37 @@ struct TransferTableTests {
         let next = try added(&restarted, record(alice))
         #expect(next.sequence > running.sequence, "change numbers go on from the journal's")
     }
+
+    @Test func aCallerKeepsAtMostItsShareOfOutcomesTheOldestGoingFirst() throws {
+        var table = TransferTable(limits: TransferLimits(keptOutcomesPerCaller: 3))
+        var ended: [TransferID] = []
+        for index in 0..<5 {
+            let transfer = try added(&table, record(alice))
+            _ = table.moved(transfer.id, to: .completed, now: start + Double(index))
+            ended.append(transfer.id)
+        }
+        let theirs = try added(&table, record(mallory))
+        _ = table.moved(theirs.id, to: .completed, now: start)
+        #expect(table.takeRemoved().map(\.id) == Array(ended.prefix(2)), "the two oldest outcomes went")
+        #expect(table.takeRemoved().isEmpty)
+        #expect(Set(table.changes(of: alice, since: nil).records.map(\.id)) == Set(ended.suffix(3)))
+        #expect(table.find(theirs.id, owner: mallory) != nil, "another caller's outcomes are its own")
+    }
+
+    @Test func countsFollowEveryRemoval() throws {
+        var table = TransferTable(
+            limits: TransferLimits(attachedPerCaller: 1, unfinishedPerCaller: 1, spoolBytesPerCaller: 100))
+        let first = try added(&table, record(alice, .upload, size: 100))
+        _ = try table.attach(first.id, owner: alice, connection: 1, now: start).get()
+        #expect(table.add(record(alice, .upload, size: 1)) == .failure(.tooManyOfCaller(1)))
+        #expect(table.removeAll(of: alice).count == 1)
+        // Removed with its attachment, its spool bytes and its place among the unfinished.
+        let second = try added(&table, record(alice, .upload, size: 100))
+        #expect((try? table.attach(second.id, owner: alice, connection: 2, now: start).get()) != nil)
+        _ = table.cancel(second.id, owner: alice, now: start)
+        let third = try added(&table, record(alice, .upload, size: 100))
+        #expect((try? table.attach(third.id, owner: alice, connection: 2, now: start).get()) != nil)
+        #expect(table.connectionClosed(2).map(\.id) == [third.id])
+        #expect(table.connectionClosed(2).isEmpty)
+    }
 }
