@@ -67,10 +67,11 @@ public struct EncodedInterfaces: Sendable, Hashable {
 extension FrameFields {
     func optionalBool(_ key: StaticString) throws(FrameError) -> Bool? {
         guard let (head, _) = head(key) else { return nil }
-        guard head.major == 7, head.argument == 20 || head.argument == 21 else {
+        // The simple values themselves (0xf4, 0xf5), not a float whose bits read 20 or 21.
+        guard head.major == 7, head.info == 20 || head.info == 21 else {
             throw mistyped(key, "true or false", head)
         }
-        return head.argument == 21
+        return head.info == 21
     }
 
     /// The `interfaces` of an app in `apps`, by service; empty when the host sent none.

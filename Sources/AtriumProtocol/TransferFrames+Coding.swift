@@ -41,9 +41,9 @@ extension ChunkFrame {
 
     init(_ fields: FrameFields) throws(FrameError) {
         self.init(
-            transfer: try fields.uuid("transfer"), offset: try fields.uint("offset"),
+            transfer: try fields.uuid("transfer"), offset: try fields.offset("offset"),
             data: try fields.bytesSlice("data"), last: try fields.optionalBool("last") ?? false,
-            digest: try fields.optionalByteArray("digest"))
+            digest: try fields.optionalDigest("digest"))
     }
 }
 
@@ -57,7 +57,8 @@ extension AckFrame {
 
     init(_ fields: FrameFields) throws(FrameError) {
         self.init(
-            transfer: try fields.uuid("transfer"), offset: try fields.uint("offset"), window: try fields.uint("window"))
+            transfer: try fields.uuid("transfer"), offset: try fields.offset("offset"),
+            window: try fields.offset("window"))
     }
 }
 
@@ -80,7 +81,7 @@ extension TransferStateFrame {
 
     init(_ fields: FrameFields) throws(FrameError) {
         self.init(
-            transfer: try fields.uuid("transfer"), state: try fields.text("state"), offset: try fields.uint("offset"),
+            transfer: try fields.uuid("transfer"), state: try fields.text("state"), offset: try fields.offset("offset"),
             size: try fields.signedInt("size"), error: try fields.optionalText("error"),
             result: try fields.optionalMessage("result"))
     }
@@ -135,7 +136,7 @@ extension ClientTransferFrame {
             return .attach(
                 AttachFrame(
                     id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
-                    offset: try fields.optionalUInt("offset"), window: try fields.optionalUInt("window")))
+                    offset: try fields.optionalOffset("offset"), window: try fields.optionalOffset("window")))
         case "chunk": return .chunk(try ChunkFrame(fields))
         case "ack": return .ack(try AckFrame(fields))
         case "detach": return .detach(transfer: try fields.uuid("transfer"))
@@ -143,7 +144,7 @@ extension ClientTransferFrame {
         case "transfers":
             return .transfers(
                 TransfersQueryFrame(
-                    id: try fields.uint("id"), since: try fields.optionalUInt("since"),
+                    id: try fields.uint("id"), since: try fields.optionalOffset("since"),
                     forget: try fields.optionalUUIDArray("forget") ?? []))
         default: return nil
         }
@@ -210,9 +211,9 @@ extension HostTransferFrame {
                     id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
                     status: AppServiceResponseStatus(rawValue: try fields.int("status")),
                     direction: try fields.text("direction"), size: try fields.signedInt("size"),
-                    offset: try fields.uint("offset"), chunkBytes: try fields.uint("chunkBytes"),
-                    window: try fields.uint("window"), expires: try fields.date("expires"),
-                    name: try fields.optionalText("name"), digest: try fields.optionalByteArray("digest"),
+                    offset: try fields.offset("offset"), chunkBytes: try fields.offset("chunkBytes"),
+                    window: try fields.offset("window"), expires: try fields.date("expires"),
+                    name: try fields.optionalText("name"), digest: try fields.optionalDigest("digest"),
                     error: try fields.optionalText("error")))
         case "chunk": return .chunk(try ChunkFrame(fields))
         case "ack": return .ack(try AckFrame(fields))

@@ -27,12 +27,19 @@ public final class SpoolFile {
         _ id: TransferID, in folder: URL, reserve: Int64? = nil, floor: Int64 = 0
     ) throws(SpoolError) -> SpoolFile {
         let url = folder.appendingPathComponent("\(id).part")
-        var descriptor = Glibc.open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        // Never through a link, and only a regular file of one name: what is written goes into
+        // the spool, whatever someone left there.
+        var descriptor = Glibc.open(url.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         // A file made here and refused goes again; one that was there (a resumed upload) stays.
         let made = descriptor >= 0
-        if !made, errno == EEXIST { descriptor = Glibc.open(url.path, O_RDWR | O_CLOEXEC) }
+        if !made, errno == EEXIST { descriptor = Glibc.open(url.path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
         let file = SpoolFile(url: url, descriptor: descriptor)
+        var kind = stat()
+        guard fstat(descriptor, &kind) == 0, kind.st_mode & S_IFMT == S_IFREG, kind.st_nlink == 1 else {
+            file.close()
+            throw .storage(TransferStorageError("\(url.path) is not a regular file of the spool's own"))
+        }
         func refuse(_ reason: String) -> SpoolError {
             file.close()
             if made { unlink(url.path) }
@@ -61,7 +68,9 @@ public final class SpoolFile {
     public static func freeBytes(of folder: URL) -> Int64? {
         var status = statvfs()
         guard statvfs(folder.path, &status) == 0 else { return nil }
-        return Int64(status.f_bavail) * Int64(status.f_frsize)
+        let (bytes, overflow) = Int64(clamping: status.f_bavail).multipliedReportingOverflow(
+            by: Int64(clamping: status.f_frsize))
+        return overflow ? .max : bytes
     }
 
     /// Writes `bytes` at `offset`.

@@ -29,6 +29,10 @@ public struct TransferJournal: Sendable {
 
     func file(of id: TransferID) -> URL { folder.appendingPathComponent("\(id).json") }
 
+    /// The most bytes a record may have (its `result` is at most a message): a larger file is
+    /// not one the host wrote.
+    static let maxRecordBytes = 4 << 20
+
     /// Writes `record`, replacing its earlier version, and syncs it.
     public func write(_ record: TransferRecord) throws(TransferStorageError) {
         let encoder = JSONEncoder()
@@ -74,7 +78,7 @@ public struct TransferJournal: Sendable {
             }
             guard name.hasSuffix(".json") else { continue }
             do {
-                let data = try Data(contentsOf: url)
+                let data = try Durable.read(url, limit: Self.maxRecordBytes)
                 let record = try decoder.decode(TransferRecord.self, from: data)
                 guard "\(record.id).json" == name else {
                     problems.append("\(url.path): holds transfer \(record.id), not the one its name says")
@@ -97,9 +101,12 @@ public struct TransferStorageError: Error, Sendable, CustomStringConvertible {
 
 /// Writing that survives a crash: the bytes synced before the call returns.
 enum Durable {
-    /// Writes `data` to a new file at `url` (mode 0600, replacing one there) and syncs it.
+    /// Writes `data` to a new file at `url` (mode 0600) and syncs it. Whatever was at `url` is
+    /// removed first, and the file is made anew, never followed through a link: a link left
+    /// there cannot make the host write elsewhere.
     static func write(_ data: Data, to url: URL) throws(TransferStorageError) {
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        unlink(url.path)
+        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             throw TransferStorageError("cannot write \(url.path): \(String(cString: strerror(errno)))")
         }
@@ -117,6 +124,25 @@ enum Durable {
         guard written, fsync(descriptor) == 0 else {
             throw TransferStorageError("cannot write \(url.path): \(String(cString: strerror(errno)))")
         }
+    }
+
+    /// The bytes of the regular file at `url`, at most `limit` of them; a link, a FIFO, a
+    /// device or a larger file is refused (without blocking on it).
+    static func read(_ url: URL, limit: Int) throws(TransferStorageError) -> Data {
+        let descriptor = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .system("cannot open", url) }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw TransferStorageError("\(url.path) is not a regular file")
+        }
+        guard status.st_size <= limit else {
+            throw TransferStorageError("\(url.path) is \(status.st_size) bytes, over the \(limit) a record may have")
+        }
+        var data = Data(count: Int(status.st_size))
+        let count = data.withUnsafeMutableBytes { Glibc.read(descriptor, $0.baseAddress, $0.count) }
+        guard count == Int(status.st_size) else { throw .system("cannot read", url) }
+        return data
     }
 
     /// Syncs `folder`, so that a rename or an unlink in it is on stable storage.

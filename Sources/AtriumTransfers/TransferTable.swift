@@ -39,14 +39,43 @@ public struct TransferTable: Sendable {
         }
     }
 
+    /// The table of `records` (the journal's, at start). A record that cannot be one the host
+    /// wrote (a size, an offset or a change number out of range, an id twice) is left out, and
+    /// named in ``rejected``: the journal is on disk, and whoever could write there is not
+    /// trusted to make the host trap.
     public init(limits: TransferLimits, records: [TransferRecord] = []) {
         self.limits = limits
         for var record in records {
+            if let problem = Self.problem(of: record) {
+                rejected.append((record.id, problem))
+                continue
+            }
+            guard self.records[record.id] == nil else {
+                rejected.append((record.id, "a second record of the same transfer"))
+                continue
+            }
             // Nothing is attached after a restart: a running transfer waits for its client.
             if record.phase == .running { record.phase = .waiting }
             put(record)
             sequence = max(sequence, record.sequence)
         }
+    }
+
+    /// The records ``init(limits:records:)`` left out, and why.
+    public private(set) var rejected: [(id: TransferID, problem: String)] = []
+
+    /// Why `record` cannot be one the host keeps, or nil.
+    static func problem(of record: TransferRecord) -> String? {
+        // Far below Int64.max: sums of sizes across transfers cannot overflow.
+        let maxBytes: Int64 = 1 << 56
+        if record.size < -1 || record.size > maxBytes { return "its size \(record.size) is out of range" }
+        if record.maxSize < -1 || record.maxSize > maxBytes { return "its maximum \(record.maxSize) is out of range" }
+        if record.offset < 0 || record.offset > (record.size >= 0 ? record.size : maxBytes) {
+            return "its offset \(record.offset) is out of range"
+        }
+        if record.sequence >= UInt64.max / 2 { return "its change number \(record.sequence) is out of range" }
+        if let digest = record.digest, digest.count != 32 { return "its digest is not 32 bytes" }
+        return nil
     }
 
     public var count: Int { records.count }
@@ -75,9 +104,12 @@ public struct TransferTable: Sendable {
         case tooMany(Int)
         case spoolOfCaller(Int64)
         case spool(Int64)
+        /// Not a transfer the host could keep (a size out of range, an id taken).
+        case invalid(String)
 
         public var description: String {
             switch self {
+            case .invalid(let problem): "not a transfer the host keeps: \(problem)"
             case .tooManyOfCaller(let limit): "the caller has \(limit) unfinished transfers, its limit"
             case .tooMany(let limit): "the host has \(limit) unfinished transfers, its limit"
             case .spoolOfCaller(let limit): "the caller's unfinished uploads would hold over \(limit) bytes, its limit"
@@ -88,17 +120,21 @@ public struct TransferTable: Sendable {
 
     /// Adds `record` (a service offered a file or accepted one), within the limits.
     public mutating func add(_ record: TransferRecord) -> Result<TransferRecord, Refusal> {
+        guard records[record.id] == nil, Self.problem(of: record) == nil else {
+            return .failure(.invalid(Self.problem(of: record) ?? "a transfer of this id exists"))
+        }
         let ofCaller = countsByOwner[record.owner] ?? Counts()
         guard total.unfinished < limits.unfinished else { return .failure(.tooMany(limits.unfinished)) }
         guard ofCaller.unfinished < limits.unfinishedPerCaller else {
             return .failure(.tooManyOfCaller(limits.unfinishedPerCaller))
         }
         // An upload of known size reserves it all; one of unknown size counts as it grows.
+        // Compared as what is left, not as sums, so that no size can overflow them.
         let adds = record.spoolBytes
-        guard ofCaller.spoolBytes + adds <= limits.spoolBytesPerCaller else {
+        guard adds <= limits.spoolBytesPerCaller - ofCaller.spoolBytes else {
             return .failure(.spoolOfCaller(limits.spoolBytesPerCaller))
         }
-        guard total.spoolBytes + adds <= limits.spoolBytes else { return .failure(.spool(limits.spoolBytes)) }
+        guard adds <= limits.spoolBytes - total.spoolBytes else { return .failure(.spool(limits.spoolBytes)) }
         var record = record
         store(&record)
         return .success(record)
@@ -106,10 +142,10 @@ public struct TransferTable: Sendable {
 
     /// Whether an upload of unknown size may grow to `offset` bytes within the spool limits.
     public func mayGrow(_ id: TransferID, to offset: Int64) -> Bool {
-        guard let record = records[id] else { return false }
+        guard let record = records[id], offset >= 0, offset <= 1 << 56 else { return false }
         let growth = max(offset - record.spoolBytes, 0)
         let ofCaller = countsByOwner[record.owner]?.spoolBytes ?? 0
-        return ofCaller + growth <= limits.spoolBytesPerCaller && total.spoolBytes + growth <= limits.spoolBytes
+        return growth <= limits.spoolBytesPerCaller - ofCaller && growth <= limits.spoolBytes - total.spoolBytes
     }
 
     // MARK: - Attaching
@@ -186,7 +222,9 @@ public struct TransferTable: Sendable {
 
     /// Bytes moved: an upload's bytes on stable storage, or a download's acknowledged.
     public mutating func progressed(_ id: TransferID, offset: Int64, now: Date) -> TransferRecord? {
-        guard var record = records[id], !record.phase.isEnded, offset >= record.offset else { return nil }
+        guard var record = records[id], !record.phase.isEnded, offset >= record.offset,
+            offset <= (record.size >= 0 ? record.size : 1 << 56)
+        else { return nil }
         record.offset = offset
         record.lastProgress = now
         store(&record)
@@ -272,14 +310,19 @@ public struct TransferTable: Sendable {
     /// What a sweep did.
     public struct Sweep: Sendable, Equatable {
         /// Unfinished transfers with no progress for the expiry: now expired (their partial
-        /// bytes go; the record stays for its caller to see).
+        /// bytes go; the record stays for its caller to see), each with the connection that had
+        /// it attached, to be told.
         public var expired: [TransferRecord] = []
+        public var expiredAttachments: [TransferID: UInt64] = [:]
         /// Ended transfers past the retention: removed, with their files.
         public var removed: [TransferRecord] = []
     }
 
-    /// Expires what made no progress for ``TransferLimits/expiry`` and is not attached, and
-    /// removes what ended over ``TransferLimits/retention`` ago. At start and every hour.
+    /// Expires what moved no byte for ``TransferLimits/expiry`` (attached or not: a client that
+    /// attaches and sends nothing does not keep a reservation for ever; the host tells its
+    /// connection), and removes what ended over ``TransferLimits/retention`` ago. At start and
+    /// every hour. A transfer the host itself is checking or handing to its service is left to
+    /// finish.
     public mutating func sweep(now: Date) -> Sweep {
         var sweep = Sweep()
         let expiry = limits.expiry.timeInterval
@@ -289,11 +332,13 @@ public struct TransferTable: Sendable {
                 if let ended = record.ended, now.timeIntervalSince(ended) >= retention, let gone = drop(record.id) {
                     sweep.removed.append(gone)
                 }
-            } else if attachedTo[record.id] == nil, now.timeIntervalSince(record.lastProgress) >= expiry,
+            } else if now.timeIntervalSince(record.lastProgress) >= expiry,
                 record.phase == .waiting || record.phase == .running
             {
+                let connection = attachedTo[record.id]
                 if let expired = moved(record.id, to: .expired, error: .expired, now: now) {
                     sweep.expired.append(expired)
+                    if let connection { sweep.expiredAttachments[record.id] = connection }
                 }
             }
         }

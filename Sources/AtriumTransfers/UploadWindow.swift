@@ -10,7 +10,8 @@ public struct UploadWindow: Sendable, Equatable {
     public private(set) var held: Int64
     /// The announced size, or -1.
     public let size: Int64
-    /// The most bytes an upload of unknown size may have.
+    /// The most bytes an upload of unknown size may have; -1 for no maximum of its own (the
+    /// spool's limits bound it).
     public let maxSize: Int64
     /// The bytes past ``held`` the client may send.
     public let window: Int64
@@ -47,15 +48,19 @@ public struct UploadWindow: Sendable, Equatable {
     /// knows it. `count` is at most `chunkBytes` (the frame's check).
     public mutating func chunk(offset: Int64, count: Int, last: Bool, digest: [UInt8]? = nil) -> Verdict {
         guard refused == nil, !lastReceived else { return .ignore }
-        let end = offset + Int64(count)
-        guard offset == written else { return refuse(.offsetMismatch) }
+        // The offset is checked first: from here on it is `written`, so nothing below can
+        // overflow, whatever the client sent.
+        guard offset == written, count >= 0 else { return refuse(.offsetMismatch) }
+        let count = Int64(count)
         if size >= 0 {
-            guard end <= size else { return .fail(.lengthExceeded) }
-            guard !last || end == size else { return .fail(.lengthExceeded) }
-        } else {
-            guard end <= maxSize else { return .fail(.lengthExceeded) }
+            guard count <= size - offset else { return .fail(.lengthExceeded) }
+            guard !last || count == size - offset else { return .fail(.lengthExceeded) }
+        } else if maxSize >= 0 {
+            guard count <= maxSize - offset else { return .fail(.lengthExceeded) }
         }
-        guard end <= held + window else { return refuse(.windowExceeded) }
+        // Unsynced bytes already sent take part of the window.
+        guard count <= window - (offset - held) else { return refuse(.windowExceeded) }
+        let end = offset + count
         written = end
         if last || (size >= 0 && end == size) {
             lastReceived = true
@@ -115,9 +120,10 @@ public struct DownloadWindow: Sendable, Equatable {
     /// everything was sent, or after a refusal.
     public mutating func nextChunk(maxBytes: Int) -> Range<Int64>? {
         guard refused == nil else { return nil }
-        let limit = min(size, acknowledged + window)
-        guard sent < limit else { return nil }
-        let end = min(limit, sent + Int64(maxBytes))
+        // In differences, not sums: nothing here overflows, whatever the window.
+        let limit = acknowledged + min(window, size - acknowledged)
+        guard sent < limit, maxBytes > 0 else { return nil }
+        let end = sent + min(limit - sent, Int64(maxBytes))
         defer { sent = end }
         return sent..<end
     }

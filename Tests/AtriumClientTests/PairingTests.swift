@@ -25,6 +25,38 @@ struct PairingTests {
             tls: ClientTLS(identity: try ClientTLS.defaultIdentity(in: folder)))
     }
 
+    /// A device that is not paired has no transfer: its transfer frames are refused, and
+    /// counted as its other refused frames are, until its connection is closed.
+    @Test func transferFramesOfADeviceThatIsNotPairedAreRefusedAndCounted() async throws {
+        let host = try await TestHost.start(manifests: ClientTests.manifests, arguments: Self.arguments)
+        let stranger = try await Self.device(host)
+        let transfer = UUID()
+        let frames: [ClientTransferFrame] = [
+            .attach(AttachFrame(id: 1, transfer: transfer)), .transfers(TransfersQueryFrame(id: 2)),
+            .chunk(ChunkFrame(transfer: transfer, offset: 0, data: ByteBuffer(bytes: [1]))),
+            .cancel(transfer: transfer),
+        ]
+        // One more than the 32 a connection that is not authorized may have refused.
+        for index in 0..<33 { try await stranger.send(.transfer(frames[index % frames.count])) }
+        // The refusals come back as the client's calls fail, the last saying the connection
+        // was closed (bounded: a few calls at most).
+        var reasons: [String] = []
+        for _ in 0..<5 {
+            do {
+                _ = try await stranger.apps(timeout: .seconds(10))
+                Issue.record("the host served a device that is not paired")
+            } catch let error as AtriumClientError {
+                reasons.append(error.message)
+                if error.message.contains("32 frames refused") { break }
+            }
+        }
+        // Closed within five calls of its own: the transfer frames were refused and counted
+        // (five refused calls alone would not reach 32).
+        #expect(reasons.last?.contains("32 frames refused") == true, "\(reasons)")
+        await stranger.close()
+        #expect(await host.stop() == 0)
+    }
+
     static func operatorConnection(_ host: TestHost) async throws -> AtriumConnection {
         try await AtriumConnection.connect(to: AtriumEndpoint(.unix(path: host.socketPath)))
     }

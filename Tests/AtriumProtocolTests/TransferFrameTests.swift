@@ -110,6 +110,16 @@ struct TransferFrameTests {
         #expect(Array(chunk.data.readableBytesView) == [1, 2, 3])
     }
 
+    /// A `chunk` frame's body with `offset` encoded as given and `extra` key-value bytes after.
+    static func chunk(offset: [UInt8], extra: [UInt8] = []) -> [UInt8] {
+        var body: [UInt8] = [extra.isEmpty ? 0xa4 : 0xa5]
+        body += [0x64] + Array("type".utf8) + [0x65] + Array("chunk".utf8)
+        body += [0x68] + Array("transfer".utf8) + [0xd8, 0x25, 0x50] + withUnsafeBytes(of: id.uuid) { Array($0) }
+        body += [0x66] + Array("offset".utf8) + offset
+        body += [0x64] + Array("data".utf8) + [0x40]
+        return body + extra
+    }
+
     @Test func missingAndMistypedKeysAreNamed() {
         let uuid = Value.uuid(Self.id)
         #expect(
@@ -131,7 +141,23 @@ struct TransferFrameTests {
                 == #"ack: key "window" is missing"#)
         #expect(
             clientFrameError(["type": "transfers", "id": 1, "forget": ["x"]])?.message
-                == #"transfers: key "forget" must be an array of uuids, not an array"#)
+                == #"transfers: key "forget"[0] must be a uuid (tag 37 over 16 bytes), not a text string"#)
+        // Offsets past any file, a digest that is not a SHA-256, a float for `last`.
+        #expect(
+            clientFrameError(["type": "ack", "transfer": uuid, "offset": .int(-1), "window": 1])?.code
+                == .malformedFrame)
+        #expect(
+            clientFrameError(bytes: Self.chunk(offset: [0x1b, 0x80, 0, 0, 0, 0, 0, 0, 0]))?.message
+                == #"chunk: key "offset" is out of range (9223372036854775808)"#)
+        #expect(
+            clientFrameError([
+                "type": "chunk", "transfer": uuid, "offset": 0, "data": .bytes([]), "digest": .bytes([1]),
+            ])?
+            .message == #"chunk: key "digest" must be 32 bytes (a SHA-256), not 1"#)
+        #expect(
+            clientFrameError(
+                bytes: Self.chunk(offset: [0x00], extra: [0x64] + Array("last".utf8) + [0xf9, 0x00, 0x15]))?
+                .message == #"chunk: key "last" must be true or false, not a float"#)
         #expect(clientFrameError(["type": "transfers", "id": 1, "forget": .array(ValueArray(uuids: []))]) == nil)
         // A uuid tag over 15 bytes is not a uuid.
         var short: [UInt8] = [0xa2]

@@ -81,9 +81,10 @@ struct TransferStorageTests {
         let free = try #require(SpoolFile.freeBytes(of: folder))
         // More than the disk has free: refused before a byte is written.
         #expect(throws: SpoolError.self) { _ = try SpoolFile.open(TransferID(), in: folder, reserve: free + (1 << 30)) }
-        // Room for the bytes, but not for the floor the host keeps free.
+        // Room for the bytes, but not for the floor the host keeps free (one no disk has: the
+        // free space moves while the test runs).
         #expect(throws: SpoolError.self) {
-            _ = try SpoolFile.open(TransferID(), in: folder, reserve: 4096, floor: free)
+            _ = try SpoolFile.open(TransferID(), in: folder, reserve: 4096, floor: Int64.max / 2)
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).isEmpty, "a refused file is not left")
         // A resumed upload's file is never removed by a refusal.
@@ -92,5 +93,34 @@ struct TransferStorageTests {
         kept.close()
         #expect(throws: SpoolError.self) { _ = try SpoolFile.open(id, in: folder, reserve: free + (1 << 30)) }
         #expect(FileManager.default.fileExists(atPath: kept.url.path))
+    }
+
+    @Test func linksAndFilesThatAreNotRegularAreNeverFollowed() throws {
+        let folder = Self.folder("links")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let outside = folder.appendingPathComponent("outside")
+        try Data("keep".utf8).write(to: outside)
+        // A spool file that is a link to a file outside: refused, the file untouched.
+        let id = TransferID()
+        try FileManager.default.createSymbolicLink(
+            at: folder.appendingPathComponent("\(id).part"), withDestinationURL: outside)
+        #expect(throws: SpoolError.self) { _ = try SpoolFile.open(id, in: folder, reserve: 1 << 20) }
+        #expect(try Data(contentsOf: outside) == Data("keep".utf8))
+        // A journal whose temporary file is a link: the link goes, the record is written.
+        let journal = try TransferJournal(folder: folder.appendingPathComponent("journal"))
+        let record = TransferRecord(
+            owner: .client("c"), direction: .download, package: "p", service: "s", size: 1, now: now)
+        try FileManager.default.createSymbolicLink(
+            at: journal.folder.appendingPathComponent(".\(record.id).json.new"), withDestinationURL: outside)
+        try journal.write(record)
+        #expect(try Data(contentsOf: outside) == Data("keep".utf8))
+        #expect(journal.readAll().records == [record])
+        // A record that is a link, or a FIFO, is named and skipped, not followed or waited on.
+        try FileManager.default.createSymbolicLink(
+            at: journal.folder.appendingPathComponent("\(TransferID()).json"), withDestinationURL: outside)
+        #expect(mkfifo(journal.folder.appendingPathComponent("\(TransferID()).json").path, 0o600) == 0)
+        let read = journal.readAll()
+        #expect(read.records == [record])
+        #expect(read.problems.count == 2, "\(read.problems)")
     }
 }

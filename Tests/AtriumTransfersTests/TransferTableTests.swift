@@ -131,11 +131,13 @@ struct TransferTableTests {
         _ = table.moved(done.id, to: .completed, now: start)
 
         let first = table.sweep(now: start + 100)
-        #expect(first.expired.map(\.id) == [idle.id], "only the idle, unattached one expires")
+        #expect(Set(first.expired.map(\.id)) == [idle.id, attached.id], "attached or not, no progress expires")
+        #expect(first.expiredAttachments == [attached.id: 1], "the attached one's connection is to be told")
+        #expect(table.connection(of: attached.id) == nil)
         #expect(table.find(idle.id, owner: alice)?.error == .expired)
         #expect(first.removed.isEmpty)
         let second = table.sweep(now: start + 1100)
-        #expect(Set(second.removed.map(\.id)) == [done.id, idle.id])
+        #expect(Set(second.removed.map(\.id)) == [done.id, idle.id, attached.id])
         #expect(second.expired.map(\.id) == [moving.id])
     }
 
@@ -181,5 +183,30 @@ struct TransferTableTests {
         #expect((try? table.attach(third.id, owner: alice, connection: 2, now: start).get()) != nil)
         #expect(table.connectionClosed(2).map(\.id) == [third.id])
         #expect(table.connectionClosed(2).isEmpty)
+    }
+
+    @Test func recordsTheHostCouldNotHaveWrittenAreLeftOutNotTrappedOn() throws {
+        var huge = record(alice, .upload, size: Int64.max)
+        huge.offset = Int64.min
+        var negative = record(alice, .upload, size: -1)
+        negative.offset = -5
+        var late = record(alice)
+        late.sequence = UInt64.max
+        var shortDigest = record(alice)
+        shortDigest.digest = [1, 2, 3]
+        let good = record(alice, .upload, size: 10)
+        let table = TransferTable(
+            limits: TransferLimits(), records: [huge, negative, late, shortDigest, good, good])
+        #expect(table.count == 1 && table.find(good.id, owner: alice) != nil)
+        #expect(table.rejected.count == 5, "\(table.rejected)")
+        #expect(table.rejected.contains { $0.id == good.id && $0.problem.contains("second record") })
+        var fresh = TransferTable(limits: TransferLimits(spoolBytesPerCaller: 100))
+        _ = try added(&fresh, record(alice, .upload, size: 50))
+        #expect(fresh.add(record(alice, .upload, size: 1 << 56)) == .failure(.spoolOfCaller(100)))
+        guard case .failure(.invalid) = fresh.add(huge) else {
+            Issue.record("a size past any file was taken")
+            return
+        }
+        #expect(!fresh.mayGrow(good.id, to: Int64.max))
     }
 }

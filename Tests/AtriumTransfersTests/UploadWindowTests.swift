@@ -55,6 +55,17 @@ struct UploadWindowTests {
         #expect(unknown.chunk(offset: 16, count: 1, last: false) == .fail(.lengthExceeded))
     }
 
+    @Test func offsetsAndCountsAtTheEdgesOfTheirRangeAreRefusedNotTrappedOn() throws {
+        var upload = UploadWindow(held: 0, size: 10, maxSize: -1, window: .max)
+        #expect(upload.chunk(offset: .max, count: 1, last: false) == .refuse(.offsetMismatch))
+        var unknown = UploadWindow(held: 0, size: -1, maxSize: -1, window: .max)
+        #expect(unknown.chunk(offset: 0, count: .max, last: false) == .write(at: 0))
+        #expect(unknown.chunk(offset: .max, count: 1, last: true) == .refuse(.windowExceeded))
+        var download = try #require(DownloadWindow(size: .max, offset: .max - 1, window: .max, maxWindow: .max))
+        #expect(download.nextChunk(maxBytes: .max) == (Int64.max - 1)..<Int64.max)
+        #expect(download.ack(offset: .max, window: .max) == .complete)
+    }
+
     @Test func anUploadOfUnknownSizeEndsWithItsLastChunk() {
         var upload = UploadWindow(held: 0, size: -1, maxSize: 1 << 20, window: 64)
         _ = upload.chunk(offset: 0, count: 30, last: false)

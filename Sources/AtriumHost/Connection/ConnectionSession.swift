@@ -241,10 +241,10 @@ final class ConnectionSession {
             return .error(ErrorFrame(code: .notAuthorized, message: "channel \(channel) is not open: \(reason)"))
         case .hello, .ping, .pair, .pairReveal, .unknown:
             return nil
-        case .transfer:
-            // A transfer is its caller's, whoever that is (a service that takes anyone may
-            // offer a file to a device that is not paired): ownership decides.
-            return nil
+        case .transfer(let transfer):
+            // A client that is not authorized may send no request, so no service can have made
+            // a transfer for it: it has none to move or ask about.
+            return .error(ErrorFrame(code: .notAuthorized, message: "\(transfer.type) refused: \(reason)"))
         }
     }
 

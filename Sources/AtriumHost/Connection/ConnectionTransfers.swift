@@ -9,7 +9,9 @@ import Foundation
 /// table in the host), so the host has no transfer of anyone's: every frame names a transfer
 /// its caller does not have, and is answered as section 8 says for one: `attach` with status 1
 /// and `notFound`, `cancelTransfer` with the transfer's state `failed` and `notFound`,
-/// `transfers` with none and cursor 0; `chunk`, `ack` and `detach` are ignored.
+/// `transfers` with none and cursor 0; `chunk`, `ack` and `detach` are ignored. A client that
+/// is not authorized gets none of these: its transfer frames are refused and counted
+/// (``ConnectionSession``).
 ///
 /// On the connection's event loop only; it writes through the handler it is given.
 enum ConnectionTransfers {
