@@ -105,12 +105,7 @@ extension FrameFields {
     }
 
     func optionalUUIDArray(_ key: StaticString) throws(FrameError) -> [UUID]? {
-        try optionalArray(key, "an array of uuids") { (reader, position) throws(FrameError) in
-            guard position < ProtocolLimits.maxFrameArrayItems else {
-                throw FrameError(
-                    .malformedFrame,
-                    "\(name): key \"\(key)\" has more than \(ProtocolLimits.maxFrameArrayItems) items, the hard limit")
-            }
+        try optionalLimitedArray(key, "an array of uuids") { (reader, position) throws(FrameError) in
             let start = reader.offset
             var probe = CBORReader(raw, offset: start)
             guard let head = try? probe.readHead(),

@@ -311,13 +311,25 @@ struct FrameFields {
         return elements
     }
 
-    func optionalTextArray(_ key: StaticString) throws(FrameError) -> [String]? {
-        try optionalArray(key, "an array of text") { (reader, position) throws(FrameError) in
+    /// Visits the elements of the array under `key`, refusing the frame past
+    /// ``ProtocolLimits/maxFrameArrayItems`` of them; `nil` when the key is absent.
+    func optionalLimitedArray<Element>(
+        _ key: StaticString,
+        _ expected: String,
+        _ element: (inout CBORReader, Int) throws(FrameError) -> Element
+    ) throws(FrameError) -> [Element]? {
+        try optionalArray(key, expected) { (reader, position) throws(FrameError) in
             guard position < ProtocolLimits.maxFrameArrayItems else {
                 throw FrameError(
                     .malformedFrame,
                     "\(name): key \"\(key)\" has more than \(ProtocolLimits.maxFrameArrayItems) items, the hard limit")
             }
+            return try element(&reader, position)
+        }
+    }
+
+    func optionalTextArray(_ key: StaticString) throws(FrameError) -> [String]? {
+        try optionalLimitedArray(key, "an array of text") { (reader, position) throws(FrameError) in
             let start = reader.offset
             guard let head = try? reader.readHead(), head.major == 3, let text = try? reader.readText(head) else {
                 var probe = CBORReader(raw, offset: start)

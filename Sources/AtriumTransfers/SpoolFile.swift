@@ -46,10 +46,8 @@ public final class SpoolFile {
             return .insufficientStorage(reason)
         }
         if let reserve, reserve > 0 {
-            var status = stat()
-            fstat(descriptor, &status)
             // What is taken already (a resumed upload) is not taken again.
-            let taken = Int64(status.st_blocks) * 512
+            let taken = Int64(kind.st_blocks) * 512
             if let free = Self.freeBytes(of: folder), free - max(reserve - taken, 0) < floor {
                 throw refuse("the upload needs \(reserve) bytes; the host's disk has \(free) free and keeps \(floor)")
             }
@@ -127,11 +125,5 @@ public enum SpoolError: Error, Sendable, CustomStringConvertible {
         case .insufficientStorage(let reason): reason
         case .storage(let error): error.description
         }
-    }
-}
-
-extension TransferStorageError {
-    static func system(_ what: String, _ url: URL) -> TransferStorageError {
-        TransferStorageError("\(what) \(url.path): \(String(cString: strerror(errno)))")
     }
 }

@@ -31,7 +31,7 @@ public struct TransferJournal: Sendable {
 
     /// The most bytes a record may have (its `result` is at most a message): a larger file is
     /// not one the host wrote.
-    static let maxRecordBytes = 4 << 20
+    public static let maxRecordBytes = 4 << 20
 
     /// Writes `record`, replacing its earlier version, and syncs it.
     public func write(_ record: TransferRecord) throws(TransferStorageError) {
@@ -56,7 +56,7 @@ public struct TransferJournal: Sendable {
     /// Removes transfer `id`'s record.
     public func remove(_ id: TransferID) throws(TransferStorageError) {
         guard unlink(file(of: id).path) == 0 || errno == ENOENT else {
-            throw TransferStorageError("cannot remove \(file(of: id).path): \(String(cString: strerror(errno)))")
+            throw .system("cannot remove", file(of: id))
         }
         try Durable.syncFolder(folder)
     }
@@ -85,6 +85,8 @@ public struct TransferJournal: Sendable {
                     continue
                 }
                 records.append(record)
+            } catch let error as TransferStorageError {
+                problems.append("not read: \(error)")
             } catch {
                 problems.append("\(url.path): not a transfer record (\(error.localizedDescription))")
             }
@@ -97,6 +99,11 @@ public struct TransferJournal: Sendable {
 public struct TransferStorageError: Error, Sendable, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+
+    /// `what` failed on `url`, for the reason `errno` gives.
+    static func system(_ what: String, _ url: URL) -> TransferStorageError {
+        TransferStorageError("\(what) \(url.path): \(String(cString: strerror(errno)))")
+    }
 }
 
 /// Writing that survives a crash: the bytes synced before the call returns.
@@ -107,9 +114,7 @@ enum Durable {
     static func write(_ data: Data, to url: URL) throws(TransferStorageError) {
         unlink(url.path)
         let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw TransferStorageError("cannot write \(url.path): \(String(cString: strerror(errno)))")
-        }
+        guard descriptor >= 0 else { throw .system("cannot write", url) }
         defer { close(descriptor) }
         let written = data.withUnsafeBytes { raw -> Bool in
             var offset = 0
@@ -121,9 +126,7 @@ enum Durable {
             }
             return true
         }
-        guard written, fsync(descriptor) == 0 else {
-            throw TransferStorageError("cannot write \(url.path): \(String(cString: strerror(errno)))")
-        }
+        guard written, fsync(descriptor) == 0 else { throw .system("cannot write", url) }
     }
 
     /// The bytes of the regular file at `url`, at most `limit` of them; a link, a FIFO, a
@@ -148,12 +151,8 @@ enum Durable {
     /// Syncs `folder`, so that a rename or an unlink in it is on stable storage.
     static func syncFolder(_ folder: URL) throws(TransferStorageError) {
         let descriptor = open(folder.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            throw TransferStorageError("cannot open \(folder.path): \(String(cString: strerror(errno)))")
-        }
+        guard descriptor >= 0 else { throw .system("cannot open", folder) }
         defer { close(descriptor) }
-        guard fsync(descriptor) == 0 else {
-            throw TransferStorageError("cannot sync \(folder.path): \(String(cString: strerror(errno)))")
-        }
+        guard fsync(descriptor) == 0 else { throw .system("cannot sync", folder) }
     }
 }

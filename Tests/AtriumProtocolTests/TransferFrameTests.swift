@@ -168,4 +168,23 @@ struct TransferFrameTests {
         #expect(
             refused?.message.contains(#"detach: key "transfer" must be a uuid"#) == true, "\(refused?.message ?? "")")
     }
+
+    /// What a hostile client can put where a uuid or a list of them goes: a list past the hard
+    /// limit, or an array of a million items in place of a uuid, is refused by its head, with
+    /// its key named.
+    @Test func hostileValuesWhereUUIDsGoAreRefusedByTheirHead() {
+        let tooMany = (0...ProtocolLimits.maxFrameArrayItems).map { _ in UUID() }
+        #expect(
+            clientFrameError(["type": "transfers", "id": 1, "forget": .array(ValueArray(uuids: tooMany))])?.message
+                == #"transfers: key "forget" has more than 1024 items, the hard limit"#)
+        // `transfer` as an array of a million empty strings (one byte each).
+        var body: [UInt8] = [0xa3]
+        body += [0x64] + Array("type".utf8) + [0x66] + Array("attach".utf8)
+        body += [0x62] + Array("id".utf8) + [0x01]
+        body += [0x68] + Array("transfer".utf8) + [0x9a, 0x00, 0x0f, 0x42, 0x40]
+        body += [UInt8](repeating: 0x60, count: 1_000_000)
+        #expect(
+            clientFrameError(bytes: body)?.message
+                == #"attach: key "transfer" must be a uuid (tag 37 over 16 bytes), not an array"#)
+    }
 }

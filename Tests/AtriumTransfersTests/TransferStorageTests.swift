@@ -123,4 +123,15 @@ struct TransferStorageTests {
         #expect(read.records == [record])
         #expect(read.problems.count == 2, "\(read.problems)")
     }
+
+    @Test func aRecordLargerThanAnyTheHostWritesIsNotRead() throws {
+        let folder = Self.folder("journal-large")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        try Data(count: TransferJournal.maxRecordBytes + 1).write(
+            to: folder.appendingPathComponent("\(TransferID()).json"))
+        let read = journal.readAll()
+        #expect(read.records.isEmpty)
+        #expect(read.problems.count == 1 && read.problems[0].contains("a record may have"), "\(read.problems)")
+    }
 }
