@@ -27,6 +27,7 @@ let package = Package(
         // The reference services, built as the shared libraries that manifests/ declares.
         .library(name: "RomanPing", type: .dynamic, targets: ["RomanPing"]),
         .library(name: "Echo", type: .dynamic, targets: ["Echo"]),
+        .library(name: "Files", type: .dynamic, targets: ["Files"]),
         // A service that misbehaves on request, for the host's tests.
         .library(name: "AtriumTestService", type: .dynamic, targets: ["AtriumTestService"]),
         // A C service that exercises the host's message accessors and builders.
@@ -87,7 +88,8 @@ let package = Package(
         .target(
             name: "AtriumHost",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", "CAtriumPlugin", "CAtriumFFI",
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", "AtriumTransfers", "CAtriumPlugin",
+                "CAtriumFFI",
                 "CAtriumSystem", nioCore,
                 nioPosix, logging, lifecycle, .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -154,6 +156,7 @@ let package = Package(
         ),
         .target(name: "RomanPing", dependencies: ["AtriumPluginKit"], path: "Plugins/RomanPing", swiftSettings: strict),
         .target(name: "Echo", dependencies: ["CAtriumPlugin"], path: "Plugins/Echo"),
+        .target(name: "Files", dependencies: ["CAtriumPlugin"], path: "Plugins/Files"),
         .target(
             name: "AtriumTestService",
             dependencies: ["AtriumPluginKit"],

@@ -104,7 +104,7 @@ if $build_first; then
     swift build -c "$configuration" >&2
 fi
 build="${from:-.build/$configuration}"
-for built in atriumd atrium libEcho.so libRomanPing.so libmathdemo.so; do
+for built in atriumd atrium libEcho.so libFiles.so libRomanPing.so libmathdemo.so; do
     [ -f "$build/$built" ] || { echo "install.sh: $build/$built is missing: build first" >&2; exit 1; }
 done
 
@@ -125,7 +125,7 @@ plan=()  # MODE<tab>SOURCE<tab>DEST<tab>KIND (kind "config": a file a person may
 plan+=("755"$'\t'"$build/atriumd"$'\t'"$bindir/atriumd"$'\t'"program")
 plan+=("755"$'\t'"$build/atrium"$'\t'"$bindir/atrium"$'\t'"program")
 plan+=("644"$'\t'"Sources/CAtriumPlugin/include/atrium_plugin.h"$'\t'"$includedir/atrium_plugin.h"$'\t'"file")
-for library in libEcho.so libRomanPing.so libmathdemo.so; do
+for library in libEcho.so libFiles.so libRomanPing.so libmathdemo.so; do
     plan+=("644"$'\t'"$build/$library"$'\t'"$plugindir/$library"$'\t'"file")
 done
 for manifest in manifests/*.json; do

@@ -1,6 +1,7 @@
 import AtriumDiscovery
 public import AtriumProtocol
 import AtriumTLS
+public import AtriumTransfers
 import Crypto
 public import Foundation
 
@@ -93,6 +94,11 @@ public struct HostConfiguration: Sendable {
     /// Where the host keeps its identity (and, later, what it learns): made mode 0700 at
     /// first start.
     public var stateFolder = TLSIdentity.defaultStateFolder()
+
+    /// The limits of transfers (CONTRACT section 8; `--transfer-*`).
+    public var transferLimits = TransferLimits()
+    /// Where transfers' journal and spool are: `STATE/transfers` unless set.
+    public var transferFolder: URL?
 
     public init(
         manifestFolders: [URL] = [URL(fileURLWithPath: "manifests")],

@@ -110,6 +110,9 @@ public final class TestHost: @unchecked Sendable {
         // No configuration file of the machine's or the user's, and glibc's malloc as atriumd
         // sets it: a test says what it runs with.
         inherited["ATRIUM_CONFIG"] = "off"
+        // What a plugin keeps in the user's data folder (the Files service's default folder)
+        // goes in the test's state folder, not in the home of whoever runs the tests.
+        inherited["XDG_DATA_HOME"] = stateFolder + "/data"
         inherited["MALLOC_ARENA_MAX"] = nil
         inherited["GLIBC_TUNABLES"] = nil
         process.environment = inherited.merging(environment) { $1 }

@@ -32,10 +32,13 @@ public struct TransferRecord: Sendable, Codable, Equatable {
     public var ended: Date?
     /// The table's change number at its last change: what `transfers` with `since` compares.
     public var sequence: UInt64
+    /// A download's file, as it was offered: opened again from here after a restart.
+    public var source: DownloadSource?
 
     public init(
         id: TransferID = TransferID(), owner: TransferOwner, direction: TransferDirection, package: String,
-        service: String, name: String? = nil, size: Int64, maxSize: Int64 = -1, digest: [UInt8]? = nil, now: Date
+        service: String, name: String? = nil, size: Int64, maxSize: Int64 = -1, digest: [UInt8]? = nil,
+        source: DownloadSource? = nil, now: Date
     ) {
         self.id = id
         self.owner = owner
@@ -47,6 +50,7 @@ public struct TransferRecord: Sendable, Codable, Equatable {
         self.maxSize = maxSize
         offset = 0
         self.digest = digest
+        self.source = source
         phase = .waiting
         created = now
         lastProgress = now

@@ -24,8 +24,9 @@ public struct TransferTable: Sendable {
     /// Ended transfers the table let go of by itself (over a caller's kept outcomes), whose files
     /// the host removes.
     private var removed: [TransferRecord] = []
-    /// The last change number given out: every change takes the next.
-    public private(set) var sequence: UInt64 = 0
+    /// Each caller's last change number: each change of one of its transfers takes the next.
+    /// A caller's own count, so that what it sees of its cursor says nothing of other callers.
+    private var sequenceByOwner: [TransferOwner: UInt64] = [:]
 
     private struct Counts: Sendable {
         var unfinished = 0
@@ -57,7 +58,7 @@ public struct TransferTable: Sendable {
             // Nothing is attached after a restart: a running transfer waits for its client.
             if record.phase == .running { record.phase = .waiting }
             put(record)
-            sequence = max(sequence, record.sequence)
+            sequenceByOwner[record.owner] = max(sequenceByOwner[record.owner] ?? 0, record.sequence)
         }
     }
 
@@ -75,6 +76,9 @@ public struct TransferTable: Sendable {
         }
         if record.sequence >= UInt64.max / 2 { return "its change number \(record.sequence) is out of range" }
         if let digest = record.digest, digest.count != 32 { return "its digest is not 32 bytes" }
+        if let source = record.source, record.direction != .download || source.size != record.size {
+            return "its file does not match its direction or size"
+        }
         return nil
     }
 
@@ -85,6 +89,13 @@ public struct TransferTable: Sendable {
         guard let record = records[id], record.owner == owner else { return nil }
         return record
     }
+
+    /// Transfer `id`, whoever's it is (for the host's own use: a caller's request goes through
+    /// ``find(_:owner:)``).
+    public func record(_ id: TransferID) -> TransferRecord? { records[id] }
+
+    /// Every caller that has transfers.
+    public var owners: [TransferOwner] { Array(idsByOwner.keys) }
 
     /// Every transfer (for a sweep's files, or shutdown).
     public var all: [TransferRecord] { Array(records.values) }
@@ -274,11 +285,19 @@ public struct TransferTable: Sendable {
     // MARK: - What a caller asks about
 
     /// The caller's transfers changed after change number `since` (all of them without it),
-    /// oldest change first, and the cursor to ask with next.
-    public func changes(of owner: TransferOwner, since: UInt64?) -> (records: [TransferRecord], cursor: UInt64) {
-        let changed = (idsByOwner[owner] ?? []).compactMap { records[$0] }.filter { $0.sequence > (since ?? 0) }
-            .sorted { $0.sequence < $1.sequence }
-        return (changed, sequence)
+    /// oldest change first, at most `limit` of them, and the cursor to ask with next: the change
+    /// number of the last one given (or `since` when none is), so that a caller with more
+    /// changes than one answer holds asks again from there. A `since` past the caller's own
+    /// count (every transfer it had went, and its count began again) is answered as if it had
+    /// none: with everything the caller has now.
+    public func changes(of owner: TransferOwner, since: UInt64?, limit: Int = .max)
+        -> (records: [TransferRecord], cursor: UInt64)
+    {
+        let current = sequenceByOwner[owner] ?? 0
+        let after = since.map { $0 > current ? 0 : $0 } ?? 0
+        let changed = (idsByOwner[owner] ?? []).compactMap { records[$0] }.filter { $0.sequence > after }
+            .sorted { $0.sequence < $1.sequence }.prefix(max(limit, 0))
+        return (Array(changed), changed.last?.sequence ?? after)
     }
 
     /// The caller forgets its ended transfers among `ids` (an unfinished one stays: cancel it
@@ -349,8 +368,9 @@ public struct TransferTable: Sendable {
 
     /// Gives `record` the next change number and puts it in the table.
     private mutating func store(_ record: inout TransferRecord) {
-        sequence += 1
-        record.sequence = sequence
+        let next = (sequenceByOwner[record.owner] ?? 0) + 1
+        sequenceByOwner[record.owner] = next
+        record.sequence = next
         put(record)
     }
 
@@ -378,6 +398,7 @@ public struct TransferTable: Sendable {
         if idsByOwner[record.owner]?.isEmpty == true {
             idsByOwner[record.owner] = nil
             countsByOwner[record.owner] = nil
+            sequenceByOwner[record.owner] = nil
         }
         return record
     }

@@ -94,6 +94,8 @@ struct Atriumd: AsyncParsableCommand {
 
     @OptionGroup var state: StateOptions
 
+    @OptionGroup(title: "Transfers") var transfers: TransferOptions
+
     @OptionGroup var configFile: ConfigOptions
 
     @Flag(
@@ -495,6 +497,8 @@ struct Atriumd: AsyncParsableCommand {
         configuration.auditLog = auditLog.map { URL(fileURLWithPath: $0) }
         configuration.pairingTimeout = .milliseconds(Int64(pairingTimeout * 1000))
         if let folder = state.stateFolder { configuration.stateFolder = folder }
+        configuration.transferLimits = transfers.limits
+        configuration.transferFolder = transfers.transferDir.map { URL(fileURLWithPath: $0) }
 
         if check {
             try runCheck(configuration)

@@ -55,7 +55,7 @@ struct ConnectionSlotTests {
         let slot = ConnectionSlot(index: 1)
         let at = { (milliseconds: Int64) in NIODeadline.uptimeNanoseconds(UInt64(milliseconds) * 1_000_000) }
         let overdue = slot.book.withLock { book -> ConnectionSlot.Overdue in
-            book.insertChannel(10, ConnectionSlot.Channel(number: 1, backend: backend, unanswered: 2))
+            book.insertChannel(10, ConnectionSlot.Channel(number: 1, backend: backend, service: "s", unanswered: 2))
             for (id, deadline) in [(1, 100), (3, 300)] as [(UInt64, Int64)] {
                 book.pending[id] = ConnectionSlot.PendingRequest(
                     number: 1, clientRequest: id, channel: 10, backend: backend, messageBytes: 1, deadline: at(deadline)

@@ -74,11 +74,13 @@ import Testing
             [
                 "usr/bin/atriumd", "usr/bin/atrium", "usr/include/atrium/atrium_plugin.h",
                 "usr/lib/atrium/plugins/libEcho.so", "usr/lib/atrium/plugins/libRomanPing.so",
-                "usr/lib/atrium/plugins/libmathdemo.so", "usr/lib/systemd/system/atriumd.service",
+                "usr/lib/atrium/plugins/libmathdemo.so", "usr/lib/atrium/plugins/libFiles.so",
+                "usr/lib/systemd/system/atriumd.service",
                 "usr/lib/systemd/system/atriumd.socket", "usr/share/man/man1/atriumd.1", "usr/share/man/man1/atrium.1",
                 "usr/share/bash-completion/completions/atrium", "usr/share/zsh/site-functions/_atrium",
                 "usr/share/fish/vendor_completions.d/atrium.fish", "etc/atrium/manifests.d/echo.json",
-                "etc/atrium/manifests.d/roman-ping.json", "etc/atrium/atriumd.conf",
+                "etc/atrium/manifests.d/roman-ping.json", "etc/atrium/manifests.d/files.json",
+                "etc/atrium/atriumd.conf",
             ], in: files)
         // The units say where the install put atriumd and its configuration.
         let service = try String(
@@ -106,7 +108,7 @@ import Testing
         let check = try await runProgram(
             atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path])
         #expect(check.status == 0, "\(check.output)")
-        #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+        #expect(check.output.contains("4 manifests, 4 would load, 0 would not"), "\(check.output)")
         #expect(check.output.contains("library: \(root.path)/usr/lib/atrium/plugins/libEcho.so"), "\(check.output)")
         let version = try await runProgram(atriumd, ["--version"])
         #expect(version.output == AtriumVersion.current + "\n")
@@ -268,7 +270,7 @@ import Testing
         let check = try await runProgram(
             atriumd, ["--check", "--manifests", root.appendingPathComponent("etc/atrium/manifests.d").path],
             environment: ["LD_LIBRARY_PATH": carried])
-        #expect(check.output.contains("3 manifests, 3 would load, 0 would not"), "\(check.output)")
+        #expect(check.output.contains("4 manifests, 4 would load, 0 would not"), "\(check.output)")
 
         // Every program and plugin looks for the Swift runtime only where the package puts it,
         // never in the toolchain it was built with (another Swift may sit there on the machine
@@ -307,7 +309,7 @@ import Testing
         if geteuid() == 0 {
             #expect(isolated.status == 0, "\(isolated.output)")
             #expect(isolated.output.contains(AtriumVersion.current), "\(isolated.output)")
-            #expect(isolated.output.contains("3 manifests, 3 would load, 0 would not"), "\(isolated.output)")
+            #expect(isolated.output.contains("4 manifests, 4 would load, 0 would not"), "\(isolated.output)")
         }
     }
 }

@@ -159,8 +159,8 @@ struct PluginLoadingTests {
         #expect(
             try await client.open(channel: 9, service: Fixtures.echoService, package: Fixtures.echoPackage) == .success)
         let log = host.log
-        #expect(log.contains("libMajor.so was built for plugin ABI 2.0; this host speaks ABI 1.2"))
-        #expect(log.contains("libMinor.so needs plugin ABI 1.99, newer than this host's 1.2: update atriumd"))
+        #expect(log.contains("libMajor.so was built for plugin ABI 2.0; this host speaks ABI 1.3"))
+        #expect(log.contains("libMinor.so needs plugin ABI 1.99, newer than this host's 1.3: update atriumd"))
         #expect(log.contains("the plugin's create() returned -1"))
         await client.close()
         #expect(await host.stop() == 0)

@@ -1,3 +1,4 @@
+import AtriumTransfers
 import AtriumValues
 import NIOCore
 
@@ -143,6 +144,11 @@ protocol BackendHost: AnyObject, Sendable {
     /// launch is answered: call it off the event loop.
     func launch(fromBackend backend: any ServiceBackend, channel: UInt64?, uri: String, data: [UInt8]?)
         -> LaunchOutcome
+    /// Offers the file open as `descriptor` (the backend's, which it keeps) to the caller of
+    /// `request`, one of the backend's requests waiting for its answer: a download
+    /// (CONTRACT section 8), whose id the answer carries as `Transfer`.
+    func offer(_ descriptor: Int32, name: String?, for request: UInt64, from backend: any ServiceBackend)
+        -> Result<TransferID, TransferService.OfferRefusal>
     /// Answers a request on the backend's behalf, when the backend cannot take it.
     func answer(_ request: UInt64, status: AppServiceResponseStatus, error: String)
     /// Whether `request` still waits for its answer.

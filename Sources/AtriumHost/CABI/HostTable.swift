@@ -57,6 +57,7 @@ enum HostTable {
         api.message_get_message = getMessage
         api.builder_new_array = builderNewArray
         api.builder_put_builder = putBuilder
+        api.offer_file = offerFile
         return api
     }
 
@@ -127,6 +128,28 @@ enum HostTable {
             plugin.host.launch(fromBackend: plugin, channel: channel, uri: text, data: bytes).status.int32Value
         }
     }
+
+    static let offerFile:
+        @convention(c) (API, UInt64, Int32, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) ->
+            Int32 = { api, request, descriptor, name, out in
+                guard let plugin = InProcessPlugin.from(api), let out else { return ATRIUM_E_INVALID_ARGUMENT }
+                let text = name.flatMap { String(validatingCString: $0) }
+                switch plugin.host.offer(descriptor, name: text, for: request, from: plugin) {
+                case .success(let id):
+                    withUnsafeBytes(of: id.uuid.uuid) { bytes in
+                        for index in 0..<16 { out[index] = bytes[index] }
+                    }
+                    return ATRIUM_OK
+                case .failure(let refusal):
+                    plugin.logger.notice("offer_file: \(refusal)")
+                    switch refusal {
+                    case .unknownRequest: return ATRIUM_E_UNKNOWN_REQUEST
+                    case .file: return ATRIUM_E_INVALID_ARGUMENT
+                    case .limit: return ATRIUM_E_LIMIT_EXCEEDED
+                    case .unavailable: return ATRIUM_E_UNAVAILABLE
+                    }
+                }
+            }
 
     static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in
         guard let plugin = InProcessPlugin.from(api), let message else { return }

@@ -137,7 +137,8 @@ final class ConnectionChannels {
                     $0.insertChannel(
                         handle,
                         ConnectionSlot.Channel(
-                            number: open.channel, backend: backend, metricsIndex: metricsIndex, interface: interface))
+                            number: open.channel, backend: backend, service: open.service, metricsIndex: metricsIndex,
+                            interface: interface))
                 }
                 connection.logger.debug(
                     "opened \(open.package)/\(untrusted(open.service, limit: 80)) as channel \(open.channel)")

@@ -37,6 +37,8 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Whether TLS carries the connection, and the client's identity then.
     let transport: ConnectionTransport
     let id: UInt64
+    /// A local client's user, from the kernel (SO_PEERCRED), once the connection is up.
+    private(set) var localUser: UInt32?
     var logger: Logger
     private var context: ChannelHandlerContext?
     private(set) var link: ConnectionLink?
@@ -45,6 +47,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
     let session: ConnectionSession
     let pairing = ConnectionPairing()
     let channels = ConnectionChannels()
+    let transfers = ConnectionTransfers()
 
     /// Whether the connection may stay, decided as it was accepted (``AdmissionGate``).
     private let ticket: AdmissionTicket
@@ -167,7 +170,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             return
         }
         guard let link else { return }
-        if isLocal, let refusal = core.localPeer.refusal(of: LocalPeer.credentials(of: context.channel)) {
+        let credentials = isLocal ? LocalPeer.credentials(of: context.channel) : nil
+        localUser = credentials?.uid
+        if isLocal, let refusal = core.localPeer.refusal(of: credentials) {
             session.audit("local.refused", ["reason": refusal], on: self)
             core.breaches.record("local client refused", "local connection refused: \(refusal)")
             admitted = true
@@ -204,6 +209,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         if admitted, let slot = link?.slot {
             core.connectionClosed(id)
             closed = channels.connectionEnded(slot: slot, core: core)
+            transfers.connectionEnded(core: core, connection: id)
         }
         logger.debug("disconnected", metadata: ["channels closed": "\(closed)", "requests dropped": "\(requests)"])
         context.fireChannelInactive()
@@ -229,6 +235,9 @@ final class ConnectionHandler: ChannelDuplexHandler {
             body(self)
         }
     }
+
+    /// The allocator of the connection's buffers.
+    var allocator: ByteBufferAllocator { context?.channel.allocator ?? ByteBufferAllocator() }
 
     /// The connection's event loop, while its pipeline is there.
     var eventLoop: (any EventLoop)? { context?.eventLoop }
@@ -465,7 +474,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         case .close(let channel): channels.close(channel, on: self)
         case .apps(let id, let package): channels.apps(id: id, package: package, on: self)
         case .launch(let launch): ConnectionLaunches.launch(launch, on: self)
-        case .transfer(let frame): ConnectionTransfers.frame(frame, on: self)
+        case .transfer(let frame): transfers.frame(frame, on: self)
         case .unknown(let type):
             let message = "unknown frame type \"\(untrusted(type, limit: 64))\""
             core.breaches.record("unknown frame type", level: .info, message)
@@ -487,11 +496,15 @@ final class ConnectionHandler: ChannelDuplexHandler {
     /// Writes `frame`, and flushes it: at the end of the read when it answers what the client
     /// sent (``channelReadComplete(context:)``), once the frames of the read are handled when it
     /// is an answer a worker's link brought (``FlushesAfterRead``), else at once.
-    func write(_ frame: HostFrame) {
-        guard !isClosed, let context else { return }
+    /// `promise`, if any, is completed once the frame went to the socket (or could not).
+    func write(_ frame: HostFrame, promise: EventLoopPromise<Void>? = nil) {
+        guard !isClosed, let context else {
+            promise?.succeed()
+            return
+        }
         let bytes = encoded(frame, context: context)
         unflushedBytes &+= bytes.readableBytes
-        context.write(wrapOutboundOut(bytes), promise: nil)
+        context.write(wrapOutboundOut(bytes), promise: promise)
         guard !flushPending else { return }
         if inReadBurst || FlushesAfterRead.flushLater(self) {
             flushPending = true

@@ -1,5 +1,8 @@
 import AtriumProtocol
 import AtriumTLS
+import AtriumTransfers
+import Crypto
+import Foundation
 import Logging
 import NIOCore
 
@@ -19,6 +22,8 @@ final class ConnectionSession {
     private var tokenName: String?
     private var tokenServices: [String]?
     private(set) var clientId = ""
+    /// Whom the transfers made for this client belong to, from its `hello`.
+    private(set) var owner: TransferOwner?
     private(set) var clientName: String?
     /// The client's address, for the log and the paired devices' list ("local" on the local
     /// socket), and what the per-address limits count it as (``ConnectionHandler/peerKey(_:)``).
@@ -172,7 +177,14 @@ final class ConnectionSession {
             core.devices.seen(identity, from: peerAddress)
         }
         authorize(authorized)
-        connection.link?.slot.book.withLock { $0.clientId = hello.clientId }
+        let owner = Self.owner(
+            identity: transport.peerIdentity, token: verdict, hello: hello, localUser: connection.localUser,
+            isLocal: isLocal)
+        connection.link?.slot.book.withLock { book in
+            book.clientId = hello.clientId
+            book.owner = owner
+        }
+        self.owner = owner
         clientId = hello.clientId
         clientName = hello.clientName
         connection.logger[metadataKey: "client"] = "\(untrusted(hello.clientId, limit: 64))"
@@ -190,6 +202,24 @@ final class ConnectionSession {
                     responseTimeoutMilliseconds: UInt64(core.configuration.responseTimeout.seconds * 1000))
             )
         )
+    }
+
+    /// Whom the transfers made for this client belong to (CONTRACT section 8): its TLS
+    /// identity, else its token (a managed token by its name, one from the token file by its
+    /// digest: never the secret itself), else its local user, else its `clientId`.
+    static func owner(
+        identity: String?, token: TokenGate.Verdict, hello: HelloFrame, localUser: UInt32?, isLocal: Bool
+    ) -> TransferOwner {
+        if let identity { return .identity(identity) }
+        switch token {
+        case .managed(let token): return .token(token.name)
+        case .fromFile:
+            let digest = SHA256.hash(data: Data((hello.token ?? "").utf8))
+            return .token("file:" + digest.prefix(16).map { String(format: "%02x", $0) }.joined())
+        case .none: break
+        }
+        if isLocal, let localUser { return .localUser(localUser) }
+        return .client(hello.clientId)
     }
 
     func ping(id: UInt64, on connection: ConnectionHandler) {

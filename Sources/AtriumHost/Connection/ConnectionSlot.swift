@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import NIOCore
 import Synchronization
@@ -44,6 +45,9 @@ final class ConnectionSlot: Sendable {
         var clientId = ""
         /// Whether the client is remote (over TCP); true until a connection says otherwise.
         var isRemote = true
+        /// Whom the transfers a service makes for this client belong to (CONTRACT section 8),
+        /// from its `hello`.
+        var owner: TransferOwner?
         let prefix: UInt64
         var sequence: UInt64 = 0
         /// Open channels, by the host's id for them. `numbers` maps the client's numbers to
@@ -98,6 +102,7 @@ final class ConnectionSlot: Sendable {
             link = nil
             clientId = ""
             isRemote = true
+            owner = nil
             channels = [:]
             numbers = [:]
             pending = [:]
@@ -107,7 +112,7 @@ final class ConnectionSlot: Sendable {
         /// Whether the slot holds anything of a connection: its link, a client's identity, or
         /// storage for its tables. Only the slots of connections still open should.
         var holdsAnything: Bool {
-            link != nil || !clientId.isEmpty || channels.capacity > 0 || numbers.capacity > 0
+            link != nil || !clientId.isEmpty || owner != nil || channels.capacity > 0 || numbers.capacity > 0
                 || pending.capacity > 0 || outgoing.capacity > 0
         }
 
@@ -156,6 +161,8 @@ final class ConnectionSlot: Sendable {
         /// The client's number for it.
         var number: UInt64
         var backend: any ServiceBackend
+        /// The service the client opened: the one whose transfers the channel's requests make.
+        var service: String
         /// Where its service's requests are counted on the connection's loop (with `--metrics`).
         var metricsIndex: Int?
         /// What its service declares it takes: each request is checked against it first.

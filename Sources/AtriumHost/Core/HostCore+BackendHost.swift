@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import Logging
 import NIOCore
@@ -117,6 +118,21 @@ extension HostCore {
         }
         defer { launcher.releaseSlot() }
         return launcher.launch(request, clientId: clientId, clientDescription: description, isRemote: isRemote)
+    }
+
+    /// A backend offers a file to the caller of `handle`, one of its requests still waiting
+    /// for its answer: the transfer belongs to that caller, and to the service it opened.
+    func offer(_ descriptor: Int32, name: String?, for handle: UInt64, from backend: any ServiceBackend)
+        -> Result<TransferID, TransferService.OfferRefusal>
+    {
+        let maker = slot(of: handle)?.book.withLock { book -> TransferService.Maker? in
+            guard let request = book.pending[handle], request.backend === backend, let owner = book.owner,
+                let channel = book.channels[request.channel]
+            else { return nil }
+            return TransferService.Maker(owner: owner, package: backend.package, service: channel.service)
+        }
+        guard let maker else { return .failure(.unknownRequest) }
+        return transfers.offer(descriptor, name: name, for: maker)
     }
 
     /// Answers a request on its backend's behalf (when the backend cannot take it at all).

@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import CAtriumSystem
 import Dispatch
@@ -99,6 +100,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         let outcome = devices.revoke(identity)
         guard case .success(let device) = outcome else { return eventLoop.makeSucceededFuture(outcome) }
         audit?.record("device.revoked", ["device": device.identity, "name": device.name])
+        tell(transfers.removeAll(of: .identity(device.identity)))
         var cutOff: [EventLoopFuture<Void>] = []
         for link in state.withLock({ Array($0.connections.values) }) {
             let done = link.eventLoop.makePromise(of: Void.self)
@@ -113,6 +115,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// The audit log, if the operator asked for one.
     let audit: AuditLog?
+
+    /// The host's transfers (CONTRACT section 8).
+    let transfers: TransferService
 
     public init(
         configuration: HostConfiguration, logger: Logger, group: (any EventLoopGroup)? = nil, identity: String? = nil,
@@ -139,6 +144,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         breaches = BreachLog(logger: logger, interval: configuration.admission.breachLogInterval, metrics: metrics)
         launcher = Launcher(
             configuration: configuration, registry: registry, logger: logger, breaches: breaches, metrics: metrics)
+        transfers = TransferService(
+            folder: configuration.transferFolder ?? configuration.stateFolder.appendingPathComponent("transfers"),
+            limits: configuration.transferLimits, logger: logger)
         let slotCount = max(configuration.admission.maxConnections, 1) + AdmissionLimits.maxLocalConnections
         slots = (0..<slotCount).map { ConnectionSlot(index: UInt32($0)) }
         state.withLock { $0.freeSlots = (0..<UInt32(slotCount)).reversed() }
@@ -191,9 +199,21 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// host runs); called every few seconds.
     func checkRevokedTokens() {
         guard let names = tokens.revokedSinceLastLook() else { return }
+        tell(transfers.removeTokens(notIn: names))
         for link in state.withLock({ Array($0.connections.values) }) {
             link.run { connection in connection.session.tokenStillValid(among: names, on: connection) }
         }
+    }
+
+    /// Tells each connection the state of a transfer of its that changed elsewhere.
+    func tell(_ states: [(link: ConnectionLink, state: TransferStateFrame)]) {
+        for (link, state) in states { link.run { $0.write(.transfer(.state(state))) } }
+    }
+
+    /// Expires transfers that made no progress for their expiry, and removes outcomes past
+    /// their retention; at start and then every hour (more often with a short expiry).
+    func sweepTransfers() {
+        tell(transfers.sweep())
     }
 
     /// Counts a connection the listener has just accepted, or says why it may not stay: the
@@ -437,6 +457,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         // seconds to finish, then the exit goes on without them.
         let poolDone = DispatchSemaphore(value: 0)
         launcher.pool.shutdownGracefully { _ in poolDone.signal() }
+        transfers.shutdown()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             DispatchQueue.global().async {
                 _ = poolDone.wait(timeout: .now() + 2)

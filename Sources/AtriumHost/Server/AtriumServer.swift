@@ -272,6 +272,13 @@ public final class AtriumServer: Service, Sendable {
         let tokenChecks = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { _ in
             core.checkRevokedTokens()
         }
+        // Transfers with no progress for their expiry expire, at start and every hour (a
+        // quarter of the expiry when that is shorter, at least a second).
+        let sweepEvery = TimeAmount.milliseconds(
+            Int64(min(3600, max(1, configuration.transferLimits.expiry.seconds / 4)) * 1000))
+        let sweeps = group.next().scheduleRepeatedTask(initialDelay: .zero, delay: sweepEvery) { _ in
+            core.sweepTransfers()
+        }
 
         // SIGHUP reloads the manifests, as does any change in their folder (unless watching
         // is off). Reloads run one at a time, off the event loops; those asked for while one
@@ -344,6 +351,7 @@ public final class AtriumServer: Service, Sendable {
         flushes.cancel()
         trims.cancel()
         tokenChecks.cancel()
+        sweeps.cancel()
         hangUps.cancel()
         watcher?.stop()
         // A reload under way finishes before the shutdown takes the packages down; one

@@ -62,7 +62,7 @@ extern "C" {
 #endif
 
 #define ATRIUM_PLUGIN_ABI_MAJOR 1
-#define ATRIUM_PLUGIN_ABI_MINOR 2
+#define ATRIUM_PLUGIN_ABI_MINOR 3
 
 /* The exported entry symbol, as a string, for dlsym. */
 #define ATRIUM_PLUGIN_ENTRY_SYMBOL "atrium_plugin_entry_v1"
@@ -97,6 +97,8 @@ extern "C" {
 #define ATRIUM_E_TOO_LARGE (-7)         /* over the host's message size limit */
 #define ATRIUM_E_SHUTTING_DOWN (-8)     /* the host is stopping */
 #define ATRIUM_E_BUSY (-9)              /* ABI 1.1: too many messages unanswered on the channel; later */
+#define ATRIUM_E_UNAVAILABLE (-10)      /* ABI 1.3: the host cannot do this now (its log says why) */
+#define ATRIUM_E_LIMIT_EXCEEDED (-11)   /* ABI 1.3: over one of the host's limits (answer status 2) */
 
 /* ---- Status numbering (the Windows enumerations; docs/PROTOCOL.md section 4). ---- */
 /* AppServiceConnectionStatus, returned by `open`. */
@@ -357,6 +359,29 @@ typedef struct atrium_host_api {
      * in an array of another kind). ATRIUM_OK, or the codes of the puts above. */
     int32_t (*builder_put_builder)(const struct atrium_host_api *host, atrium_builder *builder,
                                    const char *key, const atrium_builder *value);
+
+    /* ---- ABI 1.3: transfers (docs/TRANSFERS.md; CONTRACT section 8). Check
+     * ATRIUM_HAS_FIELD(host, atrium_host_api, field) before use. ---- */
+
+    /* [any thread] Offers the file open as `fd` to the caller of `request` (a request the
+     * plugin has not answered yet), as a download that outlives the connection: the client
+     * attaches to it, resumes it after a cut, and finds its outcome later.
+     *   - Descriptors: the host takes a duplicate of `fd` of its own; `fd` stays the plugin's,
+     *     to close whenever it likes (even at once). The file must be a regular file open for
+     *     reading. The host sends it as it is at the offer: if it is modified or truncated
+     *     while it is sent, the download fails (`changed`); replace files by rename instead.
+     *   - `name`: what the client may show (UTF-8, NUL-terminated), or NULL. The client never
+     *     gets a path from it, nor does the host use it as one.
+     *   - `out_transfer`: the transfer's id. Put it in the answer as `Transfer`
+     *     (`builder_put_uuid`), then `respond` as usual.
+     * Returns ATRIUM_OK; ATRIUM_E_UNKNOWN_REQUEST (not a request of this plugin that waits for
+     * its answer); ATRIUM_E_INVALID_ARGUMENT (`fd` is not a readable regular file, or
+     * `out_transfer` is NULL); ATRIUM_E_LIMIT_EXCEEDED (the caller, or the host, has as many
+     * unfinished transfers as its limits allow: answer status 2); ATRIUM_E_UNAVAILABLE (the
+     * host cannot keep transfers, its log says why; and, in this version, a plugin in a worker
+     * process). */
+    int32_t (*offer_file)(const struct atrium_host_api *host, uint64_t request, int32_t fd, const char *name,
+                          uint8_t out_transfer[16]);
 } atrium_host_api;
 
 /*

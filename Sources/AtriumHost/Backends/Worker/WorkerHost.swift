@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import CAtriumPlugin
 import Dispatch
@@ -33,6 +34,16 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
     final class Reply: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         var frame: WorkerFrame?
+    }
+
+    /// A plugin in a worker process cannot offer files yet: the descriptor would have to
+    /// cross to the host (SCM_RIGHTS), which this version's links do not carry.
+    func offer(_ descriptor: Int32, name: String?, for request: UInt64, from backend: any ServiceBackend)
+        -> Result<TransferID, TransferService.OfferRefusal>
+    {
+        logger.warning(
+            "offer_file: a plugin in a worker process (\"isolation\": \"process\") cannot offer files in this version")
+        return .failure(.unavailable("a plugin in a worker process cannot offer files in this version"))
     }
 
     init(links: [WorkerPipes], logger: Logger) {

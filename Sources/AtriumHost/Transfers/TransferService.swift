@@ -1,0 +1,554 @@
+import AtriumProtocol
+import AtriumTransfers
+import AtriumValues
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// The host's transfers (CONTRACT section 8): the table of ``AtriumTransfers`` under one lock,
+/// its journal on disk, the files downloads read, and which connection moves each transfer's
+/// bytes now. Connections hand it their transfer frames and write what it returns; they hold
+/// no transfer state of their own. Services make transfers through it while they answer a
+/// request (``offer(_:name:for:)``).
+///
+/// Every call may come from any thread. The lock is held only for the table's work, never
+/// for disk I/O: the journal is written on a queue of its own, in the order of the changes
+/// (``journal(_:)``), and downloads are read on the service's thread pool.
+final class TransferService: Sendable {
+    let limits: TransferLimits
+    let logger: Logger
+    /// Where the journal and the spool are (`STATE/transfers`).
+    let folder: URL
+    /// Why transfers cannot be made on this host (its folder cannot be made), or nil.
+    let unavailable: String?
+    /// Downloads are read here, off the event loops.
+    let pool: NIOThreadPool
+    private let journal: TransferJournal?
+    private let state: Mutex<State>
+    private let journalQueue = DispatchQueue(label: "atriumd.transfers.journal")
+
+    /// Who made a transfer, and for whom: what a service's offer names.
+    struct Maker: Sendable {
+        var owner: TransferOwner
+        var package: String
+        var service: String
+    }
+
+    /// A transfer attached to a connection, and its bytes' window there.
+    struct Attached {
+        var connection: UInt64
+        var link: ConnectionLink
+        var download: DownloadWindow?
+    }
+
+    struct State {
+        var table: TransferTable
+        /// The files of downloads, open while the transfer is unfinished (opened again after a
+        /// restart when the client attaches).
+        var files: [TransferID: DownloadFile] = [:]
+        var attached: [TransferID: Attached] = [:]
+        /// Each connection's attached transfers, in the order its chunks take turns.
+        var byConnection: [UInt64: [TransferID]] = [:]
+        /// Records changed and not yet written to the journal (nil: to be removed), and
+        /// whether the journal's queue is writing them.
+        var unwritten: [TransferID: TransferRecord?] = [:]
+        var writing = false
+    }
+
+    init(folder: URL, limits: TransferLimits, logger: Logger) {
+        self.folder = folder
+        self.limits = limits
+        self.logger = logger
+        pool = NIOThreadPool(numberOfThreads: 2)
+        pool.start()
+        var journal: TransferJournal?
+        var unavailable: String?
+        var records: [TransferRecord] = []
+        do {
+            let made = try TransferJournal(folder: folder)
+            let read = made.readAll()
+            for problem in read.problems { logger.warning("transfers' journal: \(problem)") }
+            records = read.records
+            journal = made
+        } catch {
+            unavailable = "the host cannot keep transfers: \(error)"
+            logger.error("\(unavailable!)")
+        }
+        self.journal = journal
+        self.unavailable = unavailable
+        let table = TransferTable(limits: limits, records: records)
+        for (id, problem) in table.rejected {
+            logger.warning("transfers' journal: transfer \(id) is left out: \(problem)")
+        }
+        state = Mutex(State(table: table))
+        if !records.isEmpty { logger.info("transfers: \(table.count) kept from the journal") }
+    }
+
+    func shutdown() {
+        pool.shutdownGracefully { _ in }
+        journalQueue.sync {}
+    }
+
+    // MARK: - Making a transfer
+
+    /// A service offers the file open as `descriptor` (its own, which it keeps) to the caller of
+    /// the request it is answering: a download, whose id goes in the answer as `Transfer`.
+    func offer(_ descriptor: Int32, name: String?, for maker: Maker) -> Result<TransferID, OfferRefusal> {
+        if let unavailable { return .failure(.unavailable(unavailable)) }
+        let file: DownloadFile
+        do { file = try DownloadFile.offered(descriptor) } catch { return .failure(.file(error)) }
+        let record = TransferRecord(
+            owner: maker.owner, direction: .download, package: maker.package, service: maker.service,
+            name: name.map { untrusted($0, limit: 1024) }, size: file.source.size, source: file.source, now: Date())
+        let added = state.withLock { state -> Result<TransferRecord, TransferTable.Refusal> in
+            let added = state.table.add(record)
+            if case .success(let record) = added {
+                state.files[record.id] = file
+                unwrittenChange(record, in: &state)
+            }
+            return added
+        }
+        switch added {
+        case .success(let record):
+            logger.debug(
+                "transfer \(record.id) made: \(maker.package) offers \(record.size) bytes to \(maker.owner)")
+            return .success(record.id)
+        case .failure(let refusal):
+            logger.notice("transfer refused: \(refusal)", metadata: ["package": "\(maker.package)"])
+            return .failure(.limit(refusal))
+        }
+    }
+
+    /// Why a service's offer was refused.
+    enum OfferRefusal: Error, CustomStringConvertible {
+        case unavailable(String)
+        case file(DownloadFile.Refusal)
+        case limit(TransferTable.Refusal)
+        /// The request is not one the service is answering now.
+        case unknownRequest
+
+        var description: String {
+            switch self {
+            case .unavailable(let reason): reason
+            case .file(let refusal): "the file cannot be offered: \(refusal)"
+            case .limit(let refusal): "\(refusal)"
+            case .unknownRequest: "no such request waits for the service's answer"
+            }
+        }
+    }
+
+    // MARK: - Attaching
+
+    /// What an `attach` leads to: the answer, and the connection the transfer was taken from
+    /// (to be told `attachedElsewhere`).
+    struct AttachOutcome {
+        var answer: AttachedFrame
+        var displaced: (link: ConnectionLink, state: TransferStateFrame)?
+        /// Whether bytes may move now (a download to send).
+        var sends = false
+    }
+
+    func attach(_ frame: AttachFrame, owner: TransferOwner, link: ConnectionLink, connection: UInt64)
+        -> AttachOutcome
+    {
+        let id = TransferID(frame.transfer)
+        // A download's file after a restart is opened again first, outside the lock.
+        let source = state.withLock { state -> DownloadSource? in
+            guard let record = state.table.find(id, owner: owner), record.direction == .download,
+                !record.phase.isEnded, state.files[id] == nil
+            else { return nil }
+            return record.source
+        }
+        var reopenFailure: String?
+        var reopened: DownloadFile?
+        if let source {
+            do { reopened = try DownloadFile.reopen(source) } catch { reopenFailure = error.description }
+        }
+        let now = Date()
+        return state.withLock { state in
+            if let reopened, state.files[id] == nil { state.files[id] = reopened }
+            if let reopenFailure, state.files[id] == nil, state.table.find(id, owner: owner) != nil {
+                logger.notice("transfer \(id) fails: its file cannot be opened again: \(reopenFailure)")
+                if let failed = state.table.moved(id, to: .failed, error: .changed, now: now) {
+                    unwrittenChange(failed, in: &state)
+                }
+            }
+            return attachLocked(frame, id: id, owner: owner, link: link, connection: connection, now: now, &state)
+        }
+    }
+
+    private func attachLocked(
+        _ frame: AttachFrame, id: TransferID, owner: TransferOwner, link: ConnectionLink, connection: UInt64,
+        now: Date, _ state: inout State
+    ) -> AttachOutcome {
+        func refused(_ status: AppServiceResponseStatus, _ error: String, _ record: TransferRecord? = nil)
+            -> AttachOutcome
+        {
+            AttachOutcome(
+                answer: AttachedFrame(
+                    id: frame.id, transfer: frame.transfer, status: status,
+                    direction: record?.direction.rawValue ?? "download", size: record?.size ?? -1,
+                    offset: UInt64(max(record?.offset ?? 0, 0)), chunkBytes: UInt64(limits.chunkBytes), window: 0,
+                    expires: Timestamp(now), name: record?.name, digest: record?.digest, error: error))
+        }
+        // An offset past the end is checked before the attach takes the transfer anywhere.
+        if let record = state.table.find(id, owner: owner), record.direction == .download, !record.phase.isEnded,
+            let offset = frame.offset, offset > UInt64(record.size)
+        {
+            return refused(.failure, TransferErrorCode.offsetMismatch.rawValue, record)
+        }
+        switch state.table.attach(id, owner: owner, connection: connection, now: now) {
+        case .failure(.notFound):
+            return refused(.failure, TransferErrorCode.notFound.rawValue)
+        case .failure(.ended(let record)):
+            return refused(.failure, TransferErrorCode.ended.rawValue, record)
+        case .failure(.tooManyOnConnection(let limit)):
+            return refused(.resourceLimitsExceeded, "this connection has \(limit) transfers attached, its limit")
+        case .failure(.tooManyOfCaller(let limit)):
+            return refused(.resourceLimitsExceeded, "this caller has \(limit) transfers attached, its limit")
+        case .success(let attachment):
+            let record = attachment.record
+            unwrittenChange(record, in: &state)
+            var outcome = refused(.success, "")
+            if let previous = state.attached[id], previous.connection != connection {
+                removeFromConnection(id, previous.connection, &state)
+                outcome.displaced = (
+                    previous.link,
+                    stateFrame(of: record, phase: .waiting, error: .attachedElsewhere)
+                )
+            }
+            var window: UInt64 = 0
+            var download: DownloadWindow?
+            if record.direction == .download {
+                let offset = Int64(frame.offset ?? 0)
+                let granted = Int64(min(frame.window ?? UInt64(limits.windowBytes), UInt64(Int64.max)))
+                download = DownloadWindow(
+                    size: record.size, offset: offset, window: granted, maxWindow: limits.windowBytes)
+                window = UInt64(download?.window ?? 0)
+                outcome.sends = true
+            }
+            if state.attached[id]?.connection != connection { state.byConnection[connection, default: []].append(id) }
+            state.attached[id] = Attached(connection: connection, link: link, download: download)
+            outcome.answer = AttachedFrame(
+                id: frame.id, transfer: frame.transfer, status: .success, direction: record.direction.rawValue,
+                size: record.size,
+                offset: record.direction == .download ? frame.offset ?? 0 : UInt64(record.offset),
+                chunkBytes: UInt64(limits.chunkBytes), window: window, expires: expires(record),
+                name: record.name, digest: record.digest)
+            return outcome
+        }
+    }
+
+    /// When `record` expires if nothing moves.
+    func expires(_ record: TransferRecord) -> Timestamp {
+        Timestamp(record.lastProgress.addingTimeInterval(limits.expiry.seconds))
+    }
+
+    // MARK: - Moving a download's bytes
+
+    /// The next chunk a connection sends: which transfer, its file, and the bytes to read;
+    /// nil while every window of the connection is full (or it has nothing to send). The
+    /// connection's transfers take turns. What it returns counts as sent.
+    func nextChunk(for connection: UInt64) -> (id: TransferID, file: DownloadFile, range: Range<Int64>)? {
+        state.withLock { state in
+            guard var ids = state.byConnection[connection], !ids.isEmpty else { return nil }
+            let inFlight = ids.reduce(Int64(0)) { $0 + (state.attached[$1]?.download?.inFlight ?? 0) }
+            let room = limits.connectionWindowBytes - inFlight
+            guard room > 0 else { return nil }
+            for turn in ids.indices {
+                let id = ids[turn]
+                guard var attached = state.attached[id], var window = attached.download,
+                    let file = state.files[id],
+                    let range = window.nextChunk(maxBytes: Int(min(Int64(limits.chunkBytes), room)))
+                else { continue }
+                attached.download = window
+                state.attached[id] = attached
+                // The next turn begins after this one.
+                ids.append(ids.remove(at: turn))
+                state.byConnection[connection] = ids
+                return (id, file, range)
+            }
+            return nil
+        }
+    }
+
+    /// A download's file could not be read, or changed: the transfer fails.
+    func readFailed(_ id: TransferID, changed: Bool) -> (link: ConnectionLink, state: TransferStateFrame)? {
+        logger.notice("transfer \(id) fails: \(changed ? "its file changed" : "its file cannot be read")")
+        return end(id, phase: .failed, error: changed ? .changed : .serviceFailed)
+    }
+
+    /// What a client's `ack` of a download leads to.
+    enum AckOutcome {
+        /// Nothing to do (not this connection's, not a download, or ignored).
+        case none
+        /// The window moved: send more.
+        case moved
+        /// The transfer's state to tell the client (completed, or waiting after a refusal).
+        case state(TransferStateFrame)
+    }
+
+    func ack(_ frame: AckFrame, owner: TransferOwner, connection: UInt64) -> AckOutcome {
+        let id = TransferID(frame.transfer)
+        let now = Date()
+        return state.withLock { state in
+            guard let record = state.table.find(id, owner: owner), var attached = state.attached[id],
+                attached.connection == connection, var window = attached.download
+            else { return .none }
+            let offset = Int64(min(frame.offset, UInt64(Int64.max)))
+            let granted = Int64(min(frame.window, UInt64(Int64.max)))
+            switch window.ack(offset: offset, window: granted) {
+            case .ignore:
+                return .none
+            case .refuse(let code):
+                removeFromConnection(id, connection, &state)
+                let waiting = state.table.detach(id, from: connection, error: code) ?? record
+                unwrittenChange(waiting, in: &state)
+                return .state(stateFrame(of: waiting))
+            case .moved:
+                attached.download = window
+                state.attached[id] = attached
+                // A download's offset is the client's to say again when it resumes: it is not
+                // journaled for each ack.
+                if offset > record.offset { _ = state.table.progressed(id, offset: offset, now: now) }
+                return .moved
+            case .complete:
+                _ = state.table.progressed(id, offset: offset, now: now)
+                guard let done = endLocked(id, phase: .completed, error: nil, now: now, &state) else { return .none }
+                logger.debug("transfer \(id) completed: \(record.size) bytes sent")
+                return .state(done.state)
+            }
+        }
+    }
+
+    /// Where a transfer attached to `connection` stands now, for the state sent each second
+    /// while bytes move; nil when it is no longer attached there.
+    func runningState(of id: TransferID, on connection: UInt64) -> TransferStateFrame? {
+        state.withLock { state in
+            guard let attached = state.attached[id], attached.connection == connection,
+                let record = state.table.record(id)
+            else { return nil }
+            return stateFrame(of: record, offset: attached.download?.acknowledged)
+        }
+    }
+
+    /// The transfers attached to `connection`.
+    func attached(on connection: UInt64) -> [TransferID] {
+        state.withLock { $0.byConnection[connection] ?? [] }
+    }
+
+    // MARK: - Detaching, cancelling, asking
+
+    /// The client detaches its transfer: it waits, resumable.
+    func detach(_ transfer: UUID, owner: TransferOwner, connection: UInt64) {
+        let id = TransferID(transfer)
+        state.withLock { state in
+            guard state.table.find(id, owner: owner) != nil, state.attached[id]?.connection == connection else {
+                return
+            }
+            removeFromConnection(id, connection, &state)
+            if let waiting = state.table.detach(id, from: connection) { unwrittenChange(waiting, in: &state) }
+        }
+    }
+
+    /// The client cancels its transfer: its state after (a foreign or unknown one is
+    /// `notFound`), and the connection that had it attached, if another, to be told.
+    func cancel(_ transfer: UUID, owner: TransferOwner, connection: UInt64)
+        -> (answer: TransferStateFrame, other: ConnectionLink?)
+    {
+        let id = TransferID(transfer)
+        return state.withLock { state in
+            guard let record = state.table.find(id, owner: owner) else {
+                return (
+                    TransferStateFrame(
+                        transfer: transfer, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
+                        error: TransferErrorCode.notFound.rawValue), nil
+                )
+            }
+            guard !record.phase.isEnded else { return (stateFrame(of: record), nil) }
+            let other = state.attached[id].flatMap { $0.connection == connection ? nil : $0.link }
+            let ended = endLocked(id, phase: .canceled, error: nil, now: Date(), &state)
+            logger.debug("transfer \(id) canceled by its caller")
+            return (ended?.state ?? stateFrame(of: record), other)
+        }
+    }
+
+    /// The most entries of one `transfers` answer, and the most bytes of results in it: a
+    /// caller with more changes asks again from the cursor.
+    static let maxListed = 256
+    static let maxListedResultBytes = 1 << 20
+
+    /// A caller's `transfers`: it forgets what it names, then hears what changed since its cursor.
+    func list(_ query: TransfersQueryFrame, owner: TransferOwner) -> TransfersFrame {
+        state.withLock { state in
+            let forgotten = state.table.forget(query.forget.map(TransferID.init), owner: owner)
+            for record in forgotten { removedLocked(record, &state) }
+            let changes = state.table.changes(of: owner, since: query.since, limit: Self.maxListed)
+            var frames: [TransferStateFrame] = []
+            var resultBytes = 0
+            var cursor = query.since ?? 0
+            for record in changes.records {
+                let bytes = record.result?.count ?? 0
+                if !frames.isEmpty, resultBytes + bytes > Self.maxListedResultBytes { break }
+                resultBytes += bytes
+                frames.append(stateFrame(of: record))
+                cursor = record.sequence
+            }
+            if frames.count == changes.records.count { cursor = changes.cursor }
+            return TransfersFrame(id: query.id, transfers: frames, cursor: cursor)
+        }
+    }
+
+    /// A connection closed: its transfers wait, resumable.
+    func connectionClosed(_ connection: UInt64) {
+        state.withLock { state in
+            guard let ids = state.byConnection.removeValue(forKey: connection) else { return }
+            for id in ids {
+                state.attached[id] = nil
+                if let waiting = state.table.detach(id, from: connection) { unwrittenChange(waiting, in: &state) }
+            }
+        }
+    }
+
+    // MARK: - Removal: revocation, the sweep
+
+    /// Removes every transfer of `owner` (its device unpaired, its token revoked): the
+    /// connections that had one attached, to be told it is gone.
+    func removeAll(of owner: TransferOwner) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+        state.withLock { state in
+            let removed = state.table.removeAll(of: owner)
+            var told: [(ConnectionLink, TransferStateFrame)] = []
+            for record in removed {
+                if let attached = state.attached[record.id] {
+                    told.append(
+                        (
+                            attached.link,
+                            TransferStateFrame(
+                                transfer: record.id.uuid, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
+                                error: TransferErrorCode.notFound.rawValue)
+                        ))
+                }
+                removedLocked(record, &state)
+            }
+            if !removed.isEmpty { logger.info("transfers: \(removed.count) of \(owner) removed (access revoked)") }
+            return told
+        }
+    }
+
+    /// Removes the transfers of every managed token not among `names` (revoked).
+    func removeTokens(notIn names: Set<String>) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+        let revoked = state.withLock { state in
+            state.table.owners.filter {
+                guard case .token(let name) = $0 else { return false }
+                return !name.hasPrefix("file:") && !names.contains(name)
+            }
+        }
+        return revoked.flatMap { removeAll(of: $0) }
+    }
+
+    /// Expires what made no progress for the expiry, and removes outcomes past the retention.
+    func sweep(now: Date = Date()) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+        state.withLock { state in
+            let sweep = state.table.sweep(now: now)
+            var told: [(ConnectionLink, TransferStateFrame)] = []
+            for record in sweep.expired {
+                if let attached = state.attached[record.id] { told.append((attached.link, stateFrame(of: record))) }
+                removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
+                state.files[record.id] = nil
+                unwrittenChange(record, in: &state)
+            }
+            for record in sweep.removed { removedLocked(record, &state) }
+            if !sweep.expired.isEmpty || !sweep.removed.isEmpty {
+                logger.info(
+                    "transfers' sweep: \(sweep.expired.count) expired, \(sweep.removed.count) outcomes past their retention removed"
+                )
+            }
+            return told
+        }
+    }
+
+    // MARK: - Inside
+
+    /// Ends transfer `id` as `phase`: its state, and the connection that had it attached.
+    func end(_ id: TransferID, phase: TransferPhase, error: TransferErrorCode?)
+        -> (link: ConnectionLink, state: TransferStateFrame)?
+    {
+        state.withLock { state in
+            let link = state.attached[id]?.link
+            guard let ended = endLocked(id, phase: phase, error: error, now: Date(), &state), let link else {
+                return nil
+            }
+            return (link, ended.state)
+        }
+    }
+
+    private func endLocked(
+        _ id: TransferID, phase: TransferPhase, error: TransferErrorCode?, now: Date, _ state: inout State
+    ) -> (record: TransferRecord, state: TransferStateFrame)? {
+        let connection = state.attached[id]?.connection
+        guard let record = state.table.moved(id, to: phase, error: error, now: now) else { return nil }
+        removeFromConnection(id, connection, &state)
+        state.files[id] = nil
+        unwrittenChange(record, in: &state)
+        for gone in state.table.takeRemoved() { removedLocked(gone, &state) }
+        return (record, stateFrame(of: record))
+    }
+
+    private func removeFromConnection(_ id: TransferID, _ connection: UInt64?, _ state: inout State) {
+        state.attached[id] = nil
+        guard let connection else { return }
+        state.byConnection[connection]?.removeAll { $0 == id }
+        if state.byConnection[connection]?.isEmpty == true { state.byConnection[connection] = nil }
+    }
+
+    /// A record the table let go of: its file closed, its journal entry removed.
+    private func removedLocked(_ record: TransferRecord, _ state: inout State) {
+        removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
+        state.files[record.id] = nil
+        state.unwritten[record.id] = .some(nil)
+        scheduleJournal(&state)
+    }
+
+    private func unwrittenChange(_ record: TransferRecord, in state: inout State) {
+        state.unwritten[record.id] = .some(record)
+        scheduleJournal(&state)
+    }
+
+    /// Writes the changed records on the journal's queue, each at its latest version: the last
+    /// write of a record is always its latest state.
+    private func scheduleJournal(_ state: inout State) {
+        guard !state.writing, let journal else { return }
+        state.writing = true
+        journalQueue.async { [self] in
+            while true {
+                let batch = self.state.withLock { state -> [TransferID: TransferRecord?] in
+                    let batch = state.unwritten
+                    state.unwritten = [:]
+                    if batch.isEmpty { state.writing = false }
+                    return batch
+                }
+                if batch.isEmpty { return }
+                for (id, record) in batch {
+                    do {
+                        if let record { try journal.write(record) } else { try journal.remove(id) }
+                    } catch {
+                        logger.error("transfers' journal: \(error)")
+                    }
+                }
+            }
+        }
+    }
+
+    func stateFrame(
+        of record: TransferRecord, phase: TransferPhase? = nil, error: TransferErrorCode? = nil,
+        offset: Int64? = nil
+    ) -> TransferStateFrame {
+        TransferStateFrame(
+            transfer: record.id.uuid, state: (phase ?? record.phase).rawValue,
+            offset: UInt64(max(offset ?? record.offset, 0)), size: record.size,
+            error: (error ?? record.error)?.rawValue,
+            result: record.result.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) })
+    }
+}

@@ -1,0 +1,350 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Foundation
+import NIOCore
+import Testing
+
+/// Downloads (CONTRACT section 8) through the Files reference service against a real atriumd:
+/// whole and exact, within the client's window, resumed on a new connection and after the
+/// host's restart, owned by their caller, cancelled, listed, changed under the host, expired.
+struct TransferDownloadTests {
+    static let filesPackage = "atrium.examples.files"
+    static let filesService = "atrium.files"
+
+    /// A folder with one file of `size` random bytes, named `name`, and the manifests that
+    /// serve it with Files.
+    struct Served {
+        let folder: URL
+        let bytes: [UInt8]
+        let name: String
+        var manifests: [String: String] {
+            [
+                "files.json": """
+                {
+                  "manifestVersion": 1,
+                  "package": "\(TransferDownloadTests.filesPackage)",
+                  "displayName": "Files",
+                  "library": "libFiles.so",
+                  "services": [{ "name": "\(TransferDownloadTests.filesService)", "supportsRemoteSystems": true }],
+                  "config": { "folder": "\(folder.path)" }
+                }
+                """
+            ]
+        }
+
+        init(size: Int, name: String = "photo.jpg") throws {
+            folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-files-\(UUID())")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            var generator = SystemRandomNumberGenerator()
+            bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            self.name = name
+            try Data(bytes).write(to: folder.appendingPathComponent(name))
+        }
+    }
+
+    /// Opens Files and asks for `name`: the answer's transfer id and size.
+    static func get(_ name: String, on client: TestClient, channel: UInt64 = 1) async throws -> (UUID, Int64) {
+        #expect(try await client.open(channel: channel, service: filesService, package: filesPackage) == .success)
+        let response = try await client.request(channel: channel, id: 1, ["Command": "get", "Name": .string(name)])
+        #expect(response.status == .success, "\(response.error ?? "")")
+        let answer = try response.decoded
+        guard case .uuid(let transfer)? = answer["Transfer"], case .int(let size)? = answer["Size"] else {
+            throw TestFailure("get was answered \(answer)")
+        }
+        return (transfer, size)
+    }
+
+    struct TestFailure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The next frame that is not a `transferState` of a running transfer (sent each second
+    /// while bytes move).
+    static func nextSignificant(_ client: TestClient) async throws -> HostFrame? {
+        while true {
+            let frame = try await client.next()
+            if case .transfer(.state(let state))? = frame, state.state == "running" { continue }
+            return frame
+        }
+    }
+
+    /// Receives chunks of `transfer`, acknowledging each with `window`, until `until` bytes are
+    /// held or the transfer completes; returns the bytes and the final state, if one came.
+    static func receive(
+        _ transfer: UUID, on client: TestClient, from offset: Int, until: Int, window: UInt64,
+        into bytes: inout [UInt8]
+    ) async throws -> TransferStateFrame? {
+        var held = offset
+        while held < until {
+            let frame = try await nextSignificant(client)
+            switch frame {
+            case .transfer(.chunk(let chunk))?:
+                #expect(chunk.transfer == transfer)
+                #expect(chunk.offset == UInt64(held), "chunks come in order from the agreed offset")
+                bytes += chunk.data.readableBytesView
+                held += chunk.data.readableBytes
+                try await client.send(
+                    .transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
+            case .transfer(.state(let state))?:
+                return state
+            default:
+                throw TestFailure("expected a chunk, got \(String(describing: frame))")
+            }
+        }
+        return nil
+    }
+
+    static func attach(
+        _ transfer: UUID, on client: TestClient, offset: UInt64? = nil, window: UInt64? = nil, id: UInt64 = 9
+    ) async throws -> AttachedFrame {
+        try await client.send(
+            .transfer(.attach(AttachFrame(id: id, transfer: transfer, offset: offset, window: window))))
+        guard case .transfer(.attached(let attached))? = try await nextSignificant(client) else {
+            throw TestFailure("attach was not answered with attached")
+        }
+        return attached
+    }
+
+    // MARK: - Tests
+
+    @Test func aFileOfferedByFilesDownloadsWholeAndExactAndItsOutcomeWaits() async throws {
+        let served = try Served(size: 1_300_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, size) = try await Self.get(served.name, on: client)
+        #expect(size == 1_300_000)
+
+        let attached = try await Self.attach(transfer, on: client, window: 1 << 20)
+        #expect(attached.status == .success && attached.error == nil)
+        #expect(attached.direction == "download" && attached.size == 1_300_000 && attached.offset == 0)
+        #expect(attached.chunkBytes == 256 << 10 && attached.window == 1 << 20 && attached.name == served.name)
+        #expect(attached.expires.secondsSince1970 > Date().timeIntervalSince1970 + 3600)
+
+        var bytes: [UInt8] = []
+        let beforeEnd = try await Self.receive(
+            transfer, on: client, from: 0, until: Int(size), window: 1 << 20, into: &bytes)
+        #expect(beforeEnd == nil, "no state before the last byte: \(String(describing: beforeEnd))")
+        #expect(bytes == served.bytes, "the bytes are the file's, exactly")
+        guard case .transfer(.state(let done))? = try await Self.nextSignificant(client) else {
+            throw TestFailure("no state after the last ack")
+        }
+        #expect(done.transfer == transfer && done.state == "completed" && done.offset == UInt64(size))
+
+        // The outcome waits: listed, then forgotten.
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 2))))
+        guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(list.transfers.map(\.transfer) == [transfer] && list.transfers.first?.state == "completed")
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 3, since: list.cursor))))
+        guard case .transfer(.transfers(let none))? = try await Self.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(none.transfers.isEmpty && none.cursor == list.cursor, "nothing changed since the cursor")
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 4, forget: [transfer]))))
+        guard case .transfer(.transfers(let forgotten))? = try await Self.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(forgotten.transfers.isEmpty, "a forgotten transfer is gone")
+        #expect(try await Self.attach(transfer, on: client).error == "notFound")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadCutIsResumedOnANewConnectionFromTheBytesTheClientHolds() async throws {
+        let served = try Served(size: 900_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let first = try await connectedClient(host)
+        let (transfer, size) = try await Self.get(served.name, on: first)
+        _ = try await Self.attach(transfer, on: first, window: 300_000)
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: first, from: 0, until: 300_000, window: 0, into: &bytes)
+        await first.close()
+
+        // The same caller (on plain loopback: its clientId) on a new connection.
+        let second = try await connectedClient(host)
+        let resumed = try await Self.attach(transfer, on: second, offset: UInt64(bytes.count), window: 1 << 20)
+        #expect(resumed.status == .success && resumed.offset == UInt64(bytes.count))
+        _ = try await Self.receive(
+            transfer, on: second, from: bytes.count, until: Int(size), window: 1 << 20, into: &bytes)
+        #expect(bytes == served.bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theHostSendsNoMoreThanTheClientsWindowUntilItAcknowledges() async throws {
+        let served = try Served(size: 2_000_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        _ = try await Self.attach(transfer, on: client, window: 100_000)
+        var received = 0
+        // Two pings a moment apart: whatever came before the second pong is all the host sent.
+        for (index, pause) in [(1, Duration.zero), (2, .milliseconds(500))] {
+            try await Task.sleep(for: pause)
+            try await client.send(.ping(id: UInt64(index)))
+            while true {
+                let frame = try await Self.nextSignificant(client)
+                if frame == .pong(id: UInt64(index)) { break }
+                guard case .transfer(.chunk(let chunk))? = frame else {
+                    throw TestFailure("expected a chunk or the pong, got \(String(describing: frame))")
+                }
+                received += chunk.data.readableBytes
+                #expect(received <= 100_000, "the host sent past the client's window")
+            }
+        }
+        #expect(received == 100_000, "the host sends the whole window")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anotherCallersTransferDoesNotExistForIt() async throws {
+        let served = try Served(size: 10_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let owner = try await connectedClient(host, clientId: "alice")
+        let (transfer, _) = try await Self.get(served.name, on: owner)
+
+        let stranger = try await connectedClient(host, clientId: "mallory")
+        let attached = try await Self.attach(transfer, on: stranger)
+        #expect(attached.status == .failure && attached.error == "notFound")
+        try await stranger.send(.transfer(.cancel(transfer: transfer)))
+        guard case .transfer(.state(let state))? = try await Self.nextSignificant(stranger) else {
+            throw TestFailure("cancelTransfer was not answered")
+        }
+        #expect(state.error == "notFound" && state.state == "failed")
+        try await stranger.send(.transfer(.transfers(TransfersQueryFrame(id: 1, forget: [transfer]))))
+        guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(stranger) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(list.transfers.isEmpty && list.cursor == 0)
+
+        // Untouched for its owner.
+        let mine = try await Self.attach(transfer, on: owner, window: 1 << 20)
+        #expect(mine.status == .success)
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: owner, from: 0, until: 10_000, window: 1 << 20, into: &bytes)
+        #expect(bytes == served.bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theLatestAttachWinsAndTheEarlierConnectionIsTold() async throws {
+        let served = try Served(size: 600_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let first = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: first)
+        _ = try await Self.attach(transfer, on: first, window: 1000)
+        let second = try await connectedClient(host)
+        #expect(try await Self.attach(transfer, on: second, window: 1 << 20).status == .success)
+        var told: TransferStateFrame?
+        while told == nil {
+            let frame = try await Self.nextSignificant(first)
+            if case .transfer(.state(let state))? = frame { told = state }
+        }
+        #expect(told?.transfer == transfer && told?.error == "attachedElsewhere" && told?.state == "waiting")
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: second, from: 0, until: 600_000, window: 1 << 20, into: &bytes)
+        #expect(bytes == served.bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aCanceledDownloadEndsAndSaysSo() async throws {
+        let served = try Served(size: 600_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        _ = try await Self.attach(transfer, on: client, window: 1000)
+        try await client.send(.transfer(.cancel(transfer: transfer)))
+        var state: TransferStateFrame?
+        while state == nil {
+            if case .transfer(.state(let told))? = try await Self.nextSignificant(client) { state = told }
+        }
+        #expect(state?.state == "canceled")
+        let again = try await Self.attach(transfer, on: client)
+        #expect(again.status == .failure && again.error == "ended")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadResumesAfterTheHostRestarts() async throws {
+        let served = try Served(size: 700_000)
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        let host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        let client = try await connectedClient(host)
+        let (transfer, size) = try await Self.get(served.name, on: client)
+        _ = try await Self.attach(transfer, on: client, window: 250_000)
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: client, from: 0, until: 250_000, window: 0, into: &bytes)
+        #expect(await host.stop() == 0)
+
+        let restarted = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        #expect(restarted.log.contains("transfers: 1 kept from the journal"), "\(restarted.log)")
+        let again = try await connectedClient(restarted)
+        let resumed = try await Self.attach(transfer, on: again, offset: UInt64(bytes.count), window: 1 << 20)
+        #expect(resumed.status == .success && resumed.size == size)
+        _ = try await Self.receive(
+            transfer, on: again, from: bytes.count, until: Int(size), window: 1 << 20, into: &bytes)
+        #expect(bytes == served.bytes)
+        #expect(await restarted.stop() == 0)
+    }
+
+    @Test func aFileChangedUnderADownloadFailsItRatherThanSendAMix() async throws {
+        let served = try Served(size: 600_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        _ = try await Self.attach(transfer, on: client, window: 100_000)
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: client, from: 0, until: 100_000, window: 0, into: &bytes)
+        // Appended to in place while the download waits for the client's window.
+        let handle = try FileHandle(forWritingTo: served.folder.appendingPathComponent(served.name))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([1, 2, 3]))
+        try handle.close()
+        try await client.send(.transfer(.ack(AckFrame(transfer: transfer, offset: 100_000, window: 1 << 20))))
+        var state: TransferStateFrame?
+        while state == nil {
+            let frame = try await Self.nextSignificant(client)
+            if case .transfer(.state(let told))? = frame { state = told }
+        }
+        #expect(state?.state == "failed" && state?.error == "changed")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadNobodyMovesExpiresWithTheShortExpiryItWasGiven() async throws {
+        let served = try Served(size: 10_000)
+        let host = try await TestHost.start(manifests: served.manifests, arguments: ["--transfer-expiry", "1"])
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        let expired = try await eventually(within: .seconds(20), every: .milliseconds(200)) {
+            try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(client) else { return false }
+            return list.transfers.first { $0.transfer == transfer }?.state == "expired"
+        }
+        #expect(expired, "the download did not expire")
+        #expect(try await Self.attach(transfer, on: client).error == "ended")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func namesThatAreNotOnePlainFileNameAreRefusedWithAReason() async throws {
+        let served = try Served(size: 10)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: Self.filesService, package: Self.filesPackage) == .success)
+        let names = [
+            "../" + served.name, "a/b", "", "..", ".", "x\u{0}y", "new\nline", String(repeating: "n", count: 300),
+            "missing.txt",
+        ]
+        for (index, name) in names.enumerated() {
+            let response = try await client.request(
+                channel: 1, id: UInt64(index + 1), ["Command": "get", "Name": .string(name)])
+            #expect(response.status == .failure, "\(name.debugDescription) was not refused")
+            #expect(response.error?.isEmpty == false, "\(name.debugDescription) was refused without a reason")
+        }
+        let list = try await client.request(channel: 1, id: 100, ["Command": "list"])
+        #expect(try list.decoded == ["Names": .array([.string(served.name)])])
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+        guard case .transfer(.transfers(let none))? = try await Self.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(none.transfers.isEmpty, "no refused name made a transfer")
+        #expect(await host.stop() == 0)
+    }
+}
