@@ -2,7 +2,10 @@
  * Files: the reference C service of transfers (CONTRACT sections 6 and 8). It serves one
  * folder: `{Command: "list"}` is answered `{Names: [text]}`, the regular files in it;
  * `{Command: "get", Name}` offers that file to the caller as a download, answered
- * `{Transfer: uuid, Size: int}`, which the client then attaches to and resumes as it likes.
+ * `{Transfer: uuid, Size: int}`, which the client then attaches to and resumes as it likes;
+ * `{Command: "put", Name, Size (optional)}` accepts an upload, answered `{Transfer: uuid}`:
+ * once complete, the file is in the folder under Name (or a free name made from it,
+ * "photo (1).jpg") and the transfer's result is `{Name (as stored), Size, Digest (SHA-256)}`.
  *
  * Declared by manifests/files.json as package atrium.examples.files, service atrium.files.
  * Its manifest's `config` may name the folder: `{"folder": "/srv/files"}` (an absolute path,
@@ -262,6 +265,130 @@ static void files_get(files *self, uint64_t request, const atrium_message *messa
     host->builder_free(host, answer);
 }
 
+static void files_put(files *self, uint64_t request, const atrium_message *message) {
+    const atrium_host_api *host = self->host;
+    const char *name = NULL;
+    size_t length = 0;
+    if (host->message_get_string(host, message, "Name", &name, &length) != ATRIUM_OK) {
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, "put needs a Name (text)");
+        return;
+    }
+    const char *problem = name_problem(name, length);
+    if (problem) {
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, problem);
+        return;
+    }
+    int64_t size = -1;
+    int32_t kind = host->message_kind(host, message, "Size");
+    if (kind != ATRIUM_KIND_NONE && (host->message_get_int(host, message, "Size", &size) != ATRIUM_OK || size < 0)) {
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, "Size must be an int of 0 or more");
+        return;
+    }
+    uint8_t transfer[16];
+    int32_t accepted = host->accept_upload(host, request, size, -1, name, transfer);
+    if (accepted == ATRIUM_E_LIMIT_EXCEEDED) {
+        fail(host, request, ATRIUM_RESPONSE_RESOURCE_LIMITS_EXCEEDED,
+             "the host cannot take this upload now (its limits, or its disk's free space)");
+        return;
+    } else if (accepted != ATRIUM_OK) {
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, "the upload cannot be accepted now");
+        return;
+    }
+    atrium_builder *answer = host->builder_new(host);
+    const uint8_t *bytes = NULL;
+    size_t answer_length = 0;
+    host->builder_put_uuid(host, answer, "Transfer", transfer);
+    if (host->builder_bytes(host, answer, &bytes, &answer_length) == ATRIUM_OK)
+        host->respond(host, request, ATRIUM_RESPONSE_SUCCESS, bytes, answer_length, NULL);
+    else fail(host, request, ATRIUM_RESPONSE_FAILURE, "the answer could not be made");
+    host->builder_free(host, answer);
+}
+
+/* `name`, or the `index`th free name made from it: "photo (2).jpg". 0, or -1 when it does not fit. */
+static int variant(const char *name, int index, char *out, size_t capacity) {
+    if (index == 0) return snprintf(out, capacity, "%s", name) < (int)capacity && strlen(name) <= 255 ? 0 : -1;
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name) dot = name + strlen(name);
+    char suffix[32];
+    int suffix_length = snprintf(suffix, sizeof suffix, " (%d)", index);
+    size_t base = (size_t)(dot - name), extension = strlen(dot);
+    /* The base is cut so that the name stays within 255 bytes (never inside an extension). */
+    if (extension + (size_t)suffix_length > 200) return -1;
+    if (base + suffix_length + extension > 255) base = 255 - suffix_length - extension;
+    /* Not in the middle of a UTF-8 sequence. */
+    while (base > 0 && ((unsigned char)name[base] & 0xC0) == 0x80) base--;
+    return snprintf(out, capacity, "%.*s%s%s", (int)base, name, suffix, dot) < (int)capacity ? 0 : -1;
+}
+
+/* Copies `from` into a new file `name` in the folder (when the upload cannot be linked). */
+static int copy_into(files *self, int from, const char *name) {
+    int to = openat(self->folder, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (to < 0) return -1;
+    loff_t in = 0;
+    for (;;) {
+        ssize_t copied = copy_file_range(from, &in, to, NULL, 1 << 30, 0);
+        if (copied < 0 && errno == EINTR) continue;
+        if (copied <= 0) {
+            if (copied < 0) {
+                close(to);
+                unlinkat(self->folder, name, 0);
+                return -1;
+            }
+            break;
+        }
+    }
+    int synced = fsync(to);
+    close(to);
+    return synced;
+}
+
+/* A finished upload: stored under its name, or a free name made from it, then answered with
+ * what was stored. */
+static void files_upload(void *instance, const atrium_upload_info *info) {
+    files *self = instance;
+    const atrium_host_api *host = self->host;
+    char stored[512];
+    char source[64];
+    snprintf(source, sizeof source, "/proc/self/fd/%d", info->fd);
+    const char *name = info->name ? info->name : "upload";
+    int done = -1;
+    for (int index = 0; index < 1000 && done != 0; index++) {
+        if (variant(name, index, stored, sizeof stored) != 0) break;
+        if (linkat(AT_FDCWD, source, self->folder, stored, AT_SYMLINK_FOLLOW) == 0) done = 0;
+        else if (errno == EEXIST) continue;
+        else if (copy_into(self, info->fd, stored) == 0) done = 0;
+        else if (errno != EEXIST) break;
+    }
+    close(info->fd);
+    if (done != 0) {
+        char message[600];
+        snprintf(message, sizeof message, "an upload could not be stored in %s: %s", self->path, strerror(errno));
+        host->log(host, ATRIUM_LOG_ERROR, message);
+        host->upload_done(host, info->delivery, ATRIUM_RESPONSE_FAILURE, NULL, 0, "the file could not be stored");
+        return;
+    }
+    fsync(self->folder);
+    atrium_builder *result = host->builder_new(host);
+    const uint8_t *bytes = NULL;
+    size_t length = 0;
+    host->builder_put_string(host, result, "Name", stored, strlen(stored));
+    host->builder_put_int(host, result, "Size", info->size);
+    host->builder_put_bytes(host, result, "Digest", info->digest, sizeof info->digest);
+    if (host->builder_bytes(host, result, &bytes, &length) == ATRIUM_OK)
+        host->upload_done(host, info->delivery, ATRIUM_RESPONSE_SUCCESS, bytes, length, NULL);
+    else host->upload_done(host, info->delivery, ATRIUM_RESPONSE_FAILURE, NULL, 0, "the result could not be made");
+    host->builder_free(host, result);
+}
+
+static void files_transfer_ended(void *instance, const uint8_t transfer[16], const char *why) {
+    files *self = instance;
+    char message[200];
+    snprintf(message, sizeof message,
+             "transfer %02x%02x%02x%02x-... ended before it was finished: %s", transfer[0], transfer[1],
+             transfer[2], transfer[3], why);
+    self->host->log(self->host, ATRIUM_LOG_INFO, message);
+}
+
 static void files_request(void *instance, uint64_t channel, uint64_t request, const uint8_t *bytes,
                           size_t length) {
     (void)channel;
@@ -271,13 +398,15 @@ static void files_request(void *instance, uint64_t channel, uint64_t request, co
     const char *command = NULL;
     size_t command_length = 0;
     if (!message || host->message_get_string(host, message, "Command", &command, &command_length) != ATRIUM_OK) {
-        fail(host, request, ATRIUM_RESPONSE_FAILURE, "a request needs a Command (text): list or get");
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, "a request needs a Command (text): list, get or put");
     } else if (strcmp(command, "list") == 0) {
         files_list(self, request);
     } else if (strcmp(command, "get") == 0) {
         files_get(self, request, message);
+    } else if (strcmp(command, "put") == 0) {
+        files_put(self, request, message);
     } else {
-        fail(host, request, ATRIUM_RESPONSE_FAILURE, "unknown Command: list or get");
+        fail(host, request, ATRIUM_RESPONSE_FAILURE, "unknown Command: list, get or put");
     }
     if (message) host->message_free(host, message);
 }
@@ -298,6 +427,8 @@ static const atrium_plugin files_plugin = {
     .response = NULL,
     .closed = NULL,
     .launch = NULL,
+    .upload = files_upload,
+    .transfer_ended = files_transfer_ended,
 };
 
 ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) {

@@ -309,6 +309,10 @@ public struct TransferTable: Sendable {
         }
     }
 
+    /// Removes transfer `id` whatever its phase (the host could not make what it needs: its
+    /// spool file); returns it.
+    public mutating func remove(_ id: TransferID) -> TransferRecord? { drop(id) }
+
     /// Removes every transfer of `owner` at once (its device was unpaired, its token revoked):
     /// returns them, whose files go and whose attached connections are told.
     public mutating func removeAll(of owner: TransferOwner) -> [TransferRecord] {

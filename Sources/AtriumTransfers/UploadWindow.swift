@@ -14,7 +14,7 @@ public struct UploadWindow: Sendable, Equatable {
     /// spool's limits bound it).
     public let maxSize: Int64
     /// The bytes past ``held`` the client may send.
-    public let window: Int64
+    public private(set) var window: Int64
     /// Whether the client sent its `last` chunk.
     public private(set) var lastReceived = false
     /// The digest the client sent with its `last` chunk, if any.
@@ -79,6 +79,14 @@ public struct UploadWindow: Sendable, Equatable {
     public mutating func synced(through offset: Int64) -> (offset: Int64, window: Int64) {
         held = max(held, min(offset, written))
         return (held, window)
+    }
+
+    /// Grants `window` bytes past ``held`` from the next `ack` on, but never less than the
+    /// client was already allowed: the right edge of the window (``held`` plus it) never moves
+    /// back, so a chunk the client sent within its last window is never refused.
+    public mutating func grant(_ window: Int64) {
+        let edge = held &+ self.window
+        self.window = max(max(window, 0), edge &- held)
     }
 
     /// Whether every byte is in and on stable storage: the upload can be checked.

@@ -2,6 +2,10 @@ import AtriumTransfers
 import AtriumValues
 import NIOCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Whatever answers a package's services: a plugin library loaded into the host
 /// (``InProcessPlugin``), a library's declared C functions (``FunctionBackend``), or, later,
 /// a worker process. Routing knows this protocol only.
@@ -51,6 +55,14 @@ protocol ServiceBackend: AnyObject, Sendable {
 
     /// How the backend is doing, for the operator (`atrium status`).
     var health: BackendHealth { get }
+
+    /// A finished upload for one of the backend's services (CONTRACT section 8): it takes the
+    /// descriptor and answers through ``BackendHost/uploadDone(_:from:status:message:error:)``.
+    func upload(_ delivery: UploadDelivery) -> DeliveryVerdict
+
+    /// A transfer one of its services made ended before reaching it (canceled, expired, or
+    /// removed with its caller's access).
+    func transferEnded(_ record: TransferRecord, why: String)
 }
 
 extension ServiceBackend {
@@ -59,6 +71,13 @@ extension ServiceBackend {
 
     /// A backend in the host's process is ready for as long as it is loaded.
     var health: BackendHealth { BackendHealth(state: .ready) }
+
+    func upload(_ delivery: UploadDelivery) -> DeliveryVerdict {
+        close(delivery.descriptor)
+        return .refused("package \(package) takes no uploads")
+    }
+
+    func transferEnded(_ record: TransferRecord, why: String) {}
 }
 
 /// How a backend is doing: ready, starting, restarting after a crash, or failed for good
@@ -149,6 +168,16 @@ protocol BackendHost: AnyObject, Sendable {
     /// (CONTRACT section 8), whose id the answer carries as `Transfer`.
     func offer(_ descriptor: Int32, name: String?, for request: UInt64, from backend: any ServiceBackend)
         -> Result<TransferID, TransferService.OfferRefusal>
+    /// Accepts an upload of `size` bytes (-1: not known; then at most `maxSize`, -1: the host's
+    /// limits) from the caller of `request`.
+    func accept(
+        size: Int64, maxSize: Int64, name: String?, for request: UInt64, from backend: any ServiceBackend
+    ) -> Result<TransferID, TransferService.OfferRefusal>
+    /// The backend's answer to a finished upload it was handed.
+    func uploadDone(
+        _ delivery: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) -> Result<Void, BackendCallError>
     /// Answers a request on the backend's behalf, when the backend cannot take it.
     func answer(_ request: UInt64, status: AppServiceResponseStatus, error: String)
     /// Whether `request` still waits for its answer.

@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import CAtriumPlugin
 import Foundation
@@ -58,6 +59,8 @@ enum HostTable {
         api.builder_new_array = builderNewArray
         api.builder_put_builder = putBuilder
         api.offer_file = offerFile
+        api.accept_upload = acceptUpload
+        api.upload_done = uploadDone
         return api
     }
 
@@ -130,26 +133,54 @@ enum HostTable {
     }
 
     static let offerFile:
-        @convention(c) (API, UInt64, Int32, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) ->
-            Int32 = { api, request, descriptor, name, out in
-                guard let plugin = InProcessPlugin.from(api), let out else { return ATRIUM_E_INVALID_ARGUMENT }
-                let text = name.flatMap { String(validatingCString: $0) }
-                switch plugin.host.offer(descriptor, name: text, for: request, from: plugin) {
-                case .success(let id):
-                    withUnsafeBytes(of: id.uuid.uuid) { bytes in
-                        for index in 0..<16 { out[index] = bytes[index] }
-                    }
-                    return ATRIUM_OK
-                case .failure(let refusal):
-                    plugin.logger.notice("offer_file: \(refusal)")
-                    switch refusal {
-                    case .unknownRequest: return ATRIUM_E_UNKNOWN_REQUEST
-                    case .file: return ATRIUM_E_INVALID_ARGUMENT
-                    case .limit: return ATRIUM_E_LIMIT_EXCEEDED
-                    case .unavailable: return ATRIUM_E_UNAVAILABLE
-                    }
-                }
+        @convention(c) (API, UInt64, Int32, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) -> Int32 = {
+            api, request, descriptor, name, out in
+            guard let plugin = InProcessPlugin.from(api), let out else { return ATRIUM_E_INVALID_ARGUMENT }
+            let text = name.flatMap { String(validatingCString: $0) }
+            switch plugin.host.offer(descriptor, name: text, for: request, from: plugin) {
+            case .success(let id):
+                write(id, to: out)
+                return ATRIUM_OK
+            case .failure(let refusal):
+                plugin.logger.notice("offer_file: \(refusal)")
+                return refusal.cCode
             }
+        }
+
+    static let acceptUpload:
+        @convention(c) (API, UInt64, Int64, Int64, UnsafePointer<CChar>?, UnsafeMutablePointer<UInt8>?) -> Int32 = {
+            api, request, size, maxSize, name, out in
+            guard let plugin = InProcessPlugin.from(api), let out else { return ATRIUM_E_INVALID_ARGUMENT }
+            let text = name.flatMap { String(validatingCString: $0) }
+            switch plugin.host.accept(size: size, maxSize: maxSize, name: text, for: request, from: plugin) {
+            case .success(let id):
+                write(id, to: out)
+                return ATRIUM_OK
+            case .failure(let refusal):
+                plugin.logger.notice("accept_upload: \(refusal)")
+                return refusal.cCode
+            }
+        }
+
+    static let uploadDone:
+        @convention(c) (API, UInt64, Int32, UnsafePointer<UInt8>?, Int, UnsafePointer<CChar>?) -> Int32 = {
+            api, delivery, status, bytes, length, error in
+            guard let plugin = InProcessPlugin.from(api), status >= 0, length >= 0, bytes != nil || length == 0 else {
+                return ATRIUM_E_INVALID_ARGUMENT
+            }
+            let message = length > 0 ? ByteBuffer(bytes: UnsafeRawBufferPointer(start: bytes, count: length)) : nil
+            return plugin.host.uploadDone(
+                delivery, from: plugin, status: AppServiceResponseStatus(rawValue: Int(status)), message: message,
+                error: error.map { String(cString: $0) }
+            ).cStatus
+        }
+
+    /// Writes a transfer's id as the 16 bytes of its UUID.
+    static func write(_ id: TransferID, to out: UnsafeMutablePointer<UInt8>) {
+        withUnsafeBytes(of: id.uuid.uuid) { bytes in
+            for index in 0..<16 { out[index] = bytes[index] }
+        }
+    }
 
     static let log: @convention(c) (API, Int32, UnsafePointer<CChar>?) -> Void = { api, level, message in
         guard let plugin = InProcessPlugin.from(api), let message else { return }
@@ -606,4 +637,16 @@ final class MessageBuilder {
     }
 
     deinit { release() }
+}
+
+extension TransferService.OfferRefusal {
+    /// The C ABI's code for the refusal.
+    var cCode: Int32 {
+        switch self {
+        case .unknownRequest: ATRIUM_E_UNKNOWN_REQUEST
+        case .file, .invalid: ATRIUM_E_INVALID_ARGUMENT
+        case .limit, .storage: ATRIUM_E_LIMIT_EXCEEDED
+        case .unavailable: ATRIUM_E_UNAVAILABLE
+        }
+    }
 }

@@ -53,9 +53,10 @@ final class ConnectionTransfers {
         case .transfers(let query):
             connection.write(.transfer(.transfers(service.list(query, owner: owner))))
         case .chunk(let chunk):
-            // No transfer of the caller takes bytes from it yet: uploads are not made here.
-            connection.logger.debug(
-                "chunk for transfer \(chunk.transfer), which takes no bytes from the client; ignored")
+            // Written and synced off the loop; the `ack` comes from there.
+            if case .state(let state) = service.chunk(chunk, owner: owner, connection: connection.id) {
+                connection.write(.transfer(.state(state)))
+            }
         }
     }
 

@@ -125,14 +125,51 @@ extension HostCore {
     func offer(_ descriptor: Int32, name: String?, for handle: UInt64, from backend: any ServiceBackend)
         -> Result<TransferID, TransferService.OfferRefusal>
     {
-        let maker = slot(of: handle)?.book.withLock { book -> TransferService.Maker? in
+        guard let maker = maker(of: handle, backend) else { return .failure(.unknownRequest) }
+        return transfers.offer(descriptor, name: name, for: maker)
+    }
+
+    /// A backend accepts an upload from the caller of `handle`, one of its requests still
+    /// waiting for its answer.
+    func accept(
+        size: Int64, maxSize: Int64, name: String?, for handle: UInt64, from backend: any ServiceBackend
+    ) -> Result<TransferID, TransferService.OfferRefusal> {
+        guard let maker = maker(of: handle, backend) else { return .failure(.unknownRequest) }
+        return transfers.accept(size: size, maxSize: maxSize, name: name, for: maker)
+    }
+
+    /// Who a transfer made while answering `handle` is for, if `handle` is a request of
+    /// `backend`'s still waiting for its answer.
+    private func maker(of handle: UInt64, _ backend: any ServiceBackend) -> TransferService.Maker? {
+        slot(of: handle)?.book.withLock { book -> TransferService.Maker? in
             guard let request = book.pending[handle], request.backend === backend, let owner = book.owner,
                 let channel = book.channels[request.channel]
             else { return nil }
             return TransferService.Maker(owner: owner, package: backend.package, service: channel.service)
         }
-        guard let maker else { return .failure(.unknownRequest) }
-        return transfers.offer(descriptor, name: name, for: maker)
+    }
+
+    /// A backend's answer to a finished upload: its message (checked as an answer's is)
+    /// becomes the transfer's result.
+    func uploadDone(
+        _ delivery: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) -> Result<Void, BackendCallError> {
+        var result: [UInt8]?
+        if let message, message.readableBytes > 0 {
+            guard message.readableBytes <= limits.maxMessageBytes else { return .failure(.tooLarge) }
+            guard Self.invalidity(of: message) == nil else { return .failure(.notAValueSet) }
+            result = Array(message.readableBytesView)
+        }
+        switch transfers.delivered(
+            delivery, package: backend.package, status: status, result: result,
+            error: error.map { untrusted($0, limit: Self.maxPluginReason) })
+        {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let told):
+            if let told { tell([told]) }
+            return .success(())
+        }
     }
 
     /// Answers a request on its backend's behalf (when the backend cannot take it at all).

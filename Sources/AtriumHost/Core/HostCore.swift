@@ -147,6 +147,19 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         transfers = TransferService(
             folder: configuration.transferFolder ?? configuration.stateFolder.appendingPathComponent("transfers"),
             limits: configuration.transferLimits, logger: logger)
+        let transfers = self.transfers
+        transfers.hooks.withLock {
+            $0 = TransferService.Hooks(
+                deliver: { [registry] delivery in
+                    guard let backend = registry.package(delivery.record.package)?.backend else {
+                        return .later("package \(delivery.record.package) is not loaded")
+                    }
+                    return backend.upload(delivery)
+                },
+                ended: { [registry] record, why in
+                    registry.package(record.package)?.backend?.transferEnded(record, why: why)
+                })
+        }
         let slotCount = max(configuration.admission.maxConnections, 1) + AdmissionLimits.maxLocalConnections
         slots = (0..<slotCount).map { ConnectionSlot(index: UInt32($0)) }
         state.withLock { $0.freeSlots = (0..<UInt32(slotCount)).reversed() }
@@ -214,6 +227,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// their retention; at start and then every hour (more often with a short expiry).
     func sweepTransfers() {
         tell(transfers.sweep())
+        transfers.deliverWaiting()
     }
 
     /// Counts a connection the listener has just accepted, or says why it may not stay: the

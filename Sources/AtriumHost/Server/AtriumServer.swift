@@ -154,6 +154,8 @@ public final class AtriumServer: Service, Sendable {
         }
         logger.notice("manifests reloaded (\(reason)): \(report)")
         configuration.notifier?.status(servingStatus())
+        // Uploads that waited for a package that was not there go to it now.
+        core.transfers.deliverWaiting()
         return report
     }
 

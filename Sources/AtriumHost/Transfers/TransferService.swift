@@ -26,7 +26,11 @@ final class TransferService: Sendable {
     /// Downloads are read here, off the event loops.
     let pool: NIOThreadPool
     private let journal: TransferJournal?
-    private let state: Mutex<State>
+    let state: Mutex<State>
+    /// Partial uploads, `ID.part`, in the transfers' folder's `spool`.
+    let spoolFolder: URL
+    /// What the host does for the service: hand it a finished upload, tell it a transfer ended.
+    let hooks = Mutex<Hooks?>(nil)
     private let journalQueue = DispatchQueue(label: "atriumd.transfers.journal")
 
     /// Who made a transfer, and for whom: what a service's offer names.
@@ -41,6 +45,17 @@ final class TransferService: Sendable {
         var connection: UInt64
         var link: ConnectionLink
         var download: DownloadWindow?
+        var upload: UploadWindow?
+        /// Which attachment this is: an upload's writes queued by an earlier one are dropped.
+        var generation: UInt64 = 0
+    }
+
+    /// What the host does for the services, set once it is up.
+    struct Hooks: Sendable {
+        /// Hands a finished upload to its service; says whether the service took it, or why not.
+        var deliver: @Sendable (UploadDelivery) -> DeliveryVerdict
+        /// Tells a service that a transfer it made ended before reaching it.
+        var ended: @Sendable (TransferRecord, String) -> Void
     }
 
     struct State {
@@ -55,10 +70,17 @@ final class TransferService: Sendable {
         /// whether the journal's queue is writing them.
         var unwritten: [TransferID: TransferRecord?] = [:]
         var writing = false
+        /// Unfinished uploads' spool files.
+        var spools: [TransferID: UploadSpool] = [:]
+        /// Uploads handed to their service and not answered yet, by delivery id.
+        var deliveries: [UInt64: TransferID] = [:]
+        var lastDelivery: UInt64 = 0
+        var lastGeneration: UInt64 = 0
     }
 
     init(folder: URL, limits: TransferLimits, logger: Logger) {
         self.folder = folder
+        spoolFolder = folder.appendingPathComponent("spool")
         self.limits = limits
         self.logger = logger
         pool = NIOThreadPool(numberOfThreads: 2)
@@ -67,7 +89,11 @@ final class TransferService: Sendable {
         var unavailable: String?
         var records: [TransferRecord] = []
         do {
-            let made = try TransferJournal(folder: folder)
+            try FileManager.default.createDirectory(
+                at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let made = try TransferJournal(folder: folder.appendingPathComponent("journal"))
+            try FileManager.default.createDirectory(
+                at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let read = made.readAll()
             for problem in read.problems { logger.warning("transfers' journal: \(problem)") }
             records = read.records
@@ -124,6 +150,10 @@ final class TransferService: Sendable {
     /// Why a service's offer was refused.
     enum OfferRefusal: Error, CustomStringConvertible {
         case unavailable(String)
+        /// A size or a maximum that cannot be.
+        case invalid(String)
+        /// The disk cannot hold the upload, or keep the host's free-space floor.
+        case storage(String)
         case file(DownloadFile.Refusal)
         case limit(TransferTable.Refusal)
         /// The request is not one the service is answering now.
@@ -131,7 +161,8 @@ final class TransferService: Sendable {
 
         var description: String {
             switch self {
-            case .unavailable(let reason): reason
+            case .unavailable(let reason), .storage(let reason): reason
+            case .invalid(let reason): "not an upload the host can take: \(reason)"
             case .file(let refusal): "the file cannot be offered: \(refusal)"
             case .limit(let refusal): "\(refusal)"
             case .unknownRequest: "no such request waits for the service's answer"
@@ -155,12 +186,14 @@ final class TransferService: Sendable {
     {
         let id = TransferID(frame.transfer)
         // A download's file after a restart is opened again first, outside the lock.
-        let source = state.withLock { state -> DownloadSource? in
-            guard let record = state.table.find(id, owner: owner), record.direction == .download,
-                !record.phase.isEnded, state.files[id] == nil
-            else { return nil }
-            return record.source
+        let (source, spoolHeld) = state.withLock { state -> (DownloadSource?, Int64?) in
+            guard let record = state.table.find(id, owner: owner), !record.phase.isEnded else { return (nil, nil) }
+            if record.direction == .upload {
+                return (nil, state.spools[id] == nil ? record.offset : nil)
+            }
+            return (state.files[id] == nil ? record.source : nil, nil)
         }
+        let spool = spoolHeld.flatMap { reopenSpool(id, held: $0) }
         var reopenFailure: String?
         var reopened: DownloadFile?
         if let source {
@@ -169,6 +202,11 @@ final class TransferService: Sendable {
         let now = Date()
         return state.withLock { state in
             if let reopened, state.files[id] == nil { state.files[id] = reopened }
+            if let spool, state.spools[id] == nil { state.spools[id] = spool }
+            if spoolHeld != nil, state.spools[id] == nil, state.table.find(id, owner: owner) != nil {
+                logger.notice("transfer \(id) fails: its spool file is gone")
+                _ = endLocked(id, phase: .failed, error: .serviceFailed, now: now, &state)
+            }
             if let reopenFailure, state.files[id] == nil, state.table.find(id, owner: owner) != nil {
                 logger.notice("transfer \(id) fails: its file cannot be opened again: \(reopenFailure)")
                 if let failed = state.table.moved(id, to: .failed, error: .changed, now: now) {
@@ -179,7 +217,7 @@ final class TransferService: Sendable {
         }
     }
 
-    private func attachLocked(
+    func attachLocked(
         _ frame: AttachFrame, id: TransferID, owner: TransferOwner, link: ConnectionLink, connection: UInt64,
         now: Date, _ state: inout State
     ) -> AttachOutcome {
@@ -221,7 +259,16 @@ final class TransferService: Sendable {
             }
             var window: UInt64 = 0
             var download: DownloadWindow?
-            if record.direction == .download {
+            var upload: UploadWindow?
+            if record.direction == .upload, record.phase == .running {
+                if state.attached[id]?.connection != connection {
+                    state.byConnection[connection, default: []].append(id)
+                }
+                var made = UploadWindow(held: record.offset, size: record.size, maxSize: record.maxSize, window: 0)
+                made.grant(uploadGrant(on: connection, state))
+                window = UInt64(made.window)
+                upload = made
+            } else if record.direction == .download {
                 let offset = Int64(frame.offset ?? 0)
                 let granted = Int64(min(frame.window ?? UInt64(limits.windowBytes), UInt64(Int64.max)))
                 download = DownloadWindow(
@@ -229,8 +276,13 @@ final class TransferService: Sendable {
                 window = UInt64(download?.window ?? 0)
                 outcome.sends = true
             }
-            if state.attached[id]?.connection != connection { state.byConnection[connection, default: []].append(id) }
-            state.attached[id] = Attached(connection: connection, link: link, download: download)
+            if state.attached[id]?.connection != connection, !(state.byConnection[connection] ?? []).contains(id) {
+                state.byConnection[connection, default: []].append(id)
+            }
+            state.lastGeneration += 1
+            state.attached[id] = Attached(
+                connection: connection, link: link, download: download, upload: upload,
+                generation: state.lastGeneration)
             outcome.answer = AttachedFrame(
                 id: frame.id, transfer: frame.transfer, status: .success, direction: record.direction.rawValue,
                 size: record.size,
@@ -457,6 +509,8 @@ final class TransferService: Sendable {
                 if let attached = state.attached[record.id] { told.append((attached.link, stateFrame(of: record))) }
                 removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
                 state.files[record.id] = nil
+                discardSpool(record.id, &state)
+                notifyEnded(record, "expired")
                 unwrittenChange(record, in: &state)
             }
             for record in sweep.removed { removedLocked(record, &state) }
@@ -484,19 +538,26 @@ final class TransferService: Sendable {
         }
     }
 
-    private func endLocked(
-        _ id: TransferID, phase: TransferPhase, error: TransferErrorCode?, now: Date, _ state: inout State
+    func endLocked(
+        _ id: TransferID, phase: TransferPhase, error: TransferErrorCode?, result: [UInt8]? = nil, now: Date,
+        _ state: inout State
     ) -> (record: TransferRecord, state: TransferStateFrame)? {
         let connection = state.attached[id]?.connection
-        guard let record = state.table.moved(id, to: phase, error: error, now: now) else { return nil }
+        guard let record = state.table.moved(id, to: phase, error: error, result: result, now: now) else {
+            return nil
+        }
         removeFromConnection(id, connection, &state)
         state.files[id] = nil
+        discardSpool(id, &state)
+        if phase == .canceled || phase == .expired {
+            notifyEnded(record, phase == .canceled ? "canceled by its client" : "expired")
+        }
         unwrittenChange(record, in: &state)
         for gone in state.table.takeRemoved() { removedLocked(gone, &state) }
         return (record, stateFrame(of: record))
     }
 
-    private func removeFromConnection(_ id: TransferID, _ connection: UInt64?, _ state: inout State) {
+    func removeFromConnection(_ id: TransferID, _ connection: UInt64?, _ state: inout State) {
         state.attached[id] = nil
         guard let connection else { return }
         state.byConnection[connection]?.removeAll { $0 == id }
@@ -504,14 +565,16 @@ final class TransferService: Sendable {
     }
 
     /// A record the table let go of: its file closed, its journal entry removed.
-    private func removedLocked(_ record: TransferRecord, _ state: inout State) {
+    func removedLocked(_ record: TransferRecord, _ state: inout State) {
         removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
         state.files[record.id] = nil
+        discardSpool(record.id, &state)
+        if !record.phase.isEnded { notifyEnded(record, "removed with its caller's access") }
         state.unwritten[record.id] = .some(nil)
         scheduleJournal(&state)
     }
 
-    private func unwrittenChange(_ record: TransferRecord, in state: inout State) {
+    func unwrittenChange(_ record: TransferRecord, in state: inout State) {
         state.unwritten[record.id] = .some(record)
         scheduleJournal(&state)
     }
@@ -539,6 +602,14 @@ final class TransferService: Sendable {
                 }
             }
         }
+    }
+
+    /// Runs `body` once every change made so far is in the journal, on stable storage.
+    func afterJournal(_ body: @escaping @Sendable () -> Void) {
+        guard journal != nil else { return body() }
+        // The journal's queue writes changes in the order they were made, each block draining
+        // all there are: a block queued now runs after the one that writes these.
+        journalQueue.async(execute: body)
     }
 
     func stateFrame(

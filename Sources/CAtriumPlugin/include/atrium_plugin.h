@@ -382,7 +382,52 @@ typedef struct atrium_host_api {
      * process). */
     int32_t (*offer_file)(const struct atrium_host_api *host, uint64_t request, int32_t fd, const char *name,
                           uint8_t out_transfer[16]);
+
+    /* [any thread] Accepts an upload from the caller of `request` (a request the plugin has not
+     * answered yet): the client sends the file, resumes it after a cut, and the host hands it
+     * to the plugin's `upload` callback once every byte is in and checked.
+     *   - `size`: the bytes the client said it will send, or -1 when it does not know (it ends
+     *     the upload with its `last` chunk). The host reserves a known size on its disk at
+     *     once, and refuses here when the disk cannot hold it.
+     *   - `max_size`: the most bytes the service takes (an upload that grows past it fails), or
+     *     -1 for no maximum of the service's own (the host's limits still bound it).
+     *   - `name`: what the client may show (UTF-8, NUL-terminated), or NULL; handed back in
+     *     `atrium_upload_info`. The host never uses it as a path.
+     *   - `out_transfer`: put it in the answer as `Transfer`, then `respond`.
+     * Returns ATRIUM_OK, or the codes of `offer_file` (ATRIUM_E_LIMIT_EXCEEDED also when the
+     * disk cannot hold `size`, or keep the host's free-space floor). */
+    int32_t (*accept_upload)(const struct atrium_host_api *host, uint64_t request, int64_t size, int64_t max_size,
+                             const char *name, uint8_t out_transfer[16]);
+
+    /* [any thread] The plugin's answer to a finished upload it was handed (`upload`), once it
+     * has taken the file: `status` ATRIUM_RESPONSE_SUCCESS completes the transfer, any other
+     * fails it (`serviceFailed`); `message`/`length` (a ValueSet, copied) becomes the
+     * transfer's `result`, which the client collects, even much later; `error` a reason, or
+     * NULL. Until this is called the host keeps the upload and hands it again after a restart
+     * (at least once: a plugin that stores uploads should not mind a second delivery).
+     * Returns ATRIUM_OK, ATRIUM_E_UNKNOWN_REQUEST for a delivery already answered (or not
+     * one), ATRIUM_E_NOT_A_VALUESET, ATRIUM_E_TOO_LARGE. */
+    int32_t (*upload_done)(const struct atrium_host_api *host, uint64_t delivery, int32_t status,
+                           const uint8_t *message, size_t length, const char *error);
 } atrium_host_api;
+
+/* A finished upload handed to the plugin (ABI 1.3). Borrowed during `upload`, but for `fd`. */
+typedef struct atrium_upload_info {
+    uint32_t struct_size;
+    /* The file, open for reading at offset 0. The plugin owns it and closes it. The host
+     * deletes its own name for the file once `upload_done` is called: to keep the file without
+     * copying it, link it into a folder of the plugin's on the same file system, e.g.
+     *     snprintf(path, sizeof path, "/proc/self/fd/%d", info->fd);
+     *     linkat(AT_FDCWD, path, folder_fd, name, AT_SYMLINK_FOLLOW);
+     * and copy it (copy_file_range) where that fails (EXDEV). */
+    int32_t fd;
+    uint64_t delivery;        /* pass to `upload_done` */
+    uint8_t transfer[16];     /* the transfer's id, as `accept_upload` gave it */
+    int64_t size;             /* its size in bytes, checked */
+    uint8_t digest[32];       /* its SHA-256, checked against the client's when it sent one */
+    const char *name;         /* the name given to `accept_upload`, or NULL */
+    const char *service;      /* the service whose request accepted it */
+} atrium_upload_info;
 
 /*
  * The plugin's descriptor, returned by atrium_plugin_entry_v1. It must stay valid for the
@@ -429,6 +474,21 @@ typedef struct atrium_plugin {
     /* [plugin queue] A URI whose scheme the package declares is launched. Return a
      * RemoteLaunchUriStatus. `info` is borrowed. */
     int32_t (*launch)(void *instance, const atrium_launch_info *info);
+
+    /* ---- ABI 1.3: transfers. A plugin built against an older header has none of these
+     * (the host checks `struct_size`). ---- */
+
+    /* [plugin queue] A finished upload (`accept_upload`): every byte in, on stable storage,
+     * its size and digest checked. Take the file (`info->fd` is the plugin's), then answer
+     * with `upload_done`, now or later, from any thread. Comes again after a restart of the
+     * host or the plugin's worker if `upload_done` was not called: at least once. A NULL
+     * `upload` fails every upload with `serviceFailed`. */
+    void (*upload)(void *instance, const atrium_upload_info *info);
+
+    /* [plugin queue] A transfer the plugin made ended without reaching it: canceled by its
+     * client, expired, or removed with its caller's access. `transfer` is borrowed. May be
+     * NULL. */
+    void (*transfer_ended)(void *instance, const uint8_t transfer[16], const char *why);
 } atrium_plugin;
 
 /* The type of the exported entry function. */

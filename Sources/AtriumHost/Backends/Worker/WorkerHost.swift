@@ -46,6 +46,22 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         return .failure(.unavailable("a plugin in a worker process cannot offer files in this version"))
     }
 
+    func accept(
+        size: Int64, maxSize: Int64, name: String?, for request: UInt64, from backend: any ServiceBackend
+    ) -> Result<TransferID, TransferService.OfferRefusal> {
+        logger.warning(
+            "accept_upload: a plugin in a worker process (\"isolation\": \"process\") cannot take uploads in this version"
+        )
+        return .failure(.unavailable("a plugin in a worker process cannot take uploads in this version"))
+    }
+
+    func uploadDone(
+        _ delivery: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
+        error: String?
+    ) -> Result<Void, BackendCallError> {
+        .failure(.unknownRequest)
+    }
+
     init(links: [WorkerPipes], logger: Logger) {
         self.links = links
         self.logger = logger

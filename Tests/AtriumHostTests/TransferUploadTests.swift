@@ -1,0 +1,275 @@
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+/// Uploads (CONTRACT section 8) through the Files reference service against a real atriumd:
+/// stored exact, checked, resumed from what the host holds on stable storage (after a cut, and
+/// after `kill -9`), refused past the window or off the next byte, and refused at once when
+/// the disk cannot hold them.
+struct TransferUploadTests {
+    typealias Served = TransferDownloadTests.Served
+    typealias TestFailure = TransferDownloadTests.TestFailure
+
+    /// Opens Files and puts `name` (of `size` bytes, or of unknown size): the transfer id.
+    static func put(_ name: String, size: Int?, on client: TestClient, channel: UInt64 = 1) async throws -> UUID {
+        #expect(
+            try await client.open(
+                channel: channel, service: TransferDownloadTests.filesService,
+                package: TransferDownloadTests.filesPackage) == .success)
+        var message: ValueSet = ["Command": "put", "Name": .string(name)]
+        if let size { message["Size"] = .int(Int64(size)) }
+        let response = try await client.request(channel: channel, id: 1, message)
+        guard response.status == .success, case .uuid(let transfer)? = try response.decoded["Transfer"] else {
+            throw TestFailure("put was answered \(response.status) \(response.error ?? "")")
+        }
+        return transfer
+    }
+
+    /// Sends `bytes` from the offset the host holds, within each window it grants, until
+    /// `until` bytes are sent (the last chunk carries `last` and `digest` when it ends the
+    /// file); returns the last offset the host acknowledged, and the states it told.
+    static func send(
+        _ bytes: [UInt8], of transfer: UUID, on client: TestClient, from attached: AttachedFrame, until: Int? = nil,
+        digest: [UInt8]? = nil, knownSize: Bool = true
+    ) async throws -> (held: Int, states: [TransferStateFrame]) {
+        let until = until ?? bytes.count
+        var held = Int(attached.offset)
+        var edge = held + Int(attached.window)
+        var sent = held
+        var states: [TransferStateFrame] = []
+        let chunkBytes = Int(attached.chunkBytes)
+        while true {
+            while sent < until, sent < edge {
+                let count = min(chunkBytes, until - sent, edge - sent)
+                let last = sent + count == bytes.count && (until == bytes.count)
+                let data = ByteBuffer(bytes: bytes[sent..<(sent + count)])
+                try await client.send(
+                    .transfer(
+                        .chunk(
+                            ChunkFrame(
+                                transfer: transfer, offset: UInt64(sent), data: data, last: last && !knownSize || last,
+                                digest: last ? digest : nil))))
+                sent += count
+            }
+            if sent == until, until < bytes.count, held == sent { return (held, states) }
+            let frame = try await TransferDownloadTests.nextSignificant(client)
+            switch frame {
+            case .transfer(.ack(let ack))?:
+                #expect(ack.transfer == transfer)
+                #expect(Int(ack.offset) >= held && Int(ack.offset) <= sent, "an ack within what was sent")
+                held = Int(ack.offset)
+                edge = max(edge, held + Int(ack.window))
+                if until < bytes.count, held == until { return (held, states) }
+            case .transfer(.state(let state))?:
+                states.append(state)
+                if ["completed", "failed", "canceled", "expired"].contains(state.state) { return (held, states) }
+                if state.state == "waiting" { return (held, states) }
+            default:
+                throw TestFailure("expected an ack or a state, got \(String(describing: frame))")
+            }
+        }
+    }
+
+    static func random(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
+    static func sha256(_ bytes: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: bytes)) }
+
+    // MARK: - Tests
+
+    @Test func anUploadArrivesWholeIsCheckedStoredAndItsResultWaits() async throws {
+        let served = try Served(size: 1, name: "other.txt")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let bytes = Self.random(1_500_000)
+        let transfer = try await Self.put("holiday.mov", size: bytes.count, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(attached.status == .success && attached.direction == "upload")
+        #expect(attached.size == 1_500_000 && attached.offset == 0 && attached.window > 0)
+        #expect(attached.name == "holiday.mov")
+
+        let (held, states) = try await Self.send(
+            bytes, of: transfer, on: client, from: attached, digest: Self.sha256(bytes))
+        #expect(held == bytes.count, "every byte acknowledged")
+        #expect(states.map(\.state) == ["verifying", "delivering", "completed"], "\(states)")
+        let result = try #require(states.last?.result).decode()
+        #expect(result["Name"] == "holiday.mov" && result["Size"] == .int(1_500_000))
+        #expect(result["Digest"] == .bytes(Self.sha256(bytes)))
+        let stored = try Data(contentsOf: served.folder.appendingPathComponent("holiday.mov"))
+        #expect(Array(stored) == bytes, "the stored file is the bytes sent, exactly")
+
+        // Its outcome waits for a client that was away.
+        let later = try await connectedClient(host)
+        try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+        guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(later) else {
+            throw TestFailure("transfers was not answered")
+        }
+        let outcome = try #require(list.transfers.first { $0.transfer == transfer })
+        let kept = try outcome.result?.decode()
+        #expect(outcome.state == "completed" && kept == result)
+        // Nothing of it is left in the spool.
+        let spool = host.stateFolder.appendingPathComponent("transfers/spool")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: spool.path)).isEmpty)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadOfUnknownSizeEndsWithItsLastChunkAndATakenNameGetsAFreeOne() async throws {
+        let served = try Served(size: 3, name: "notes.txt")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let bytes = Self.random(700_001)
+        let transfer = try await Self.put("notes.txt", size: nil, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(attached.size == -1)
+        let (_, states) = try await Self.send(bytes, of: transfer, on: client, from: attached, knownSize: false)
+        #expect(states.last?.state == "completed" && states.last?.size == 700_001, "\(states)")
+        let result = try #require(states.last?.result).decode()
+        #expect(result["Name"] == "notes (1).txt", "\(result)")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("notes (1).txt"))) == bytes)
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("notes.txt"))) == served.bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aWrongDigestFailsTheUploadAndNothingReachesTheService() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let bytes = Self.random(300_000)
+        let transfer = try await Self.put("bad.bin", size: bytes.count, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        let (_, states) = try await Self.send(
+            bytes, of: transfer, on: client, from: attached, digest: [UInt8](repeating: 7, count: 32))
+        #expect(states.last?.state == "failed" && states.last?.error == "digestMismatch", "\(states)")
+        #expect(!FileManager.default.fileExists(atPath: served.folder.appendingPathComponent("bad.bin").path))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func chunksOffTheNextBytePastTheWindowOrPastTheSizeAreRefused() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let transfer = try await Self.put("y", size: 100, on: client)
+        func state(after frame: ChunkFrame) async throws -> TransferStateFrame {
+            try await client.send(.transfer(.chunk(frame)))
+            while true {
+                let next = try await TransferDownloadTests.nextSignificant(client)
+                if case .transfer(.state(let state))? = next { return state }
+                guard case .transfer(.ack)? = next else { throw TestFailure("unexpected \(String(describing: next))") }
+            }
+        }
+        _ = try await TransferDownloadTests.attach(transfer, on: client)
+        let skipped = try await state(after: ChunkFrame(transfer: transfer, offset: 5, data: ByteBuffer(bytes: [1])))
+        #expect(skipped.state == "waiting" && skipped.error == "offsetMismatch")
+        // Nothing is taken until a new attach.
+        let ignored = ChunkFrame(transfer: transfer, offset: 0, data: ByteBuffer(bytes: [1]))
+        try await client.send(.transfer(.chunk(ignored)))
+        try await client.send(.ping(id: 3))
+        #expect(try await TransferDownloadTests.nextSignificant(client) == .pong(id: 3))
+
+        let small = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(small.status == .success && small.offset == 0)
+        let tooLong = try await state(
+            after: ChunkFrame(transfer: transfer, offset: 0, data: ByteBuffer(bytes: [UInt8](repeating: 1, count: 101)))
+        )
+        #expect(tooLong.state == "failed" && tooLong.error == "lengthExceeded")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func chunksPastTheWindowWaitForANewAttach() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(
+            manifests: served.manifests, arguments: ["--transfer-window", "1000"])
+        let client = try await connectedClient(host)
+        let transfer = try await Self.put("w", size: 5000, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(attached.window == 1000)
+        try await client.send(
+            .transfer(
+                .chunk(
+                    ChunkFrame(
+                        transfer: transfer, offset: 0, data: ByteBuffer(bytes: [UInt8](repeating: 2, count: 1001))))))
+        var told: TransferStateFrame?
+        while told == nil {
+            if case .transfer(.state(let state))? = try await TransferDownloadTests.nextSignificant(client) {
+                told = state
+            }
+        }
+        #expect(told?.state == "waiting" && told?.error == "windowExceeded")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadCutIsResumedFromWhatTheHostHoldsOnANewConnection() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let first = try await connectedClient(host)
+        let bytes = Self.random(2_000_000)
+        let transfer = try await Self.put("cut.bin", size: bytes.count, on: first)
+        let attached = try await TransferDownloadTests.attach(transfer, on: first)
+        let cut = Int.random(in: 100_000..<1_500_000)
+        let (held, _) = try await Self.send(bytes, of: transfer, on: first, from: attached, until: cut)
+        #expect(held == cut)
+        await first.close()
+
+        let second = try await connectedClient(host)
+        let resumed = try await TransferDownloadTests.attach(transfer, on: second)
+        #expect(resumed.status == .success && Int(resumed.offset) == cut, "the host holds every acknowledged byte")
+        let (_, states) = try await Self.send(
+            bytes, of: transfer, on: second, from: resumed, digest: Self.sha256(bytes))
+        #expect(states.last?.state == "completed", "\(states)")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("cut.bin"))) == bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadSurvivesKill9OfTheHostAtSeveralPointsAndNoAcknowledgedByteIsLost() async throws {
+        let served = try Served(size: 1, name: "x")
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        let bytes = Self.random(3_000_000)
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        var client = try await connectedClient(host)
+        let transfer = try await Self.put("killed.bin", size: bytes.count, on: client)
+        var attached = try await TransferDownloadTests.attach(transfer, on: client)
+        for cut in [400_000, 1_300_000, 2_200_000] {
+            let (held, _) = try await Self.send(bytes, of: transfer, on: client, from: attached, until: cut)
+            // The host dies without a word; the client keeps sending what it has not sent.
+            _ = await host.stop(signal: SIGKILL)
+            host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+            client = try await connectedClient(host)
+            attached = try await TransferDownloadTests.attach(transfer, on: client)
+            #expect(attached.status == .success)
+            #expect(Int(attached.offset) >= held, "the host lost an acknowledged byte: \(attached.offset) < \(held)")
+        }
+        let (_, states) = try await Self.send(
+            bytes, of: transfer, on: client, from: attached, digest: Self.sha256(bytes))
+        #expect(states.last?.state == "completed", "\(states)")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("killed.bin"))) == bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadTheDiskCannotHoldIsRefusedAtOnceWithStatus2() async throws {
+        let served = try Served(size: 1, name: "x")
+        // A free-space floor no disk has: every upload of a known size is refused as it is accepted.
+        let host = try await TestHost.start(
+            manifests: served.manifests, arguments: ["--transfer-free-space", "\(Int64(1) << 60)"])
+        let client = try await connectedClient(host)
+        #expect(
+            try await client.open(
+                channel: 1, service: TransferDownloadTests.filesService, package: TransferDownloadTests.filesPackage)
+                == .success)
+        let response = try await client.request(channel: 1, id: 1, ["Command": "put", "Name": "big", "Size": 1000])
+        #expect(response.status == .resourceLimitsExceeded, "\(response.error ?? "")")
+        #expect(host.log.contains("keeps"), "the log says why: \(host.log)")
+        // And one over the caller's spool limit, whatever the disk.
+        let huge = try await client.request(
+            channel: 1, id: 2, ["Command": "put", "Name": "huge", "Size": .int(Int64(1) << 40)])
+        #expect(huge.status == .resourceLimitsExceeded)
+        let spool = host.stateFolder.appendingPathComponent("transfers/spool")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: spool.path)).isEmpty, "no file was left")
+        #expect(await host.stop() == 0)
+    }
+}
