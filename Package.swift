@@ -106,6 +106,8 @@ let package = Package(
             dependencies: [
                 "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", nioCore, nioPosix,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // The SHA-256 an upload's last chunk carries.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),

@@ -24,6 +24,11 @@ public struct AtriumClientError: Error, Sendable, Hashable, CustomStringConverti
         public static let notAuthorized = Code(rawValue: "notAuthorized")
         /// The host refused an operator's command (see the message for why).
         public static let refused = Code(rawValue: "refused")
+        /// A transfer ended without completing (failed, canceled, expired; the message says
+        /// which, with the host's error code), or is not this client's (`notFound`).
+        public static let transferFailed = Code(rawValue: "transferFailed")
+        /// A local file could not be read or written (the message names it, with the reason).
+        public static let localFile = Code(rawValue: "localFile")
     }
 
     public var code: Code

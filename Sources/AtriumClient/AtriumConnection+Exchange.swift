@@ -159,9 +159,8 @@ extension AtriumConnection {
             }
         case .welcome, .unknown:
             break
-        case .transfer:
-            // This client starts no transfer yet: nothing waits for one of their frames.
-            break
+        case .transfer(let transfer):
+            receivedTransfer(transfer)
         }
     }
 
@@ -184,7 +183,9 @@ extension AtriumConnection {
             defer {
                 state.waiters.removeAll()
                 state.channels.removeAll()
+                state.transfers.removeAll()
             }
+            for (_, events) in state.transfers { events.finish() }
             return (state.waiters, state.channels, reason)
         }
         for (_, waiter) in waiters {

@@ -40,6 +40,9 @@ public final class AtriumConnection: Sendable {
         case admin(UInt64)
         case apps(UInt64)
         case launched(UInt64)
+        case attached(UInt64)
+        case transfers(UInt64)
+        case canceled(UUID)
     }
 
     struct Waiter {
@@ -58,6 +61,8 @@ public final class AtriumConnection: Sendable {
         /// `paired` frames that came while no call waited for them (the host's pairing timeout
         /// can fire between its nonce and the client's reveal), by id: the few latest.
         var unclaimedPaired: [UInt64: PairedFrame] = [:]
+        /// Where the frames of each transfer this client has attached go.
+        var transfers: [UUID: AsyncStream<TransferEvent>.Continuation] = [:]
     }
 
     /// Where a channel's events go: the service's messages, and its closing.

@@ -31,8 +31,8 @@ struct Atrium: AsyncParsableCommand {
             """,
         version: AtriumVersion.current,
         subcommands: [
-            Ping.self, Apps.self, Describe.self, Send.self, Launch.self, Discover.self, Bench.self, Pair.self,
-            Pairing.self,
+            Ping.self, Apps.self, Describe.self, Send.self, Get.self, Put.self, Transfers.self, Launch.self,
+            Discover.self, Bench.self, Pair.self, Pairing.self,
             Devices.self, Status.self, New.self,
         ]
     )
@@ -72,6 +72,8 @@ func exitStatus(for error: AtriumClientError) -> ExitCode {
     switch error.code {
     case .notAuthorized, .refused:
         if error.code == .notAuthorized { noteRefusedByHost() }
+        return Exit.notSuccess
+    case .transferFailed, .localFile:
         return Exit.notSuccess
     case .hostWentAway where error.message.contains("notAuthorized"):
         noteRefusedByHost()

@@ -91,7 +91,13 @@ struct HostOptions: ParsableArguments {
             && !text.contains(where: { "/=:".contains($0) || $0.isNewline })
     }
 
-    func connect(to address: String? = nil, checkingKnownHost: Bool = true) async throws -> AtriumConnection {
+    /// The `clientId` of commands whose transfers must be found again by a later run: on
+    /// plain TCP to loopback, a transfer belongs to the client's id (CONTRACT section 8).
+    static var stableClientId: String { "atrium-cli-\(getuid())" }
+
+    func connect(to address: String? = nil, checkingKnownHost: Bool = true, clientId: String? = nil) async throws
+        -> AtriumConnection
+    {
         let text = address ?? target
         if !isAddress(text) && Self.isHostName(text) { return try await connectDiscovered(text) }
         guard let endpoint = AtriumEndpoint(text) else {
@@ -117,7 +123,8 @@ struct HostOptions: ParsableArguments {
         }
         let connection = try await reachable {
             try await AtriumConnection.connect(
-                to: endpoint, clientName: "atrium command line", token: tokenToSend, tls: tls, timeout: duration)
+                to: endpoint, clientId: clientId, clientName: "atrium command line", token: tokenToSend, tls: tls,
+                timeout: duration)
         }
         connectedHostIdentity.withLock { $0 = connection.hostIdentity }
         if tls != nil, tls?.expectedHostIdentity == nil, !endpoint.isLoopback, checkingKnownHost {

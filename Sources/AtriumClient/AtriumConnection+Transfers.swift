@@ -1,0 +1,105 @@
+public import AtriumProtocol
+import AtriumValues
+public import Foundation
+import NIOCore
+import Synchronization
+
+/// What arrives for a transfer this client has attached (CONTRACT section 8).
+public enum TransferEvent: Sendable {
+    /// A download's bytes.
+    case chunk(ChunkFrame)
+    /// An upload's bytes the host holds on stable storage, and the window from there.
+    case ack(AckFrame)
+    /// Where the transfer stands (on every change, and each second while bytes move).
+    case state(TransferStateFrame)
+}
+
+extension AtriumConnection {
+    /// Attaches to `transfer` (a download: holding `offset` bytes, granting `window`): the host's
+    /// `attached`, and the transfer's frames from then on, until it is detached, ends, or the
+    /// connection ends. The latest attach wins: an earlier attachment's stream ends.
+    public func attachTransfer(_ transfer: UUID, offset: UInt64? = nil, window: UInt64? = nil, timeout: Duration? = nil)
+        async throws -> (attached: AttachedFrame, events: AsyncStream<TransferEvent>)
+    {
+        let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
+        let earlier = state.withLock { state in
+            defer { state.transfers[transfer] = continuation }
+            return state.transfers[transfer]
+        }
+        earlier?.finish()
+        let id = makeNumber()
+        let frame = try await call(
+            .transfer(.attach(AttachFrame(id: id, transfer: transfer, offset: offset, window: window))),
+            awaiting: .attached(id), timeout: timeout)
+        guard case .transfer(.attached(let attached)) = frame else {
+            stopEvents(of: transfer)
+            throw AtriumClientError(.protocolError, "the host answered attach with \(frame.type)")
+        }
+        if attached.status != .success { stopEvents(of: transfer) }
+        return (attached, events)
+    }
+
+    /// Sends a transfer frame that has no answer (`chunk`, `ack`, `detach`).
+    public func sendTransfer(_ frame: ClientTransferFrame) async throws {
+        if case .detach(let transfer) = frame { stopEvents(of: transfer) }
+        try await send(.transfer(frame))
+    }
+
+    /// Cancels `transfer`: its state after.
+    public func cancelTransfer(_ transfer: UUID, timeout: Duration? = nil) async throws -> TransferStateFrame {
+        let frame = try await call(
+            .transfer(.cancel(transfer: transfer)), awaiting: .canceled(transfer), timeout: timeout)
+        guard case .transfer(.state(let state)) = frame else {
+            throw AtriumClientError(.protocolError, "the host answered cancelTransfer with \(frame.type)")
+        }
+        return state
+    }
+
+    /// This client's transfers that changed since `since` (all without it), forgetting
+    /// `forget` first; the answer's `cursor` is the `since` of the next call.
+    public func transfers(since: UInt64? = nil, forget: [UUID] = [], timeout: Duration? = nil) async throws
+        -> TransfersFrame
+    {
+        let id = makeNumber()
+        let frame = try await call(
+            .transfer(.transfers(TransfersQueryFrame(id: id, since: since, forget: forget))),
+            awaiting: .transfers(id), timeout: timeout)
+        guard case .transfer(.transfers(let list)) = frame else {
+            throw AtriumClientError(.protocolError, "the host answered transfers with \(frame.type)")
+        }
+        return list
+    }
+
+    func stopEvents(of transfer: UUID) {
+        state.withLock { $0.transfers.removeValue(forKey: transfer) }?.finish()
+    }
+
+    /// A transfer frame from the host, on the event loop.
+    func receivedTransfer(_ frame: HostTransferFrame) {
+        switch frame {
+        case .attached(let attached):
+            _ = deliver(.transfer(frame), to: .attached(attached.id))
+        case .transfers(let list):
+            _ = deliver(.transfer(frame), to: .transfers(list.id))
+        case .chunk(let chunk):
+            _ = state.withLock { $0.transfers[chunk.transfer] }?.yield(.chunk(chunk))
+        case .ack(let ack):
+            _ = state.withLock { $0.transfers[ack.transfer] }?.yield(.ack(ack))
+        case .state(let told):
+            // The answer to a cancel goes to its caller; every state to the transfer's stream.
+            _ = deliver(.transfer(frame), to: .canceled(told.transfer))
+            let events = state.withLock { state -> AsyncStream<TransferEvent>.Continuation? in
+                let events = state.transfers[told.transfer]
+                // Ended, or taken elsewhere: nothing more comes for it here.
+                if ["completed", "failed", "canceled", "expired"].contains(told.state)
+                    || told.error == "attachedElsewhere"
+                {
+                    state.transfers[told.transfer] = nil
+                }
+                return events
+            }
+            events?.yield(.state(told))
+            if events != nil, state.withLock({ $0.transfers[told.transfer] == nil }) { events?.finish() }
+        }
+    }
+}

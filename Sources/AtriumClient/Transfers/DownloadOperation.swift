@@ -1,0 +1,145 @@
+import AtriumProtocol
+import AtriumValues
+public import Foundation
+import NIOCore
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A download a service offered (the `Transfer` of its answer), into a local file: what
+/// Windows' `DownloadOperation` is to an app. ``run(window:)`` moves the bytes until the
+/// download completes; ``pause()`` stops it (the host keeps it), and running it again, on this
+/// connection or a later one, even from a new process, goes on from the bytes already in the
+/// partial file (`DESTINATION.part`, renamed to the destination once complete).
+public final class DownloadOperation: Sendable {
+    public let transfer: UUID
+    public let destination: URL
+    public let connection: AtriumConnection
+    /// Every change: bytes, state, and the end.
+    public let progress: AsyncStream<TransferProgress>
+    private let progressSink: AsyncStream<TransferProgress>.Continuation
+    private let paused = Atomic<Bool>(false)
+
+    /// The partial file the bytes go to until the download is complete.
+    public var partialFile: URL { destination.appendingPathExtension("part") }
+
+    public init(transfer: UUID, destination: URL, connection: AtriumConnection) {
+        self.transfer = transfer
+        self.destination = destination
+        self.connection = connection
+        (progress, progressSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+    }
+
+    /// Downloads from the bytes the partial file holds until the download completes (then the
+    /// file is in place, synced, and the result is returned), is paused (a `waiting` result), or
+    /// fails (``AtriumClientError`` `transferFailed`, with the host's error code).
+    @discardableResult
+    public func run(window: UInt64 = 4 << 20) async throws -> TransferProgress {
+        paused.store(false, ordering: .relaxed)
+        let descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            throw AtriumClientError(.localFile, "cannot write \(partialFile.path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        fstat(descriptor, &status)
+        var held = Int64(status.st_size)
+        let (attached, events) = try await connection.attachTransfer(
+            transfer, offset: UInt64(held), window: window)
+        guard attached.status == .success else {
+            let error = attached.error ?? "\(attached.status)"
+            throw AtriumClientError(.transferFailed, "the host refused to attach transfer \(transfer): \(error)")
+        }
+        guard attached.direction == "download" else {
+            try? await connection.sendTransfer(.detach(transfer: transfer))
+            throw AtriumClientError(.transferFailed, "transfer \(transfer) is an upload, not a download")
+        }
+        let size = attached.size
+        var last = TransferProgress(transfer: transfer, bytes: held, size: size, state: "running")
+        progressSink.yield(last)
+        if held == size {
+            // Everything is here already: acknowledging it completes the download.
+            try await connection.sendTransfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
+        }
+        for await event in events {
+            switch event {
+            case .chunk(let chunk):
+                guard chunk.offset == UInt64(held) else { continue }
+                let written = chunk.data.withUnsafeReadableBytes { bytes in
+                    Self.writeAll(descriptor, bytes, at: held)
+                }
+                guard written else {
+                    try? await connection.sendTransfer(.detach(transfer: transfer))
+                    throw AtriumClientError(
+                        .localFile, "cannot write \(partialFile.path): \(String(cString: strerror(errno)))")
+                }
+                held += Int64(chunk.data.readableBytes)
+                last.bytes = held
+                progressSink.yield(last)
+                try await connection.sendTransfer(
+                    .ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
+            case .state(let state):
+                last.state = state.state
+                last.error = state.error
+                progressSink.yield(last)
+                if state.state == "completed" {
+                    guard fsync(descriptor) == 0, rename(partialFile.path, destination.path) == 0 else {
+                        throw AtriumClientError(
+                            .localFile,
+                            "cannot put the download in place at \(destination.path): \(String(cString: strerror(errno)))"
+                        )
+                    }
+                    progressSink.finish()
+                    return last
+                }
+                if last.hasEnded || state.state == "waiting" && state.error != nil {
+                    progressSink.finish()
+                    throw AtriumClientError(
+                        .transferFailed,
+                        "transfer \(transfer) \(state.state): \(state.error ?? "no reason given")"
+                            + (last.hasEnded ? "" : "; run it again to resume"))
+                }
+            case .ack:
+                continue
+            }
+        }
+        if paused.load(ordering: .relaxed) {
+            last.state = "waiting"
+            progressSink.yield(last)
+            return last
+        }
+        throw AtriumClientError(
+            .hostWentAway, "the connection ended during transfer \(transfer); run it again to resume")
+    }
+
+    /// Stops moving bytes: the host keeps the download, and ``run(window:)`` resumes it.
+    public func pause() async {
+        paused.store(true, ordering: .relaxed)
+        try? await connection.sendTransfer(.detach(transfer: transfer))
+    }
+
+    /// Cancels the download at the host, and removes the partial file.
+    @discardableResult
+    public func cancel() async throws -> TransferProgress {
+        let state = try await connection.cancelTransfer(transfer)
+        unlink(partialFile.path)
+        let progress = TransferProgress(
+            transfer: transfer, bytes: Int64(state.offset), size: state.size, state: state.state, error: state.error)
+        progressSink.yield(progress)
+        progressSink.finish()
+        return progress
+    }
+
+    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
+        var done = 0
+        while done < bytes.count {
+            let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return false }
+            done += count
+        }
+        return true
+    }
+}

@@ -1,0 +1,172 @@
+import AtriumProtocol
+import AtriumValues
+import Crypto
+public import Foundation
+import NIOCore
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// An upload a service accepted (the `Transfer` of its answer), from a local file: what
+/// Windows' `UploadOperation` is to an app. ``run()`` sends the file from the bytes the host
+/// holds until the service has taken it, and returns the service's result; ``pause()`` stops
+/// it, and running it again (on a later connection, from a new process) goes on from what the
+/// host holds on stable storage. The file's SHA-256 goes with its last chunk: the host checks
+/// it before handing the file to the service.
+public final class UploadOperation: Sendable {
+    public let transfer: UUID
+    public let source: URL
+    public let connection: AtriumConnection
+    public let progress: AsyncStream<TransferProgress>
+    private let progressSink: AsyncStream<TransferProgress>.Continuation
+    private let paused = Atomic<Bool>(false)
+
+    public init(transfer: UUID, source: URL, connection: AtriumConnection) {
+        self.transfer = transfer
+        self.source = source
+        self.connection = connection
+        (progress, progressSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+    }
+
+    /// Sends the file until the service has taken it (its result is returned), the upload is
+    /// paused (a `waiting` result), or it fails (``AtriumClientError`` `transferFailed`).
+    @discardableResult
+    public func run() async throws -> TransferProgress {
+        paused.store(false, ordering: .relaxed)
+        let descriptor = open(source.path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw AtriumClientError(.localFile, "cannot read \(source.path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        fstat(descriptor, &status)
+        let size = Int64(status.st_size)
+        let digest = try await Self.digest(of: descriptor, size: size, path: source.path)
+        let (attached, events) = try await connection.attachTransfer(transfer)
+        guard attached.status == .success else {
+            throw AtriumClientError(
+                .transferFailed,
+                "the host refused to attach transfer \(transfer): \(attached.error ?? "\(attached.status)")")
+        }
+        guard attached.direction == "upload" else {
+            try? await connection.sendTransfer(.detach(transfer: transfer))
+            throw AtriumClientError(.transferFailed, "transfer \(transfer) is a download, not an upload")
+        }
+        guard attached.size < 0 || attached.size == size else {
+            try? await connection.sendTransfer(.detach(transfer: transfer))
+            throw AtriumClientError(
+                .transferFailed,
+                "the service accepted \(attached.size) bytes, and \(source.path) has \(size): it changed since")
+        }
+        var held = Int64(attached.offset)
+        var edge = held + Int64(attached.window)
+        var sent = held
+        let chunkBytes = Int64(max(attached.chunkBytes, 1))
+        var last = TransferProgress(transfer: transfer, bytes: held, size: attached.size, state: "running")
+        progressSink.yield(last)
+        var buffer = ByteBufferAllocator().buffer(capacity: Int(chunkBytes))
+        var iterator = events.makeAsyncIterator()
+        var finished = false
+        while true {
+            // Within the window the host granted, never past it.
+            while !finished, sent < edge || (sent == size && size == held) {
+                let count = min(chunkBytes, size - sent, edge - sent)
+                buffer.clear()
+                let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Int(max(count, 1))) { memory in
+                    count == 0 ? 0 : pread(descriptor, memory.baseAddress, Int(count), off_t(sent))
+                }
+                guard read == Int(count) else {
+                    try? await connection.sendTransfer(.detach(transfer: transfer))
+                    throw AtriumClientError(.localFile, "cannot read \(source.path) at \(sent): it changed, or shrank")
+                }
+                let isLast = sent + count == size
+                try await connection.sendTransfer(
+                    .chunk(
+                        ChunkFrame(
+                            transfer: transfer, offset: UInt64(sent), data: buffer, last: isLast,
+                            digest: isLast ? digest : nil)))
+                sent += count
+                if isLast { finished = true }
+            }
+            guard let event = await iterator.next() else { break }
+            switch event {
+            case .ack(let ack):
+                held = Int64(ack.offset)
+                edge = max(edge, held + Int64(ack.window))
+                last.bytes = held
+                progressSink.yield(last)
+            case .state(let state):
+                last.state = state.state
+                last.error = state.error
+                if state.size >= 0 { last.size = state.size }
+                last.result = try? state.result?.decode()
+                progressSink.yield(last)
+                if state.state == "completed" {
+                    progressSink.finish()
+                    return last
+                }
+                if last.hasEnded || state.state == "waiting" && state.error != nil {
+                    progressSink.finish()
+                    throw AtriumClientError(
+                        .transferFailed,
+                        "transfer \(transfer) \(state.state): \(state.error ?? "no reason given")"
+                            + (last.hasEnded ? "" : "; run it again to resume"))
+                }
+            case .chunk:
+                continue
+            }
+        }
+        if paused.load(ordering: .relaxed) {
+            last.state = "waiting"
+            progressSink.yield(last)
+            return last
+        }
+        throw AtriumClientError(
+            .hostWentAway, "the connection ended during transfer \(transfer); run it again to resume")
+    }
+
+    /// Stops sending: the host keeps what it holds, and ``run()`` resumes from there.
+    public func pause() async {
+        paused.store(true, ordering: .relaxed)
+        try? await connection.sendTransfer(.detach(transfer: transfer))
+    }
+
+    /// Cancels the upload at the host.
+    @discardableResult
+    public func cancel() async throws -> TransferProgress {
+        let state = try await connection.cancelTransfer(transfer)
+        let progress = TransferProgress(
+            transfer: transfer, bytes: Int64(state.offset), size: state.size, state: state.state, error: state.error)
+        progressSink.yield(progress)
+        progressSink.finish()
+        return progress
+    }
+
+    /// The SHA-256 of the file's `size` bytes, read off the cooperative threads.
+    static func digest(of descriptor: Int32, size: Int64, path: String) async throws -> [UInt8] {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                var hasher = SHA256()
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                var offset: Int64 = 0
+                while offset < size {
+                    let want = Int(min(Int64(buffer.count), size - offset))
+                    let got = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, want, off_t(offset)) }
+                    if got < 0, errno == EINTR { continue }
+                    guard got > 0 else {
+                        continuation.resume(
+                            throwing: AtriumClientError(.localFile, "cannot read \(path): it changed, or shrank"))
+                        return
+                    }
+                    buffer.withUnsafeBytes {
+                        hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0.prefix(got)))
+                    }
+                    offset += Int64(got)
+                }
+                continuation.resume(returning: Array(hasher.finalize()))
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Crypto
+import Foundation
+import Testing
+
+/// Transfers as an app developer and a person at a terminal use them, against a real atriumd
+/// serving a folder with the Files reference service: `DownloadOperation` and
+/// `UploadOperation` (progress, pause, resume on a new connection, the service's result), and
+/// `atrium get`, `put` and `transfers` (the same command run again resumes).
+@Suite(.serialized)
+struct TransferClientTests {
+    static let package = "atrium.examples.files"
+    static let service = "atrium.files"
+
+    /// A folder Files serves, and its manifest.
+    static func served() throws -> (folder: URL, manifests: [String: String]) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-files-\(UUID())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let manifest = """
+            { "manifestVersion": 1, "package": "\(package)", "library": "libFiles.so",
+              "services": [{ "name": "\(service)", "supportsRemoteSystems": true }],
+              "config": { "folder": "\(folder.path)" } }
+            """
+        return (folder, ["files.json": manifest])
+    }
+
+    static func random(_ count: Int) -> Data {
+        var generator = SystemRandomNumberGenerator()
+        return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+    }
+
+    static func connect(_ host: TestHost) async throws -> AtriumConnection {
+        try await AtriumConnection.connect(
+            to: AtriumEndpoint(.tcp(host: "127.0.0.1", port: host.port)), clientId: "transfer-client-tests")
+    }
+
+    /// Asks Files for `message` and returns the `Transfer` of its answer.
+    static func transfer(_ message: ValueSet, on connection: AtriumConnection) async throws -> UUID {
+        let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
+        #expect(try await app.openRemote() == .success)
+        let answer = try await app.sendMessage(message)
+        guard answer.status == .success, case .uuid(let transfer)? = answer.message["Transfer"] else {
+            throw AtriumClientError(.protocolError, "answered \(answer.status) \(answer.error ?? "")")
+        }
+        return transfer
+    }
+
+    @Test func aDownloadPausedAndResumedOnANewConnectionEndsExactWithItsProgressTold() async throws {
+        let (folder, manifests) = try Self.served()
+        let bytes = Self.random(3_000_000)
+        try bytes.write(to: folder.appendingPathComponent("movie.mp4"))
+        let host = try await TestHost.start(manifests: manifests)
+        let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-dl-\(UUID()).mp4")
+
+        let first = try await Self.connect(host)
+        let transfer = try await Self.transfer(["Command": "get", "Name": "movie.mp4"], on: first)
+        let operation = DownloadOperation(transfer: transfer, destination: destination, connection: first)
+        // Paused once a first part is in.
+        let watcher = Task {
+            for await step in operation.progress where step.bytes >= 500_000 {
+                await operation.pause()
+                return step.bytes
+            }
+            return 0
+        }
+        let paused = try await operation.run(window: 256 << 10)
+        #expect(paused.state == "waiting", "\(paused)")
+        #expect(await watcher.value >= 500_000)
+        let partial = try FileManager.default.attributesOfItem(atPath: operation.partialFile.path)[.size] as? Int ?? 0
+        #expect(partial >= 500_000 && partial < bytes.count)
+        await first.close()
+
+        // A new connection (a new process would do the same): on from the partial file.
+        let second = try await Self.connect(host)
+        let resumed = DownloadOperation(transfer: transfer, destination: destination, connection: second)
+        let steps = Task { await resumed.progress.reduce(into: [TransferProgress]()) { $0.append($1) } }
+        let done = try await resumed.run()
+        #expect(done.state == "completed" && done.bytes == Int64(bytes.count))
+        #expect(try Data(contentsOf: destination) == bytes)
+        #expect(!FileManager.default.fileExists(atPath: resumed.partialFile.path))
+        let told = await steps.value
+        #expect(told.first?.bytes == Int64(partial), "progress begins at the bytes already here")
+        #expect(told.map(\.bytes) == told.map(\.bytes).sorted(), "progress never goes back")
+        await second.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadSendsTheFileAndReturnsTheServicesResultAndACancelEndsOne() async throws {
+        let (folder, manifests) = try Self.served()
+        let host = try await TestHost.start(manifests: manifests)
+        let source = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-up-\(UUID()).bin")
+        let bytes = Self.random(1_200_000)
+        try bytes.write(to: source)
+        let connection = try await Self.connect(host)
+        let transfer = try await Self.transfer(
+            ["Command": "put", "Name": "up.bin", "Size": .int(Int64(bytes.count))], on: connection)
+        let done = try await UploadOperation(transfer: transfer, source: source, connection: connection).run()
+        #expect(done.state == "completed")
+        #expect(done.result?["Name"] == "up.bin" && done.result?["Digest"] == .bytes(Array(SHA256.hash(data: bytes))))
+        #expect(try Data(contentsOf: folder.appendingPathComponent("up.bin")) == bytes)
+
+        // Cancelled before it moved: its state says so, and the client's list has it.
+        let other = try await Self.transfer(["Command": "put", "Name": "never.bin", "Size": 10], on: connection)
+        let canceled = try await UploadOperation(transfer: other, source: source, connection: connection).cancel()
+        #expect(canceled.state == "canceled")
+        let list = try await connection.transfers()
+        #expect(Set(list.transfers.map(\.transfer)) == [transfer, other])
+        #expect(list.transfers.first { $0.transfer == other }?.state == "canceled")
+        // A file that does not match the size the service accepted is not sent.
+        let third = try await Self.transfer(["Command": "put", "Name": "x", "Size": 5], on: connection)
+        await #expect(throws: AtriumClientError.self) {
+            try await UploadOperation(transfer: third, source: source, connection: connection).run()
+        }
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func atriumGetAndPutMoveFilesAndTheSameCommandRunAgainResumes() async throws {
+        let (folder, manifests) = try Self.served()
+        let host = try await TestHost.start(manifests: manifests)
+        let address = "127.0.0.1:\(host.port)"
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-cli-\(UUID())")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+        let source = scratch.appendingPathComponent("report.pdf")
+        let bytes = Self.random(2_500_000)
+        try bytes.write(to: source)
+        let common = ["--package", Self.package, "--service", Self.service]
+
+        let put = try await atrium(["put", source.path, address] + common + ["Command=put"])
+        #expect(put.status == 0, "\(put.output)")
+        #expect(put.output.contains("sent \(source.path) (2.4 MiB)") && put.output.contains("\"Name\": \"report.pdf\""))
+        #expect(try Data(contentsOf: folder.appendingPathComponent("report.pdf")) == bytes)
+
+        // A download cut short: its record in the tool's state folder and its partial file, as
+        // a run that was killed leaves them (over plain TCP on loopback the tool's transfers are
+        // its clientId's). The same command goes on from the partial file.
+        let output = scratch.appendingPathComponent("copy.pdf")
+        let asTheTool = try await AtriumConnection.connect(
+            to: AtriumEndpoint(.tcp(host: "127.0.0.1", port: host.port)), clientId: "atrium-cli-\(getuid())")
+        let cut = try await Self.transfer(["Command": "get", "Name": "report.pdf"], on: asTheTool)
+        await asTheTool.close()
+        try ClientTransferStore(folder: toolStateHome.appendingPathComponent("atrium/client-transfers")).save(
+            ClientTransferRecord(
+                transfer: cut, direction: "download", host: address, package: Self.package, service: Self.service,
+                path: output.path, size: Int64(bytes.count)))
+        try bytes.prefix(1_000_000).write(to: URL(fileURLWithPath: output.path + ".part"))
+        let get = try await atrium(
+            ["get", address, "--insecure"] + common + ["Command=get", "Name=report.pdf", "-o", output.path])
+        #expect(get.status == 0, "\(get.output)")
+        #expect(get.output.contains("resuming transfer \(cut) into \(output.path)"), "\(get.output)")
+        #expect(get.output.contains("saved \(output.path) (2.4 MiB)"))
+        #expect(try Data(contentsOf: output) == bytes)
+        // A stale partial file of no known transfer is not trusted.
+        let fresh = scratch.appendingPathComponent("fresh.pdf")
+        try Data(repeating: 9, count: 1_000_000).write(to: URL(fileURLWithPath: fresh.path + ".part"))
+        let clean = try await atrium(["get", address] + common + ["Command=get", "Name=report.pdf", "-o", fresh.path])
+        #expect(clean.status == 0, "\(clean.output)")
+        #expect(try Data(contentsOf: fresh) == bytes)
+
+        let transfers = try await atrium(["transfers", address])
+        #expect(transfers.status == 0, "\(transfers.output)")
+        #expect(
+            transfers.output.contains("completed  2.4 MiB of 2.4 MiB  upload \(source.path)"), "\(transfers.output)")
+        #expect(transfers.output.contains("download \(fresh.path)"), "\(transfers.output)")
+
+        // A name Files refuses: the service's reason, and exit 1.
+        let refused = try await atrium(["get", address] + common + ["Command=get", "Name=../x", "-o", output.path])
+        #expect(refused.status == 1 && refused.output.contains("error: Name holds a /"), "\(refused.output)")
+        let missing = try await atrium(["transfers", "resume", "ffffffff", address])
+        #expect(missing.status == 1 && missing.output.contains("no transfer ffffffff"), "\(missing.output)")
+        #expect(await host.stop() == 0)
+    }
+}
