@@ -1,5 +1,11 @@
 public import AtriumValues
 
+#if canImport(FoundationEssentials)
+    public import FoundationEssentials
+#else
+    public import Foundation
+#endif
+
 /// An app service written in Swift: implement this protocol, then export it with one line,
 ///
 /// ```swift
@@ -48,6 +54,17 @@ public protocol AppService: AnyObject, Sendable {
     /// (`ATRIUM_PLUGIN_NONBLOCKING`). The price of a broken promise is high: a request that
     /// blocks while this is `true` holds up every connection on that network thread.
     var requestsNeverBlock: Bool { get }
+
+    /// A finished upload the service accepted (``ServiceRequest/acceptUpload(size:maxSize:name:)``):
+    /// keep the file (``FinishedUpload/store(inFolder:as:)``), and return what the client
+    /// should find as the transfer's result. Throwing, or a status other than success, fails
+    /// the transfer. Called at least once: again after a restart if it did not return. The
+    /// default fails every upload.
+    func upload(_ upload: FinishedUpload) async throws -> ServiceResponse
+
+    /// A transfer the service made ended before reaching it: canceled by its client, expired,
+    /// or removed with its caller's access. The default does nothing.
+    func transferEnded(_ transfer: UUID, why: String) async
 }
 
 extension AppService {
@@ -55,6 +72,10 @@ extension AppService {
     public func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {}
     public func launch(_ launch: LaunchRequest) async -> RemoteLaunchUriStatus { .protocolUnavailable }
     public var requestsNeverBlock: Bool { false }
+    public func upload(_ upload: FinishedUpload) async throws -> ServiceResponse {
+        .failure("this service takes no uploads")
+    }
+    public func transferEnded(_ transfer: UUID, why: String) async {}
 }
 
 /// One message from a client, with the channel it came on.

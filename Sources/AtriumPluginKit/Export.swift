@@ -42,6 +42,8 @@ public func exportAppService(_ service: any AppService.Type, name: String? = nil
         descriptor.pointee.response = pluginResponse
         descriptor.pointee.closed = pluginClosed
         descriptor.pointee.launch = pluginLaunch
+        descriptor.pointee.upload = pluginUpload
+        descriptor.pointee.transfer_ended = pluginTransferEnded
         state.descriptor = descriptor
         return UnsafeRawPointer(descriptor)
     }

@@ -17,6 +17,9 @@
 //   "closeNow" close the channel with status "Status" at once, from the request itself
 //   "thread"   answer {"Thread": the name of the thread the request runs on}
 //   "wait"     answer once a "release" has come, from any client   "release" let every "wait" answer
+//   "offer"    offer the file at "Path" (the Swift SDK's offerFile): {"Transfer", "Size"}
+//   "accept"   accept an upload of "Size" bytes (absent: unknown) named "Name": {"Transfer"};
+//              once finished, it is copied to "Path" and its result is {"Stored": path, "Size", "Digest"}
 //
 // Opening the service "refuse.<n>" is refused with status n. Closed channels are logged. The manifest's config
 // {"greeting": text} comes back in every "echo" answer as "Greeting"; {"requestsNeverBlock": true}
@@ -65,6 +68,22 @@ final class TestService: AppService {
 
     func closed(_ channel: ServiceChannel, status: AppServiceClosedStatus) async {
         host.log(.info, "channel \(channel.id) of \(channel.clientId) closed: \(status)")
+    }
+
+    /// A finished upload goes to the path its request named (kept as the upload's name).
+    func upload(_ upload: FinishedUpload) async throws -> ServiceResponse {
+        guard let path = upload.name else { return .failure("no path") }
+        let url = URL(fileURLWithPath: path)
+        let folder = Glibc.open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY)
+        defer { close(folder) }
+        guard folder >= 0, upload.store(inFolder: folder, as: url.lastPathComponent) else {
+            return .failure("cannot store \(path): errno \(errno)")
+        }
+        return .success(["Stored": .string(path), "Size": .int(upload.size), "Digest": .bytes(upload.digest)])
+    }
+
+    func transferEnded(_ transfer: UUID, why: String) async {
+        host.log(.info, "transfer \(transfer) ended: \(why)")
     }
 
     struct Thrown: Error, CustomStringConvertible {
@@ -144,6 +163,22 @@ final class TestService: AppService {
             }
             for continuation in released { continuation.resume() }
             return .success(message)
+        case "offer":
+            guard let path = message["Path"]?.string else { return .failure("offer needs a Path") }
+            do {
+                let (id, size) = try request.offerFile(atPath: path, name: (path as NSString).lastPathComponent)
+                return .success(["Transfer": .uuid(id), "Size": .int(size)])
+            } catch {
+                return error.response
+            }
+        case "accept":
+            guard let path = message["Path"]?.string else { return .failure("accept needs a Path") }
+            do {
+                let id = try request.acceptUpload(size: message["Size"]?.int, name: path)
+                return .success(["Transfer": .uuid(id)])
+            } catch {
+                return error.response
+            }
         case "thread":
             let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
             return .success(["Thread": .string(name.trimmingCharacters(in: .whitespacesAndNewlines))])
