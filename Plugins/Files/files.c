@@ -36,7 +36,6 @@ typedef struct files {
     char path[PATH_MAX];
 } files;
 
-static files the_files = {.folder = -1};
 
 /* ---- The configuration: the string value of the top-level key "folder", if any. ---- */
 
@@ -113,9 +112,26 @@ static int make_folders(const char *path) {
     return 0;
 }
 
+static void files_destroy(void *instance);
+static int32_t files_setup(files *self, const char *config_json);
+
 static int32_t files_create(const atrium_host_api *host, const char *config_json, void **instance) {
-    files *self = &the_files;
+    /* An instance of its own each time: a reload makes the new one before the old one goes. */
+    files *self = calloc(1, sizeof *self);
+    if (!self) return ATRIUM_E_INVALID_ARGUMENT;
+    self->folder = -1;
     self->host = host;
+    int32_t made = files_setup(self, config_json);
+    if (made != ATRIUM_OK) {
+        files_destroy(self);
+        return made;
+    }
+    *instance = self;
+    return ATRIUM_OK;
+}
+
+static int32_t files_setup(files *self, const char *config_json) {
+    const atrium_host_api *host = self->host;
     char message[PATH_MAX + 128];
     if (!ATRIUM_HAS_FIELD(host, atrium_host_api, offer_file)) {
         host->log(host, ATRIUM_LOG_ERROR, "Files needs a host with ABI 1.3 (transfers)");
@@ -162,14 +178,13 @@ static int32_t files_create(const atrium_host_api *host, const char *config_json
     }
     snprintf(message, sizeof message, "Files serves %s", self->path);
     host->log(host, ATRIUM_LOG_INFO, message);
-    *instance = self;
     return ATRIUM_OK;
 }
 
 static void files_destroy(void *instance) {
     files *self = instance;
     if (self->folder >= 0) close(self->folder);
-    self->folder = -1;
+    free(self);
 }
 
 /* ---- Requests ---- */
@@ -324,18 +339,28 @@ static int variant(const char *name, int index, char *out, size_t capacity) {
 static int copy_into(files *self, int from, const char *name) {
     int to = openat(self->folder, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (to < 0) return -1;
-    loff_t in = 0;
+    /* A plain read and write: copy_file_range fails across file systems on many kernels. */
+    static __thread char buffer[1 << 16];
+    off_t in = 0;
     for (;;) {
-        ssize_t copied = copy_file_range(from, &in, to, NULL, 1 << 30, 0);
-        if (copied < 0 && errno == EINTR) continue;
-        if (copied <= 0) {
-            if (copied < 0) {
-                close(to);
-                unlinkat(self->folder, name, 0);
-                return -1;
-            }
-            break;
+        ssize_t got = pread(from, buffer, sizeof buffer, in);
+        if (got < 0 && errno == EINTR) continue;
+        if (got == 0) break;
+        ssize_t done = 0;
+        while (got > 0 && done < got) {
+            ssize_t put = write(to, buffer + done, (size_t)(got - done));
+            if (put < 0 && errno == EINTR) continue;
+            if (put <= 0) break;
+            done += put;
         }
+        if (got < 0 || done < got) {
+            int saved = errno;
+            close(to);
+            unlinkat(self->folder, name, 0);
+            errno = saved;
+            return -1;
+        }
+        in += got;
     }
     int synced = fsync(to);
     close(to);

@@ -1,4 +1,5 @@
 import AtriumValues
+package import Foundation
 package import NIOCore
 
 /// What the host and a worker process (a package's plugin, run apart from the host) say to
@@ -34,7 +35,12 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
     /// The host's reply to a worker's `send`, `close` or `launchUri`: `error` names the
     /// refusal (a BackendCallError), absent on success; `id` is a sent message's id;
     /// `status`/`reason` a launch's outcome.
-    case reply(call: UInt64, error: String?, id: UInt64?, status: UInt64?, reason: String?)
+    case reply(call: UInt64, error: String?, id: UInt64?, status: UInt64?, reason: String?, transfer: UUID? = nil)
+    /// A finished upload for the plugin (CONTRACT section 8): its file's descriptor crossed on
+    /// the worker's descriptor socket first, tagged with `delivery`. Answered with `uploadDone`.
+    case upload(delivery: UInt64, transfer: UUID, size: Int64, digest: [UInt8], name: String?, service: String)
+    /// A transfer the plugin made ended before reaching it.
+    case transferEnded(transfer: UUID, why: String)
     /// Stop: the worker destroys the plugin and exits.
     case shutdown
 
@@ -48,12 +54,21 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
     case close(call: UInt64, channel: UInt64, status: UInt64)
     case launchUri(call: UInt64, uri: String, data: EncodedValueSet?, channel: UInt64?)
     case launched(call: UInt64, status: UInt64, reason: String?)
+    /// The plugin offers a file to the caller of request `id`: its descriptor crossed on the
+    /// descriptor socket first, tagged with `call`. The host replies with `reply` (`transfer`).
+    case offer(call: UInt64, id: UInt64, name: String?)
+    /// The plugin accepts an upload from the caller of request `id`; the host replies with
+    /// `reply` (`transfer`).
+    case accept(call: UInt64, id: UInt64, size: Int64, maxSize: Int64, name: String?)
+    /// The plugin's answer to a finished upload.
+    case uploadDone(delivery: UInt64, status: UInt64, message: EncodedValueSet?, error: String?)
     /// A frame whose `type` this version does not know.
     case unknown(String)
 
     package var carriedBytes: Int {
         switch self {
-        case .request(_, _, let message), .response(_, _, _, let message?), .send(_, _, let message):
+        case .request(_, _, let message), .response(_, _, _, let message?), .send(_, _, let message),
+            .uploadDone(_, _, let message?, _):
             message.buffer.readableBytes
         case .launch(_, _, let data?, _, _), .launchUri(_, _, let data?, _): data.buffer.readableBytes
         default: 0
@@ -78,6 +93,11 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
         case .close: "close"
         case .launchUri: "launchUri"
         case .launched: "launched"
+        case .upload: "upload"
+        case .transferEnded: "transferEnded"
+        case .offer: "offer"
+        case .accept: "accept"
+        case .uploadDone: "uploadDone"
         case .unknown(let type): type
         }
     }
@@ -131,9 +151,11 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
         case .answered(let id):
             buffer.writeFrameHeader("answered", keys: 2)
             buffer.writeKey("id", id)
-        case .reply(let call, let error, let id, let status, let reason):
+        case .reply(let call, let error, let id, let status, let reason, let transfer):
             buffer.writeFrameHeader(
-                "reply", keys: 2 + count(error != nil, id != nil, status != nil, reason != nil))
+                "reply", keys: 2 + count(error != nil, id != nil, status != nil, reason != nil) + count(transfer != nil)
+            )
+            if let transfer { buffer.writeKey("transfer", uuid: transfer) }
             buffer.writeKey("call", call)
             if let error { buffer.writeKey("error", error) }
             if let id { buffer.writeKey("id", id) }
@@ -175,6 +197,36 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
             buffer.writeKey("call", call)
             buffer.writeKey("status", status)
             if let reason { buffer.writeKey("reason", reason) }
+        case .upload(let delivery, let transfer, let size, let digest, let name, let service):
+            buffer.writeFrameHeader("upload", keys: 6 + count(name != nil))
+            buffer.writeKey("delivery", delivery)
+            buffer.writeKey("transfer", uuid: transfer)
+            buffer.writeKey("size", signed: size)
+            buffer.writeKey("digest", bytes: digest)
+            if let name { buffer.writeKey("name", name) }
+            buffer.writeKey("service", service)
+        case .transferEnded(let transfer, let why):
+            buffer.writeFrameHeader("transferEnded", keys: 3)
+            buffer.writeKey("transfer", uuid: transfer)
+            buffer.writeKey("why", why)
+        case .offer(let call, let id, let name):
+            buffer.writeFrameHeader("offer", keys: 3 + count(name != nil))
+            buffer.writeKey("call", call)
+            buffer.writeKey("id", id)
+            if let name { buffer.writeKey("name", name) }
+        case .accept(let call, let id, let size, let maxSize, let name):
+            buffer.writeFrameHeader("accept", keys: 5 + count(name != nil))
+            buffer.writeKey("call", call)
+            buffer.writeKey("id", id)
+            buffer.writeKey("size", signed: size)
+            buffer.writeKey("maxSize", signed: maxSize)
+            if let name { buffer.writeKey("name", name) }
+        case .uploadDone(let delivery, let status, let message, let error):
+            buffer.writeFrameHeader("uploadDone", keys: 3 + count(message != nil, error != nil))
+            buffer.writeKey("delivery", delivery)
+            buffer.writeKey("status", status)
+            if let message { buffer.writeKey("message", message) }
+            if let error { buffer.writeKey("error", error) }
         case .unknown(let type):
             buffer.writeHead(major: 5, argument: 1)
             buffer.writeText("type" as StaticString)
@@ -213,7 +265,8 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
             case "reply":
                 return .reply(
                     call: try f.uint("call"), error: try f.optionalText("error"), id: try f.optionalUInt("id"),
-                    status: try f.optionalUInt("status"), reason: try f.optionalText("reason"))
+                    status: try f.optionalUInt("status"), reason: try f.optionalText("reason"),
+                    transfer: try f.optionalUUID("transfer"))
             case "shutdown":
                 return .shutdown
             case "ready":
@@ -236,6 +289,23 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
             case "launched":
                 return .launched(
                     call: try f.uint("call"), status: try f.uint("status"), reason: try f.optionalText("reason"))
+            case "upload":
+                return .upload(
+                    delivery: try f.uint("delivery"), transfer: try f.uuid("transfer"), size: try f.signedInt("size"),
+                    digest: try f.optionalDigest("digest") ?? [], name: try f.optionalText("name"),
+                    service: try f.text("service"))
+            case "transferEnded":
+                return .transferEnded(transfer: try f.uuid("transfer"), why: try f.text("why"))
+            case "offer":
+                return .offer(call: try f.uint("call"), id: try f.uint("id"), name: try f.optionalText("name"))
+            case "accept":
+                return .accept(
+                    call: try f.uint("call"), id: try f.uint("id"), size: try f.signedInt("size"),
+                    maxSize: try f.signedInt("maxSize"), name: try f.optionalText("name"))
+            case "uploadDone":
+                return .uploadDone(
+                    delivery: try f.uint("delivery"), status: try f.uint("status"),
+                    message: try f.optionalMessage("message"), error: try f.optionalText("error"))
             default:
                 return .unknown(type)
             }

@@ -7,9 +7,9 @@ public import Foundation
 /// An upload's bytes on the host while they arrive (`ID.part` in the spool folder): space
 /// reserved when the upload's size is known (`posix_fallocate`), each chunk written at its
 /// offset (`pwrite`, from the bytes as they came), and synced (`fdatasync`) before the host
-/// acknowledges them. Owns its descriptor until ``close()``. One writer at a time: the
-/// transfer's attached connection.
-public final class SpoolFile {
+/// acknowledges them. Owns its descriptor until ``close()``. One user at a time: the host
+/// hands it from thread to thread (to its upload's queue), never uses it from two at once.
+public final class SpoolFile: @unchecked Sendable {
     public let url: URL
     /// The open descriptor; -1 once closed.
     public private(set) var descriptor: Int32
@@ -58,6 +58,35 @@ public final class SpoolFile {
             // A file system without fallocate (EOPNOTSUPP) takes the bytes as they come.
         } else if floor > 0, let free = Self.freeBytes(of: folder), free < floor {
             throw refuse("the host's disk has \(free) bytes free, under the \(floor) it keeps")
+        }
+        // The new file's name on stable storage too: a resumed upload finds its file after a
+        // power cut.
+        if made {
+            do { try Durable.syncFolder(folder) } catch {
+                file.close()
+                unlink(url.path)
+                throw .storage(error)
+            }
+        }
+        return file
+    }
+
+    /// The spool file of an upload the host held `held` bytes of (after a restart, or a
+    /// detach): only the file that is there, never a new one, and only if it holds them all.
+    public static func reopen(_ id: TransferID, in folder: URL, held: Int64) throws(SpoolError) -> SpoolFile {
+        let url = folder.appendingPathComponent("\(id).part")
+        let descriptor = Glibc.open(url.path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
+        let file = SpoolFile(url: url, descriptor: descriptor)
+        var kind = stat()
+        guard fstat(descriptor, &kind) == 0, kind.st_mode & S_IFMT == S_IFREG, kind.st_nlink == 1 else {
+            file.close()
+            throw .storage(TransferStorageError("\(url.path) is not a regular file of the spool's own"))
+        }
+        guard Int64(kind.st_size) >= held else {
+            file.close()
+            throw .storage(
+                TransferStorageError("\(url.path) holds \(kind.st_size) bytes, fewer than the \(held) acknowledged"))
         }
         return file
     }

@@ -61,6 +61,26 @@ public struct TransferJournal: Sendable {
         try Durable.syncFolder(folder)
     }
 
+    /// The change number the host promises its transfers' change numbers stay above, kept in
+    /// the journal's folder (`sequence-floor`), so that a caller's cursor from before a restart
+    /// never hides a later change; 0 when there is none.
+    public func readFloor() -> UInt64 {
+        guard let data = try? Durable.read(folder.appendingPathComponent("sequence-floor"), limit: 64),
+            let text = String(data: data, encoding: .utf8)
+        else { return 0 }
+        return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+    }
+
+    /// Writes the floor (replaced by a rename, synced).
+    public func writeFloor(_ value: UInt64) throws(TransferStorageError) {
+        let temporary = folder.appendingPathComponent(".sequence-floor.new")
+        try Durable.write(Data("\(value)\n".utf8), to: temporary)
+        guard rename(temporary.path, folder.appendingPathComponent("sequence-floor").path) == 0 else {
+            throw .system("cannot replace", folder.appendingPathComponent("sequence-floor"))
+        }
+        try Durable.syncFolder(folder)
+    }
+
     /// Every record in the journal, and what could not be read (a file that is not a record is
     /// left where it is, and named). A write that a crash cut short left only its temporary
     /// file, which is removed.

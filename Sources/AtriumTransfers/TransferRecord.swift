@@ -24,8 +24,12 @@ public struct TransferRecord: Sendable, Codable, Equatable {
     public var phase: TransferPhase
     /// Why it failed, or why it waits.
     public var error: TransferErrorCode?
-    /// What the service answered once it took the finished upload (a ValueSet's CBOR bytes).
-    public var result: [UInt8]?
+    /// What the service answered once it took the finished upload (a ValueSet's CBOR bytes;
+    /// base64 in the journal, so that a result of a whole message fits a record).
+    public var result: Data?
+    /// The SHA-256 an upload's client sent with its last chunk, kept from then until the file is
+    /// checked against it (also across a restart).
+    public var clientDigest: [UInt8]?
     public var created: Date
     /// When bytes last moved (or it was made): the expiry counts from here.
     public var lastProgress: Date

@@ -27,6 +27,10 @@ public struct TransferTable: Sendable {
     /// Each caller's last change number: each change of one of its transfers takes the next.
     /// A caller's own count, so that what it sees of its cursor says nothing of other callers.
     private var sequenceByOwner: [TransferOwner: UInt64] = [:]
+    /// The highest change number given out to anyone (or the floor the host kept on disk): a
+    /// caller's count that begins again (every transfer it had went) begins above it, so that a
+    /// cursor it kept from before never hides a later change.
+    public private(set) var highWater: UInt64 = 0
 
     private struct Counts: Sendable {
         var unfinished = 0
@@ -44,8 +48,9 @@ public struct TransferTable: Sendable {
     /// wrote (a size, an offset or a change number out of range, an id twice) is left out, and
     /// named in ``rejected``: the journal is on disk, and whoever could write there is not
     /// trusted to make the host trap.
-    public init(limits: TransferLimits, records: [TransferRecord] = []) {
+    public init(limits: TransferLimits, records: [TransferRecord] = [], sequenceFloor: UInt64 = 0) {
         self.limits = limits
+        highWater = min(sequenceFloor, UInt64.max / 4)
         for var record in records {
             if let problem = Self.problem(of: record) {
                 rejected.append((record.id, problem))
@@ -59,6 +64,7 @@ public struct TransferTable: Sendable {
             if record.phase == .running { record.phase = .waiting }
             put(record)
             sequenceByOwner[record.owner] = max(sequenceByOwner[record.owner] ?? 0, record.sequence)
+            highWater = max(highWater, record.sequence)
         }
     }
 
@@ -76,6 +82,8 @@ public struct TransferTable: Sendable {
         }
         if record.sequence >= UInt64.max / 2 { return "its change number \(record.sequence) is out of range" }
         if let digest = record.digest, digest.count != 32 { return "its digest is not 32 bytes" }
+        if let digest = record.clientDigest, digest.count != 32 { return "its client's digest is not 32 bytes" }
+        if record.direction == .download, record.size < 0 { return "a download of no size" }
         if let source = record.source, record.direction != .download || source.size != record.size {
             return "its file does not match its direction or size"
         }
@@ -196,9 +204,9 @@ public struct TransferTable: Sendable {
         }
         setAttachment(id, connection)
         if record.phase == .waiting {
+            // Attaching is not progress: only bytes moving put the expiry off.
             record.phase = .running
             record.error = nil
-            record.lastProgress = now
             store(&record)
         }
         return .success(Attachment(record: record, displaced: previous == connection ? nil : previous))
@@ -244,14 +252,17 @@ public struct TransferTable: Sendable {
 
     /// The transfer moves to `phase` (an upload checked, handed over; a transfer ending), with
     /// `error`, `result`, and (an upload's, once known) its size and digest.
+    /// With `from`, only a transfer in one of those phases moves (an upload goes from running to
+    /// verifying to delivering once, never back).
     public mutating func moved(
-        _ id: TransferID, to phase: TransferPhase, error: TransferErrorCode? = nil, result: [UInt8]? = nil,
-        size: Int64? = nil, digest: [UInt8]? = nil, now: Date
+        _ id: TransferID, to phase: TransferPhase, from: Set<TransferPhase>? = nil, error: TransferErrorCode? = nil,
+        result: [UInt8]? = nil, size: Int64? = nil, digest: [UInt8]? = nil, clientDigest: [UInt8]? = nil, now: Date
     ) -> TransferRecord? {
-        guard var record = records[id], !record.phase.isEnded else { return nil }
+        guard var record = records[id], !record.phase.isEnded, from?.contains(record.phase) ?? true else { return nil }
+        if let clientDigest { record.clientDigest = clientDigest }
         record.phase = phase
         record.error = error
-        if let result { record.result = result }
+        if let result { record.result = Data(result) }
         if let size { record.size = size }
         if let digest { record.digest = digest }
         if phase.isEnded {
@@ -372,8 +383,9 @@ public struct TransferTable: Sendable {
 
     /// Gives `record` the next change number and puts it in the table.
     private mutating func store(_ record: inout TransferRecord) {
-        let next = (sequenceByOwner[record.owner] ?? 0) + 1
+        let next = (sequenceByOwner[record.owner] ?? highWater) + 1
         sequenceByOwner[record.owner] = next
+        highWater = max(highWater, next)
         record.sequence = next
         put(record)
     }

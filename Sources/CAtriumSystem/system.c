@@ -271,3 +271,58 @@ int atrium_listening_kind(int descriptor, char *path, int capacity) {
     }
     return 2;
 }
+
+int atrium_send_tagged_descriptor(int socket, int descriptor, unsigned long long tag, int wait) {
+    struct iovec data = {.iov_base = &tag, .iov_len = sizeof tag};
+    char control[CMSG_SPACE(sizeof(int))];
+    memset(control, 0, sizeof control);
+    struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
+                             .msg_controllen = sizeof control};
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &descriptor, sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(socket, &message, MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
+    } while (sent < 0 && errno == EINTR);
+    return sent == (ssize_t)sizeof tag ? 0 : -1;
+}
+
+int atrium_receive_tagged_descriptor(int socket, int *descriptor, unsigned long long *tag, int wait) {
+    unsigned long long value = 0;
+    struct iovec data = {.iov_base = &value, .iov_len = sizeof value};
+    char control[CMSG_SPACE(4 * sizeof(int))];
+    struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control,
+                             .msg_controllen = sizeof control};
+    ssize_t received;
+    do {
+        received = recvmsg(socket, &message, MSG_CMSG_CLOEXEC | (wait ? 0 : MSG_DONTWAIT));
+    } while (received < 0 && errno == EINTR);
+    if (received < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    if (received == 0) {
+        errno = 0;
+        return -1;
+    }
+    int found = -1;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t index = 0; index < count; index++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
+            /* One descriptor a message: any more are closed, never leaked. */
+            if (found < 0) found = passed;
+            else close(passed);
+        }
+    }
+    if (received != (ssize_t)sizeof value || (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        if (found >= 0) close(found);
+        errno = EBADMSG;
+        return -1;
+    }
+    *descriptor = found;
+    *tag = value;
+    return 1;
+}

@@ -347,4 +347,71 @@ struct TransferDownloadTests {
         #expect(none.transfers.isEmpty, "no refused name made a transfer")
         #expect(await host.stop() == 0)
     }
+
+    @Test func aDownloadWaitingForTheConnectionsRoomGoesOnOnceAnotherEnds() async throws {
+        let served = try Served(size: 300_000)
+        try Data(served.bytes.reversed()).write(to: served.folder.appendingPathComponent("second.bin"))
+        let host = try await TestHost.start(
+            manifests: served.manifests, arguments: ["--transfer-connection-window", "300000"])
+        let client = try await connectedClient(host)
+        let (first, _) = try await Self.get(served.name, on: client)
+        let second = try await client.request(channel: 1, id: 2, ["Command": "get", "Name": "second.bin"])
+        guard case .uuid(let other)? = try second.decoded["Transfer"] else { throw TestFailure("no transfer") }
+        try await client.send(.transfer(.attach(AttachFrame(id: 1, transfer: first, window: 1 << 20))))
+        try await client.send(.transfer(.attach(AttachFrame(id: 2, transfer: other, window: 1 << 20))))
+        // The first fills the connection's room; the client acknowledges it once, whole.
+        var bytes: [UInt8] = []
+        while bytes.count < 300_000 {
+            let frame = try await Self.nextSignificant(client)
+            if case .transfer(.attached)? = frame { continue }
+            guard case .transfer(.chunk(let chunk))? = frame else {
+                throw TestFailure("expected a chunk, got \(String(describing: frame))")
+            }
+            #expect(chunk.transfer == first, "the second sent past the connection's room")
+            bytes += chunk.data.readableBytesView
+        }
+        try await client.send(.transfer(.ack(AckFrame(transfer: first, offset: 300_000, window: 1 << 20))))
+        // The second, which had no room and nothing in flight, goes on.
+        var secondBytes: [UInt8] = []
+        while secondBytes.count < 300_000 {
+            let frame = try await Self.nextSignificant(client)
+            if case .transfer(.chunk(let chunk))? = frame, chunk.transfer == other {
+                secondBytes += chunk.data.readableBytesView
+                try await client.send(
+                    .transfer(.ack(AckFrame(transfer: other, offset: UInt64(secondBytes.count), window: 1 << 20))))
+            }
+        }
+        #expect(bytes == served.bytes && secondBytes == served.bytes.reversed())
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadAttachedAgainAtAnotherOffsetGetsNoChunkOfTheEarlierAttachment() async throws {
+        let served = try Served(size: 2_000_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, size) = try await Self.get(served.name, on: client)
+        try await client.send(.transfer(.attach(AttachFrame(id: 1, transfer: transfer, offset: 0, window: 1 << 20))))
+        try await client.send(
+            .transfer(.attach(AttachFrame(id: 2, transfer: transfer, offset: 1_500_000, window: 1 << 20))))
+        var afterSecond = false
+        var held = 1_500_000
+        var bytes = Array(served.bytes.prefix(1_500_000))
+        while held < Int(size) {
+            let frame = try await Self.nextSignificant(client)
+            switch frame {
+            case .transfer(.attached(let attached))?:
+                afterSecond = attached.id == 2
+            case .transfer(.chunk(let chunk))? where afterSecond:
+                #expect(chunk.offset == UInt64(held), "a chunk of the earlier attachment came after the later one")
+                bytes += chunk.data.readableBytesView
+                held += chunk.data.readableBytes
+                try await client.send(
+                    .transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: 1 << 20))))
+            default:
+                continue
+            }
+        }
+        #expect(bytes == served.bytes)
+        #expect(await host.stop() == 0)
+    }
 }

@@ -272,4 +272,120 @@ struct TransferUploadTests {
         #expect((try FileManager.default.contentsOfDirectory(atPath: spool.path)).isEmpty, "no file was left")
         #expect(await host.stop() == 0)
     }
+
+    @Test func chunksAfterTheLastAreNeverWrittenIntoTheCheckedFile() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let bytes = Self.random(500_000)
+        let transfer = try await Self.put("sealed.bin", size: nil, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        var sent = 0
+        while sent < bytes.count {
+            let count = min(Int(attached.chunkBytes), bytes.count - sent)
+            try await client.send(
+                .transfer(
+                    .chunk(
+                        ChunkFrame(
+                            transfer: transfer, offset: UInt64(sent),
+                            data: ByteBuffer(bytes: bytes[sent..<(sent + count)]), last: sent + count == bytes.count))))
+            sent += count
+        }
+        // At once, before the host has checked it: attached again, and more bytes past the end.
+        try await client.send(.transfer(.attach(AttachFrame(id: 2, transfer: transfer))))
+        try await client.send(
+            .transfer(
+                .chunk(
+                    ChunkFrame(
+                        transfer: transfer, offset: UInt64(bytes.count), data: ByteBuffer(bytes: [9, 9, 9]), last: true,
+                        digest: [UInt8](repeating: 1, count: 32)))))
+        var final: TransferStateFrame?
+        while final == nil {
+            if case .transfer(.state(let state))? = try await TransferDownloadTests.nextSignificant(client),
+                ["completed", "failed"].contains(state.state)
+            {
+                final = state
+            }
+        }
+        #expect(final?.state == "completed", "\(String(describing: final))")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("sealed.bin"))) == bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadWhoseSpoolFileIsGoneFailsRatherThanResumeOverAHole() async throws {
+        let served = try Served(size: 1, name: "x")
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        var client = try await connectedClient(host)
+        let bytes = Self.random(800_000)
+        let transfer = try await Self.put("gone.bin", size: bytes.count, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        _ = try await Self.send(bytes, of: transfer, on: client, from: attached, until: 300_000)
+        #expect(await host.stop() == 0)
+        let spool = URL(fileURLWithPath: state).appendingPathComponent(
+            "transfers/spool/\(transfer.uuidString.lowercased()).part")
+        try FileManager.default.removeItem(at: spool)
+
+        host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        client = try await connectedClient(host)
+        let again = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(again.status == .failure && again.error == "ended")
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+        guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(
+            list.transfers.first { $0.transfer == transfer }.map { ($0.state, $0.error) } ?? ("", nil) == (
+                "failed", "serviceFailed"
+            ))
+        #expect(!FileManager.default.fileExists(atPath: spool.path), "no empty file was made in its place")
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func anUploadARestartCaughtBeingCheckedIsCheckedAgainstItsClientsDigest() async throws {
+        let served = try Served(size: 1, name: "x")
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())")
+        let journal = state.appendingPathComponent("transfers/journal")
+        let spool = state.appendingPathComponent("transfers/spool")
+        try FileManager.default.createDirectory(at: journal, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: spool, withIntermediateDirectories: true)
+        // Two uploads a host left being checked: one whose bytes match its client's digest, one not.
+        let bytes = Self.random(100_000)
+        var made: [UUID] = []
+        for (name, digest) in [("good.bin", Self.sha256(bytes)), ("bad.bin", [UInt8](repeating: 3, count: 32))] {
+            let id = UUID()
+            made.append(id)
+            let lower = id.uuidString.lowercased()
+            try Data(bytes).write(to: spool.appendingPathComponent("\(lower).part"))
+            let record: [String: Any] = [
+                "id": ["uuid": id.uuidString], "owner": ["client": ["_0": "test-client"]], "direction": "upload",
+                "package": TransferDownloadTests.filesPackage, "service": TransferDownloadTests.filesService,
+                "name": name, "size": bytes.count, "maxSize": -1, "offset": bytes.count, "phase": "verifying",
+                "created": 1_800_000_000_000, "lastProgress": 1_800_000_000_000, "sequence": 5,
+                "clientDigest": digest,
+            ]
+            try JSONSerialization.data(withJSONObject: record).write(
+                to: journal.appendingPathComponent("\(lower).json"))
+        }
+        let host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state.path])
+        let client = try await connectedClient(host)
+        let outcomes = try await eventually(within: .seconds(20), every: .milliseconds(100)) {
+            try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(client) else {
+                return false
+            }
+            return list.transfers.filter { ["completed", "failed"].contains($0.state) }.count == 2
+        }
+        #expect(outcomes, "\(host.log)")
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 2))))
+        guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        #expect(list.transfers.first { $0.transfer == made[0] }?.state == "completed")
+        let bad = list.transfers.first { $0.transfer == made[1] }
+        #expect(bad?.state == "failed" && bad?.error == "digestMismatch")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("good.bin"))) == bytes)
+        #expect(!FileManager.default.fileExists(atPath: served.folder.appendingPathComponent("bad.bin").path))
+        #expect(await host.stop() == 0)
+    }
 }

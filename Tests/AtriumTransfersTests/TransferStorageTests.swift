@@ -24,7 +24,7 @@ struct TransferStorageTests {
         try journal.write(record)
         record.offset = 4096
         record.phase = .completed
-        record.result = [0xa1, 0x61, 0x61, 0x01]
+        record.result = Data([0xa1, 0x61, 0x61, 0x01])
         record.ended = now + 5
         try journal.write(record)
         let read = journal.readAll()
@@ -133,5 +133,18 @@ struct TransferStorageTests {
         let read = journal.readAll()
         #expect(read.records.isEmpty)
         #expect(read.problems.count == 1 && read.problems[0].contains("a record may have"), "\(read.problems)")
+    }
+
+    @Test func aResultAsLargeAsAMessageFitsItsRecord() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-journal-\(UUID())")
+        let journal = try TransferJournal(folder: folder)
+        var record = TransferRecord(
+            owner: .client("c"), direction: .upload, package: "p", service: "s", size: 1, now: Date())
+        record.phase = .completed
+        record.result = Data(repeating: 0x41, count: 1 << 20)
+        try journal.write(record)
+        let read = journal.readAll()
+        #expect(read.problems.isEmpty, "\(read.problems)")
+        #expect(read.records.first?.result == record.result)
     }
 }

@@ -209,4 +209,39 @@ struct TransferTableTests {
         }
         #expect(!fresh.mayGrow(good.id, to: Int64.max))
     }
+
+    @Test func aCursorKeptFromBeforeNeverHidesALaterChangeEvenWhenEverythingWasForgotten() throws {
+        var table = TransferTable(limits: TransferLimits())
+        let first = try added(&table, record(alice))
+        _ = table.moved(first.id, to: .completed, now: start)
+        let cursor = table.changes(of: alice, since: nil).cursor
+        #expect(table.forget([first.id], owner: alice).count == 1)
+        // Another caller's changes come and go meanwhile.
+        let other = TransferOwner.client("bob")
+        for _ in 0..<5 { _ = try added(&table, record(other)) }
+        let next = try added(&table, record(alice))
+        #expect(next.sequence > cursor, "a change after the cursor is numbered after it")
+        #expect(table.changes(of: alice, since: cursor).records.map(\.id) == [next.id])
+        // And after a restart, from the floor the host kept.
+        let restarted = TransferTable(limits: TransferLimits(), records: [], sequenceFloor: table.highWater + 10)
+        #expect(restarted.highWater >= table.highWater)
+    }
+
+    @Test func attachingIsNotProgressAndDoesNotPutTheExpiryOff() throws {
+        var table = TransferTable(limits: TransferLimits(expiry: .seconds(100)))
+        let transfer = try added(&table, record(alice))
+        _ = try table.attach(transfer.id, owner: alice, connection: 1, now: start + 90).get()
+        _ = table.detach(transfer.id, from: 1)
+        #expect(table.sweep(now: start + 100).expired.map(\.id) == [transfer.id])
+    }
+
+    @Test func anUploadMovesFromRunningToVerifyingToDeliveringOnceAndNeverBack() throws {
+        var table = TransferTable(limits: TransferLimits())
+        let upload = try added(&table, record(alice, .upload, size: 10))
+        _ = try table.attach(upload.id, owner: alice, connection: 1, now: start).get()
+        #expect(table.moved(upload.id, to: .verifying, from: [.running], now: start)?.phase == .verifying)
+        #expect(table.moved(upload.id, to: .verifying, from: [.running], now: start) == nil, "checked twice")
+        #expect(table.moved(upload.id, to: .delivering, from: [.verifying], now: start)?.phase == .delivering)
+        #expect(table.moved(upload.id, to: .verifying, from: [.running], now: start) == nil, "moved back")
+    }
 }

@@ -200,29 +200,28 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
     /// A finished upload, on the plugin's queue; the plugin owns the descriptor from here.
     func upload(_ delivery: UploadDelivery) -> DeliveryVerdict {
         guard descriptor.has(\.upload), let callback = descriptor.pointee.upload else {
-            close(delivery.descriptor)
             return .refused("package \(package) takes no uploads (its plugin has no upload callback)")
         }
         queues.queue.async {
             guard !self.isDestroyed else {
                 close(delivery.descriptor)
+                self.host.deliveryDropped(delivery.delivery)
                 return
             }
-            let record = delivery.record
-            withOptionalCString(record.name) { name in
-                record.service.withCString { service in
+            withOptionalCString(delivery.name) { name in
+                delivery.service.withCString { service in
                     var info = atrium_upload_info()
                     info.struct_size = UInt32(MemoryLayout<atrium_upload_info>.size)
                     info.fd = delivery.descriptor
                     info.delivery = delivery.delivery
-                    info.size = record.size
+                    info.size = delivery.size
                     info.name = name
                     info.service = service
                     withUnsafeMutableBytes(of: &info.transfer) { out in
-                        withUnsafeBytes(of: record.id.uuid.uuid) { out.copyMemory(from: $0) }
+                        withUnsafeBytes(of: delivery.transfer.uuid.uuid) { out.copyMemory(from: $0) }
                     }
                     withUnsafeMutableBytes(of: &info.digest) { out in
-                        record.digest.map { digest in digest.withUnsafeBytes { out.copyMemory(from: $0) } }
+                        if delivery.digest.count == 32 { delivery.digest.withUnsafeBytes { out.copyMemory(from: $0) } }
                     }
                     callback(self.instance, &info)
                 }
@@ -231,13 +230,13 @@ final class InProcessPlugin: ServiceBackend, @unchecked Sendable {
         return .taken
     }
 
-    func transferEnded(_ record: TransferRecord, why: String) {
+    func transferEnded(_ transfer: TransferID, why: String) {
         queues.queue.async {
             guard !self.isDestroyed, self.descriptor.has(\.transfer_ended),
                 let callback = self.descriptor.pointee.transfer_ended
             else { return }
-            var transfer = record.id.uuid.uuid
-            withUnsafeBytes(of: &transfer) { bytes in
+            var id = transfer.uuid.uuid
+            withUnsafeBytes(of: &id) { bytes in
                 why.withCString { callback(self.instance, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), $0) }
             }
         }

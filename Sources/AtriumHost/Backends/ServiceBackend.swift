@@ -62,7 +62,7 @@ protocol ServiceBackend: AnyObject, Sendable {
 
     /// A transfer one of its services made ended before reaching it (canceled, expired, or
     /// removed with its caller's access).
-    func transferEnded(_ record: TransferRecord, why: String)
+    func transferEnded(_ transfer: TransferID, why: String)
 }
 
 extension ServiceBackend {
@@ -73,11 +73,10 @@ extension ServiceBackend {
     var health: BackendHealth { BackendHealth(state: .ready) }
 
     func upload(_ delivery: UploadDelivery) -> DeliveryVerdict {
-        close(delivery.descriptor)
-        return .refused("package \(package) takes no uploads")
+        .refused("package \(package) takes no uploads")
     }
 
-    func transferEnded(_ record: TransferRecord, why: String) {}
+    func transferEnded(_ transfer: TransferID, why: String) {}
 }
 
 /// How a backend is doing: ready, starting, restarting after a crash, or failed for good
@@ -178,6 +177,9 @@ protocol BackendHost: AnyObject, Sendable {
         _ delivery: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
         error: String?
     ) -> Result<Void, BackendCallError>
+    /// A delivery the backend took and will never answer (it was stopped first): the host
+    /// hands the upload over again later.
+    func deliveryDropped(_ delivery: UInt64)
     /// Answers a request on the backend's behalf, when the backend cannot take it.
     func answer(_ request: UInt64, status: AppServiceResponseStatus, error: String)
     /// Whether `request` still waits for its answer.

@@ -19,8 +19,8 @@ import NIOCore
 final class ConnectionTransfers {
     /// A chunk is being read.
     private var reading = false
-    /// A chunk read and waiting for the last one to be written.
-    private var ready: ChunkFrame?
+    /// A chunk read and waiting for the last one to be written, with the attachment it was read for.
+    private var ready: (chunk: ChunkFrame, generation: UInt64)?
     /// A chunk written and not yet gone to the socket.
     private var writing = false
     /// While bytes move: the timer that sends each attached transfer's state every second.
@@ -39,17 +39,20 @@ final class ConnectionTransfers {
             connection.write(.transfer(.attached(outcome.answer)))
             if outcome.sends { pump(on: connection) }
         case .ack(let ack):
-            switch service.ack(ack, owner: owner, connection: connection.id) {
-            case .none: break
-            case .moved: pump(on: connection)
-            case .state(let state): connection.write(.transfer(.state(state)))
+            if case .state(let state) = service.ack(ack, owner: owner, connection: connection.id) {
+                connection.write(.transfer(.state(state)))
             }
+            // Whatever the ack did (moved a window, ended a download, refused one), the
+            // connection's room may have grown: another download may go on.
+            pump(on: connection)
         case .detach(let transfer):
             service.detach(transfer, owner: owner, connection: connection.id)
+            pump(on: connection)
         case .cancel(let transfer):
             let (answer, other) = service.cancel(transfer, owner: owner, connection: connection.id)
             other?.run { $0.write(.transfer(.state(answer))) }
             connection.write(.transfer(.state(answer)))
+            pump(on: connection)
         case .transfers(let query):
             connection.write(.transfer(.transfers(service.list(query, owner: owner))))
         case .chunk(let chunk):
@@ -65,8 +68,12 @@ final class ConnectionTransfers {
     /// Reads and writes the next chunks, as far as the windows and the pump allow.
     func pump(on connection: ConnectionHandler) {
         guard !connection.isClosed else { return }
-        if !writing, let chunk = ready {
+        if !writing, let (chunk, generation) = ready {
             ready = nil
+            let service = connection.core.transfers
+            guard service.isCurrent(TransferID(chunk.transfer), on: connection.id, generation: generation) else {
+                return pump(on: connection)
+            }
             writing = true
             let sent = connection.eventLoop?.makePromise(of: Void.self)
             sent?.futureResult.assumeIsolated().whenComplete { [weak self] _ in
@@ -100,7 +107,12 @@ final class ConnectionTransfers {
             guard !connection.isClosed else { return }
             switch result {
             case .success(let (data, changed)?) where !changed:
-                self.ready = ChunkFrame(transfer: next.id.uuid, offset: UInt64(offset), data: data)
+                // Read for an attachment that is no longer the transfer's: dropped, never sent.
+                if service.isCurrent(next.id, on: connection.id, generation: next.generation) {
+                    self.ready = (
+                        ChunkFrame(transfer: next.id.uuid, offset: UInt64(offset), data: data), next.generation
+                    )
+                }
             case .success(let read):
                 if let (link, state) = service.readFailed(next.id, changed: read?.1 ?? false) {
                     link.run { $0.write(.transfer(.state(state))) }

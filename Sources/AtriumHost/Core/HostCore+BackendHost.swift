@@ -149,6 +149,10 @@ extension HostCore {
         }
     }
 
+    func deliveryDropped(_ delivery: UInt64) {
+        transfers.deliveryDropped(delivery)
+    }
+
     /// A backend's answer to a finished upload: its message (checked as an answer's is)
     /// becomes the transfer's result.
     func uploadDone(

@@ -151,13 +151,13 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         transfers.hooks.withLock {
             $0 = TransferService.Hooks(
                 deliver: { [registry] delivery in
-                    guard let backend = registry.package(delivery.record.package)?.backend else {
-                        return .later("package \(delivery.record.package) is not loaded")
+                    guard let backend = registry.package(delivery.package)?.backend else {
+                        return .later("package \(delivery.package) is not loaded")
                     }
                     return backend.upload(delivery)
                 },
                 ended: { [registry] record, why in
-                    registry.package(record.package)?.backend?.transferEnded(record, why: why)
+                    registry.package(record.package)?.backend?.transferEnded(record.id, why: why)
                 })
         }
         let slotCount = max(configuration.admission.maxConnections, 1) + AdmissionLimits.maxLocalConnections

@@ -12,12 +12,13 @@ import Synchronization
 #endif
 
 /// An unfinished upload's spool file, and what has been written to it. Writes, syncs and the
-/// digest run on its own serial queue, in the order the chunks came; the counts below the
-/// queue's are kept under the service's lock.
+/// digest run on its own serial queue, in the order the chunks came; the counts marked below
+/// are kept under the service's lock. The file is open only while the upload is attached or
+/// being checked; the digest of the bytes so far stays while it waits.
 final class UploadSpool: @unchecked Sendable {
-    let file: SpoolFile
     let queue: DispatchQueue
-    // On `queue` only:
+    // On `queue` only (or before the spool is shared):
+    var file: SpoolFile?
     /// The SHA-256 of the bytes from 0 to `hashed`; `hashed` is -1 once a write went anywhere
     /// but its end (a resumed upload sent again what was written and not synced): the digest
     /// is then read back from the file at the end.
@@ -26,12 +27,17 @@ final class UploadSpool: @unchecked Sendable {
     /// Bytes written since the last sync.
     var unsynced: Int64 = 0
     // Under the service's lock:
-    /// Chunks handed to `queue` and not written yet.
+    /// Chunks handed to `queue` and not written yet, and their bytes (bounded: a client cannot
+    /// make the host hold more than two windows of an upload, whatever it attaches).
     var queued = 0
+    var queuedBytes: Int64 = 0
+    /// Whether `file` is open, or being opened, on `queue`.
+    var isOpen = false
 
-    init(file: SpoolFile, id: TransferID, fresh: Bool) {
-        self.file = file
+    init(id: TransferID, file: SpoolFile?, fresh: Bool) {
         queue = DispatchQueue(label: "atriumd.transfers.upload.\(id)")
+        self.file = file
+        isOpen = file != nil
         hashed = fresh ? 0 : -1
     }
 }
@@ -39,14 +45,41 @@ final class UploadSpool: @unchecked Sendable {
 /// A finished upload handed to its service.
 struct UploadDelivery: Sendable {
     var delivery: UInt64
-    var record: TransferRecord
-    /// The file, open for reading: the service's to close.
+    var transfer: TransferID
+    /// The file, open for reading: the service's to close once it takes it (``DeliveryVerdict/taken``).
     var descriptor: Int32
+    var size: Int64
+    var digest: [UInt8]
+    /// The name the service gave when it accepted the upload.
+    var name: String?
+    var package: String
+    var service: String
+
+    init(delivery: UInt64, record: TransferRecord, descriptor: Int32) {
+        self.init(
+            delivery: delivery, transfer: record.id, descriptor: descriptor, size: record.size,
+            digest: record.digest ?? [], name: record.name, package: record.package, service: record.service)
+    }
+
+    init(
+        delivery: UInt64, transfer: TransferID, descriptor: Int32, size: Int64, digest: [UInt8], name: String?,
+        package: String, service: String
+    ) {
+        self.delivery = delivery
+        self.transfer = transfer
+        self.descriptor = descriptor
+        self.size = size
+        self.digest = digest
+        self.name = name
+        self.package = package
+        self.service = service
+    }
 }
 
-/// What handing an upload to its service came to.
+/// What handing an upload to its service came to. The descriptor is the service's only when it
+/// took the upload; otherwise it stays the host's, which closes it.
 enum DeliveryVerdict: Sendable {
-    /// The service has it; its answer comes through ``TransferService/delivered(_:status:result:error:)``.
+    /// The service has it; its answer comes through ``TransferService/delivered(_:package:status:result:error:)``.
     case taken
     /// The service is not there now (its package failed, or is being reloaded): tried again later.
     case later(String)
@@ -64,49 +97,67 @@ extension TransferService {
 
     /// A service accepts an upload of `size` bytes (-1: not known, then at most `maxSize`, or
     /// the host's limits when that is -1) from the caller of the request it is answering. Its
-    /// space is reserved now.
+    /// space is reserved, and its record is on stable storage, before its id is returned.
     func accept(size: Int64, maxSize: Int64, name: String?, for maker: Maker) -> Result<TransferID, OfferRefusal> {
-        if let unavailable { return .failure(.unavailable(unavailable)) }
+        guard let journal else { return .failure(.unavailable(unavailable ?? "the host cannot keep transfers")) }
         guard size >= -1, maxSize >= -1 else { return .failure(.invalid("a size or a maximum below -1")) }
         let record = TransferRecord(
             owner: maker.owner, direction: .upload, package: maker.package, service: maker.service,
-            name: name.map { untrusted($0, limit: 1024) }, size: size, maxSize: maxSize, now: Date())
+            name: name.map { Self.displayName($0) }, size: size, maxSize: maxSize, now: Date())
         let added = state.withLock { $0.table.add(record) }
-        guard case .success(let made) = added else {
-            if case .failure(let refusal) = added {
-                logger.notice("upload refused: \(refusal)", metadata: ["package": "\(maker.package)"])
-                return .failure(.limit(refusal))
-            }
-            return .failure(.unavailable("the upload could not be made"))
+        let made: TransferRecord
+        switch added {
+        case .success(let record): made = record
+        case .failure(.invalid(let problem)): return .failure(.invalid(problem))
+        case .failure(let refusal):
+            logger.notice("upload refused: \(refusal)", metadata: ["package": "\(maker.package)"])
+            return .failure(.limit(refusal))
         }
         // The spool file, its space reserved, outside the lock: a disk that cannot hold it
-        // refuses now, not at 90%.
-        let file: SpoolFile
+        // refuses now, not at 90%. It is closed until the client attaches.
         do {
-            file = try SpoolFile.open(
+            let file = try SpoolFile.open(
                 made.id, in: spoolFolder, reserve: size > 0 ? size : nil, floor: limits.freeSpaceFloorBytes)
+            file.close()
+            try journal.write(made)
         } catch {
             _ = state.withLock { $0.table.remove(made.id) }
+            SpoolFile.remove(made.id, in: spoolFolder)
             logger.notice("upload refused: \(error)", metadata: ["package": "\(maker.package)"])
             return .failure(.storage("\(error)"))
         }
         state.withLock { state in
-            state.spools[made.id] = UploadSpool(file: file, id: made.id, fresh: true)
-            unwrittenChange(made, in: &state)
+            state.spools[made.id] = UploadSpool(id: made.id, file: nil, fresh: true)
         }
         logger.debug("transfer \(made.id) made: \(maker.package) accepts \(size) bytes from \(maker.owner)")
         return .success(made.id)
     }
 
-    /// The spool file of an upload after a restart, opened again (outside the lock).
-    func reopenSpool(_ id: TransferID, held: Int64) -> UploadSpool? {
-        do {
-            let file = try SpoolFile.open(id, in: spoolFolder)
-            return UploadSpool(file: file, id: id, fresh: held == 0)
-        } catch {
-            logger.warning("transfer \(id): its spool file cannot be opened again: \(error)")
-            return nil
+    /// A name from a service (a client's, often): kept as it is, for the service to get back
+    /// and the client to show, but cut to 1,024 bytes at a character's end.
+    static func displayName(_ name: String) -> String {
+        guard name.utf8.count > 1024 else { return name }
+        var cut = ""
+        for character in name {
+            guard cut.utf8.count + character.utf8.count <= 1024 else { break }
+            cut.append(character)
         }
+        return cut
+    }
+
+    /// Puts an opened spool file in place for transfer `id` (an attach opened it, outside the
+    /// lock); one opened meanwhile by another attach wins, and this one is closed.
+    func install(_ file: SpoolFile, held: Int64, for id: TransferID, _ state: inout State) {
+        guard let spool = state.spools[id] else {
+            state.spools[id] = UploadSpool(id: id, file: file, fresh: held == 0)
+            return
+        }
+        guard !spool.isOpen else {
+            spool.queue.async { file.close() }
+            return
+        }
+        spool.isOpen = true
+        spool.queue.async { spool.file = file }
     }
 
     /// The window an upload attached to `connection` is granted: the host's window, within
@@ -130,36 +181,48 @@ extension TransferService {
         let id = TransferID(frame.transfer)
         let now = Date()
         return state.withLock { state in
-            guard let record = state.table.find(id, owner: owner), var attached = state.attached[id],
-                attached.connection == connection, var window = attached.upload, let spool = state.spools[id]
+            guard let record = state.table.find(id, owner: owner), record.phase == .running,
+                var attached = state.attached[id], attached.connection == connection, var window = attached.upload,
+                let spool = state.spools[id]
             else { return .none }
             let count = frame.data.readableBytes
-            // Offsets are at most Int64.max (the frame's check); the sum is compared as what is left.
-            let offset = Int64(frame.offset)
-            if record.size < 0, count > 0 {
-                guard offset <= Int64.max - Int64(count), state.table.mayGrow(id, to: offset + Int64(count)) else {
-                    return failLocked(id, .insufficientStorage, now: now, &state)
-                }
+            // An empty chunk that ends nothing moves nothing: not worth a write, a sync or a turn.
+            guard count > 0 || frame.last else { return .none }
+            // At most a chunk's bytes, and never more queued than two windows (an attachment's
+            // and one it replaced whose bytes still wait for the disk).
+            guard count <= limits.chunkBytes, spool.queuedBytes <= 2 * limits.windowBytes - Int64(count) else {
+                let waiting = detachLocked(id, from: connection, error: .windowExceeded, &state) ?? record
+                return .state(stateFrame(of: waiting))
             }
+            // Offsets are at most Int64.max (the frame's check).
+            let offset = Int64(frame.offset)
             switch window.chunk(offset: offset, count: count, last: frame.last, digest: frame.digest) {
             case .ignore:
                 return .none
             case .refuse(let code):
-                removeFromConnection(id, connection, &state)
-                let waiting = state.table.detach(id, from: connection, error: code) ?? record
-                unwrittenChange(waiting, in: &state)
+                let waiting = detachLocked(id, from: connection, error: code, &state) ?? record
                 return .state(stateFrame(of: waiting))
             case .fail(let code):
                 return failLocked(id, code, now: now, &state)
             case .write(let at):
+                // An upload of unknown size grows within the spool's limits.
+                if record.size < 0, !state.table.mayGrow(id, to: at + Int64(count)) {
+                    return failLocked(id, .insufficientStorage, now: now, &state)
+                }
                 attached.upload = window
                 state.attached[id] = attached
                 spool.queued += 1
+                spool.queuedBytes += Int64(count)
                 let generation = attached.generation
-                let data = frame.data
+                // A small slice of a large read buffer would keep the whole buffer: copied.
+                var data = frame.data
+                if data.storageCapacity > 2 * data.readableBytes + 4096 {
+                    data = ByteBuffer(bytes: data.readableBytesView)
+                }
                 let last = window.lastReceived
-                spool.queue.async { [self] in
-                    write(data, at: at, of: id, to: spool, generation: generation, last: last)
+                let unknownSize = record.size < 0
+                spool.queue.async { [self, data] in
+                    write(data, at: at, of: id, to: spool, generation: generation, last: last, unknownSize: unknownSize)
                 }
                 return .none
             }
@@ -177,23 +240,34 @@ extension TransferService {
     /// Writes a chunk (on the spool's queue), and syncs when the batch is full, the queue has
     /// nothing more, or it was the last: then acknowledges what is on stable storage.
     private func write(
-        _ data: ByteBuffer, at offset: Int64, of id: TransferID, to spool: UploadSpool, generation: UInt64, last: Bool
+        _ data: ByteBuffer, at offset: Int64, of id: TransferID, to spool: UploadSpool, generation: UInt64,
+        last: Bool, unknownSize: Bool
     ) {
+        let count = Int64(data.readableBytes)
         // Chunks of an attachment that is no longer the transfer's are not written: the
         // client sends them again from what the host holds.
         let current = state.withLock { state -> Bool in
             spool.queued -= 1
-            return state.attached[id]?.generation == generation
+            spool.queuedBytes -= count
+            return state.attached[id]?.generation == generation && state.table.record(id)?.phase == .running
         }
-        guard current else { return }
+        guard current, let file = spool.file else { return }
+        // An upload of unknown size reserved nothing: the free-space floor is checked as it grows.
+        if unknownSize, limits.freeSpaceFloorBytes > 0, let free = SpoolFile.freeBytes(of: spoolFolder),
+            free - count < limits.freeSpaceFloorBytes
+        {
+            logger.notice(
+                "transfer \(id) fails: the disk has \(free) bytes free, and keeps \(limits.freeSpaceFloorBytes)")
+            tellEnded(id, phase: .failed, error: .insufficientStorage)
+            return
+        }
         do {
-            try data.withUnsafeReadableBytes { try spool.file.write($0, at: offset) }
+            try data.withUnsafeReadableBytes { try file.write($0, at: offset) }
         } catch {
             logger.error("transfer \(id): \(error)")
             tellEnded(id, phase: .failed, error: .insufficientStorage)
             return
         }
-        let count = Int64(data.readableBytes)
         if spool.hashed == offset {
             data.withUnsafeReadableBytes { spool.hasher.update(bufferPointer: $0) }
             spool.hashed += count
@@ -204,7 +278,7 @@ extension TransferService {
         let more = state.withLock { _ in spool.queued > 0 }
         guard last || !more || spool.unsynced >= syncBatchBytes else { return }
         do {
-            try spool.file.sync()
+            try file.sync()
         } catch {
             logger.error("transfer \(id): \(error)")
             tellEnded(id, phase: .failed, error: .insufficientStorage)
@@ -215,29 +289,54 @@ extension TransferService {
     }
 
     /// Bytes through `offset` are on stable storage: the table's offset moves (and is
-    /// journaled: a restart resumes from it), the client is told with an `ack`, and a complete
-    /// upload goes on to be checked. On the spool's queue.
+    /// journaled: a restart resumes from it), the client is told with an `ack` once the journal
+    /// holds it, and a complete upload moves to `verifying` at once (nothing more is taken for
+    /// it) and goes on to be checked. On the spool's queue.
     private func synced(_ id: TransferID, through offset: Int64, spool: UploadSpool, generation: UInt64) {
         let now = Date()
-        let next = state.withLock { state -> (link: ConnectionLink, frame: HostFrame?, complete: UploadWindow?)? in
+        let next = state.withLock {
+            state -> (link: ConnectionLink, ack: AckFrame, complete: (size: Int64, state: TransferStateFrame)?)? in
             if let moved = state.table.progressed(id, offset: offset, now: now) { unwrittenChange(moved, in: &state) }
             guard var attached = state.attached[id], attached.generation == generation, var window = attached.upload
             else { return nil }
             let (held, _) = window.synced(through: offset)
-            if !window.isComplete { window.grant(uploadGrant(on: attached.connection, state)) }
-            attached.upload = window
+            guard window.isComplete else {
+                window.grant(uploadGrant(on: attached.connection, state))
+                attached.upload = window
+                state.attached[id] = attached
+                return (
+                    attached.link, AckFrame(transfer: id.uuid, offset: UInt64(held), window: UInt64(window.window)),
+                    nil
+                )
+            }
+            // Every byte is in: from here the upload takes no chunk, no cancel, and no second check.
+            guard
+                let verifying = state.table.moved(
+                    id, to: .verifying, from: [.running], clientDigest: window.announcedDigest, now: now)
+            else { return nil }
+            unwrittenChange(verifying, in: &state)
+            attached.upload = nil
             state.attached[id] = attached
-            let ack = AckFrame(
-                transfer: id.uuid, offset: UInt64(held), window: window.isComplete ? 0 : UInt64(window.window))
-            return (attached.link, .transfer(.ack(ack)), window.isComplete ? window : nil)
+            state.finishing.insert(id)
+            return (
+                attached.link, AckFrame(transfer: id.uuid, offset: UInt64(held), window: 0),
+                (window.finalSize, stateFrame(of: verifying))
+            )
         }
         guard let next else { return }
         // The ack goes out once the journal holds the offset it says: after `kill -9` the host
-        // resumes from the journal, and must hold at least every byte it acknowledged.
+        // resumes from the journal, and must hold at least every byte it acknowledged. A journal
+        // that could not be written fails the upload rather than promise what is not on disk.
         afterJournal { [self] in
-            if let frame = next.frame { next.link.run { $0.write(frame) } }
-            if let window = next.complete {
-                spool.queue.async { self.finish(id, window: window, spool: spool, link: next.link) }
+            if state.withLock({ $0.journalFailed.contains(id) }) {
+                logger.error("transfer \(id) fails: its journal could not be written")
+                tellEnded(id, phase: .failed, error: .insufficientStorage)
+                return
+            }
+            next.link.run { $0.write(.transfer(.ack(next.ack))) }
+            if let (size, verifying) = next.complete {
+                next.link.run { $0.write(.transfer(.state(verifying))) }
+                spool.queue.async { self.finish(id, size: size, spool: spool, link: next.link) }
             }
         }
     }
@@ -245,43 +344,54 @@ extension TransferService {
     // MARK: - Checking and handing over
 
     /// Every byte is in and synced: the size and digest are checked, and the file goes to its
-    /// service. On the spool's queue.
-    private func finish(_ id: TransferID, window: UploadWindow, spool: UploadSpool, link: ConnectionLink?) {
-        let size = window.finalSize
-        let verifying = state.withLock { state -> TransferRecord? in
-            guard let record = state.table.moved(id, to: .verifying, now: Date()) else { return nil }
-            unwrittenChange(record, in: &state)
-            return record
+    /// service. On the spool's queue; the upload is `verifying`, in ``State/finishing``.
+    private func finish(_ id: TransferID, size: Int64, spool: UploadSpool, link: ConnectionLink?) {
+        guard let file = spool.file, let record = state.withLock({ $0.table.record(id) }), record.phase == .verifying
+        else {
+            _ = state.withLock { $0.finishing.remove(id) }
+            return
         }
-        guard let record = verifying else { return }
-        if let link { link.run { $0.write(.transfer(.state(self.stateFrame(of: record)))) } }
         let digest: [UInt8]
         if spool.hashed == size {
             digest = Array(spool.hasher.finalize())
-        } else if let read = Self.digest(of: spool.file, size: size) {
+        } else if let read = Self.digest(of: file, size: size) {
             digest = read
         } else {
             logger.error("transfer \(id): its spool file cannot be read back")
             tellEnded(id, phase: .failed, error: .serviceFailed)
             return
         }
-        if let announced = window.announcedDigest, announced != digest {
+        if let announced = record.clientDigest, announced != digest {
             logger.notice("transfer \(id) fails: its bytes' SHA-256 is not the one its client sent")
             tellEnded(id, phase: .failed, error: .digestMismatch)
             return
         }
-        // A file of unknown size, or resumed, may have bytes past its end from an earlier try.
-        try? spool.file.truncate(to: size)
+        do {
+            // A file of unknown size, or resumed, may have bytes past its end from an earlier try.
+            try file.truncate(to: size)
+            try file.sync()
+        } catch {
+            logger.error("transfer \(id): \(error)")
+            tellEnded(id, phase: .failed, error: .serviceFailed)
+            return
+        }
+        // The service gets a descriptor of its own, on the file that was checked.
+        let descriptor = open("/proc/self/fd/\(file.descriptor)", O_RDONLY | O_CLOEXEC)
         let delivering = state.withLock { state -> TransferRecord? in
-            guard let record = state.table.moved(id, to: .delivering, size: size, digest: digest, now: Date()) else {
-                return nil
-            }
+            state.finishing.remove(id)
+            guard
+                let record = state.table.moved(
+                    id, to: .delivering, from: [.verifying], size: size, digest: digest, now: Date())
+            else { return nil }
             unwrittenChange(record, in: &state)
             return record
         }
-        guard let delivering else { return }
+        guard let delivering, descriptor >= 0 else {
+            if descriptor >= 0 { close(descriptor) } else { tellEnded(id, phase: .failed, error: .serviceFailed) }
+            return
+        }
         if let link { link.run { $0.write(.transfer(.state(self.stateFrame(of: delivering)))) } }
-        deliver(delivering)
+        deliver(delivering, descriptor: descriptor)
     }
 
     /// The SHA-256 of the first `size` bytes of `file`, read back (after a restart, or a resume
@@ -301,19 +411,16 @@ extension TransferService {
         return Array(hasher.finalize())
     }
 
-    /// Hands a checked upload to its service (again, after a restart or while it was away).
-    func deliver(_ record: TransferRecord) {
-        guard let hooks = hooks.withLock({ $0 }) else { return }
-        let path = spoolFolder.appendingPathComponent("\(record.id).part").path
-        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            logger.error(
-                "transfer \(record.id): its file cannot be opened for its service: \(String(cString: strerror(errno)))")
-            tellEnded(record.id, phase: .failed, error: .serviceFailed)
+    /// Hands a checked upload to its service, with `descriptor` (the host's until the service
+    /// takes it); again after a restart or while the service was away.
+    func deliver(_ record: TransferRecord, descriptor: Int32) {
+        guard let hooks = hooks.withLock({ $0 }) else {
+            close(descriptor)
             return
         }
         let delivery = state.withLock { state -> UInt64? in
-            guard !state.deliveries.values.contains(record.id) else { return nil }
+            guard state.table.record(record.id)?.phase == .delivering, !state.deliveries.values.contains(record.id)
+            else { return nil }
             state.lastDelivery += 1
             state.deliveries[state.lastDelivery] = record.id
             return state.lastDelivery
@@ -337,39 +444,68 @@ extension TransferService {
         }
     }
 
+    /// A delivery the service will never answer (it was stopped before it took the file):
+    /// forgotten, so that the upload is handed over again.
+    func deliveryDropped(_ delivery: UInt64) {
+        _ = state.withLock { $0.deliveries.removeValue(forKey: delivery) }
+    }
+
+    /// Deliveries to `package` that will never be answered (its worker was restarted): forgotten,
+    /// and handed over again.
+    func deliveriesLost(of package: String) {
+        state.withLock { state in
+            for (delivery, id) in state.deliveries where state.table.record(id)?.package == package {
+                state.deliveries[delivery] = nil
+            }
+        }
+        deliverWaiting()
+    }
+
     /// Hands over again every checked upload whose service has not answered (at start, after a
     /// reload, and at each sweep), and checks again those a restart caught being checked.
     func deliverWaiting() {
         let waiting = state.withLock { state in
             state.table.all.filter {
                 $0.direction == .upload && ($0.phase == .delivering || $0.phase == .verifying)
-                    && !state.deliveries.values.contains($0.id)
+                    && !state.deliveries.values.contains($0.id) && !state.finishing.contains($0.id)
             }
         }
         for record in waiting {
+            let path = spoolFolder.appendingPathComponent("\(record.id).part").path
             if record.phase == .delivering {
-                deliver(record)
+                // The file the service may have linked already: opened by its name, read only.
+                let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+                var status = stat()
+                guard descriptor >= 0, fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+                    if descriptor >= 0 { close(descriptor) }
+                    logger.error("transfer \(record.id) fails: its checked file is gone from the spool")
+                    tellEnded(record.id, phase: .failed, error: .serviceFailed)
+                    continue
+                }
+                deliver(record, descriptor: descriptor)
                 continue
             }
             // Caught being checked: its bytes are all synced (the journal's offset), so the check
-            // starts again from the file.
-            guard let spool = state.withLock({ $0.spools[record.id] }) ?? reopenSpool(record.id, held: -1) else {
+            // starts again from the file, against the digest its client sent (journaled).
+            let size = record.size >= 0 ? record.size : record.offset
+            guard let file = try? SpoolFile.reopen(record.id, in: spoolFolder, held: size) else {
+                logger.error("transfer \(record.id) fails: its spool file cannot be opened again")
                 tellEnded(record.id, phase: .failed, error: .serviceFailed)
                 continue
             }
-            state.withLock { $0.spools[record.id] = spool }
-            spool.queue.async { [self] in
-                finish(
-                    record.id, window: Self.completeWindow(size: record.offset, digest: nil), spool: spool, link: nil)
+            let spool = UploadSpool(id: record.id, file: file, fresh: false)
+            let claimed = state.withLock { state -> Bool in
+                guard state.table.record(record.id)?.phase == .verifying, state.finishing.insert(record.id).inserted
+                else { return false }
+                state.spools[record.id] = spool
+                return true
             }
+            guard claimed else {
+                file.close()
+                continue
+            }
+            spool.queue.async { [self] in finish(record.id, size: size, spool: spool, link: nil) }
         }
-    }
-
-    /// The window of an upload whose `size` bytes are all held.
-    static func completeWindow(size: Int64, digest: [UInt8]?) -> UploadWindow {
-        var window = UploadWindow(held: size, size: -1, maxSize: -1, window: 0)
-        _ = window.chunk(offset: size, count: 0, last: true, digest: digest)
-        return window
     }
 
     /// The service's answer to delivery `delivery`: the transfer completes (or fails) with
@@ -402,6 +538,7 @@ extension TransferService {
 
     /// Ends transfer `id` from one of its queues, and tells the connection attached to it.
     func tellEnded(_ id: TransferID, phase: TransferPhase, error: TransferErrorCode) {
+        _ = state.withLock { $0.finishing.remove(id) }
         if let (link, state) = end(id, phase: phase, error: error) {
             link.run { $0.write(.transfer(.state(state))) }
         }
@@ -410,9 +547,11 @@ extension TransferService {
     /// Closes and deletes an upload's spool file, on its queue (after what it still writes).
     func discardSpool(_ id: TransferID, _ state: inout State) {
         let folder = spoolFolder
+        state.finishing.remove(id)
         if let spool = state.spools.removeValue(forKey: id) {
             spool.queue.async {
-                spool.file.close()
+                spool.file?.close()
+                spool.file = nil
                 SpoolFile.remove(id, in: folder)
             }
         } else {

@@ -25,7 +25,7 @@ final class TransferService: Sendable {
     let unavailable: String?
     /// Downloads are read here, off the event loops.
     let pool: NIOThreadPool
-    private let journal: TransferJournal?
+    let journal: TransferJournal?
     let state: Mutex<State>
     /// Partial uploads, `ID.part`, in the transfers' folder's `spool`.
     let spoolFolder: URL
@@ -76,6 +76,12 @@ final class TransferService: Sendable {
         var deliveries: [UInt64: TransferID] = [:]
         var lastDelivery: UInt64 = 0
         var lastGeneration: UInt64 = 0
+        /// Uploads being checked (their spool file stays open until they are handed over).
+        var finishing: Set<TransferID> = []
+        /// Transfers whose last journal write failed: what was promised of them is not on disk.
+        var journalFailed: Set<TransferID> = []
+        /// The change number the journal's floor file promises to stay above.
+        var sequenceFloor: UInt64 = 0
     }
 
     init(folder: URL, limits: TransferLimits, logger: Logger) {
@@ -88,15 +94,21 @@ final class TransferService: Sendable {
         var journal: TransferJournal?
         var unavailable: String?
         var records: [TransferRecord] = []
+        var floor: UInt64 = 0
         do {
             try FileManager.default.createDirectory(
                 at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let made = try TransferJournal(folder: folder.appendingPathComponent("journal"))
             try FileManager.default.createDirectory(
                 at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            // The callers' bytes are theirs, whoever made the folders first.
+            for made in [folder, spoolFolder] where chmod(made.path, 0o700) != 0 {
+                throw TransferStorageError("cannot make \(made.path) private: \(String(cString: strerror(errno)))")
+            }
             let read = made.readAll()
             for problem in read.problems { logger.warning("transfers' journal: \(problem)") }
             records = read.records
+            floor = made.readFloor()
             journal = made
         } catch {
             unavailable = "the host cannot keep transfers: \(error)"
@@ -104,11 +116,13 @@ final class TransferService: Sendable {
         }
         self.journal = journal
         self.unavailable = unavailable
-        let table = TransferTable(limits: limits, records: records)
+        let table = TransferTable(limits: limits, records: records, sequenceFloor: floor)
         for (id, problem) in table.rejected {
             logger.warning("transfers' journal: transfer \(id) is left out: \(problem)")
         }
-        state = Mutex(State(table: table))
+        var initial = State(table: table)
+        initial.sequenceFloor = floor
+        state = Mutex(initial)
         if !records.isEmpty { logger.info("transfers: \(table.count) kept from the journal") }
     }
 
@@ -127,7 +141,7 @@ final class TransferService: Sendable {
         do { file = try DownloadFile.offered(descriptor) } catch { return .failure(.file(error)) }
         let record = TransferRecord(
             owner: maker.owner, direction: .download, package: maker.package, service: maker.service,
-            name: name.map { untrusted($0, limit: 1024) }, size: file.source.size, source: file.source, now: Date())
+            name: name.map { Self.displayName($0) }, size: file.source.size, source: file.source, now: Date())
         let added = state.withLock { state -> Result<TransferRecord, TransferTable.Refusal> in
             let added = state.table.add(record)
             if case .success(let record) = added {
@@ -181,37 +195,52 @@ final class TransferService: Sendable {
         var sends = false
     }
 
+    /// What an attach must open first, outside the lock.
+    private enum Opening {
+        case nothing
+        case download(DownloadSource)
+        case upload(held: Int64)
+    }
+
     func attach(_ frame: AttachFrame, owner: TransferOwner, link: ConnectionLink, connection: UInt64)
         -> AttachOutcome
     {
         let id = TransferID(frame.transfer)
-        // A download's file after a restart is opened again first, outside the lock.
-        let (source, spoolHeld) = state.withLock { state -> (DownloadSource?, Int64?) in
-            guard let record = state.table.find(id, owner: owner), !record.phase.isEnded else { return (nil, nil) }
-            if record.direction == .upload {
-                return (nil, state.spools[id] == nil ? record.offset : nil)
+        // Files are open only while their transfer is attached: a download's is opened again
+        // (only if unchanged), an upload's spool file (only if it holds every byte acknowledged).
+        let opening = state.withLock { state -> Opening in
+            guard let record = state.table.find(id, owner: owner), !record.phase.isEnded else { return .nothing }
+            switch record.direction {
+            case .download:
+                return state.files[id] == nil ? record.source.map { .download($0) } ?? .nothing : .nothing
+            case .upload:
+                guard record.phase == .waiting || record.phase == .running, state.spools[id]?.isOpen != true else {
+                    return .nothing
+                }
+                return .upload(held: record.offset)
             }
-            return (state.files[id] == nil ? record.source : nil, nil)
         }
-        let spool = spoolHeld.flatMap { reopenSpool(id, held: $0) }
-        var reopenFailure: String?
-        var reopened: DownloadFile?
-        if let source {
-            do { reopened = try DownloadFile.reopen(source) } catch { reopenFailure = error.description }
+        var file: DownloadFile?
+        var spoolFile: SpoolFile?
+        var failure: (TransferErrorCode, String)?
+        switch opening {
+        case .nothing: break
+        case .download(let source):
+            do { file = try DownloadFile.reopen(source) } catch {
+                failure = (.changed, "its file cannot be opened again: \(error)")
+            }
+        case .upload(let held):
+            do { spoolFile = try SpoolFile.reopen(id, in: spoolFolder, held: held) } catch {
+                failure = (.serviceFailed, "its spool file cannot be opened again: \(error)")
+            }
         }
         let now = Date()
         return state.withLock { state in
-            if let reopened, state.files[id] == nil { state.files[id] = reopened }
-            if let spool, state.spools[id] == nil { state.spools[id] = spool }
-            if spoolHeld != nil, state.spools[id] == nil, state.table.find(id, owner: owner) != nil {
-                logger.notice("transfer \(id) fails: its spool file is gone")
-                _ = endLocked(id, phase: .failed, error: .serviceFailed, now: now, &state)
-            }
-            if let reopenFailure, state.files[id] == nil, state.table.find(id, owner: owner) != nil {
-                logger.notice("transfer \(id) fails: its file cannot be opened again: \(reopenFailure)")
-                if let failed = state.table.moved(id, to: .failed, error: .changed, now: now) {
-                    unwrittenChange(failed, in: &state)
-                }
+            if let file, state.files[id] == nil { state.files[id] = file }
+            if let spoolFile, case .upload(let held) = opening { install(spoolFile, held: held, for: id, &state) }
+            if let (code, why) = failure, state.table.find(id, owner: owner)?.phase.isEnded == false {
+                logger.notice("transfer \(id) fails: \(why)")
+                _ = endLocked(id, phase: .failed, error: code, now: now, &state)
             }
             return attachLocked(frame, id: id, owner: owner, link: link, connection: connection, now: now, &state)
         }
@@ -303,7 +332,9 @@ final class TransferService: Sendable {
     /// The next chunk a connection sends: which transfer, its file, and the bytes to read;
     /// nil while every window of the connection is full (or it has nothing to send). The
     /// connection's transfers take turns. What it returns counts as sent.
-    func nextChunk(for connection: UInt64) -> (id: TransferID, file: DownloadFile, range: Range<Int64>)? {
+    func nextChunk(for connection: UInt64)
+        -> (id: TransferID, file: DownloadFile, range: Range<Int64>, generation: UInt64)?
+    {
         state.withLock { state in
             guard var ids = state.byConnection[connection], !ids.isEmpty else { return nil }
             let inFlight = ids.reduce(Int64(0)) { $0 + (state.attached[$1]?.download?.inFlight ?? 0) }
@@ -320,9 +351,19 @@ final class TransferService: Sendable {
                 // The next turn begins after this one.
                 ids.append(ids.remove(at: turn))
                 state.byConnection[connection] = ids
-                return (id, file, range)
+                return (id, file, range, attached.generation)
             }
             return nil
+        }
+    }
+
+    /// Whether attachment `generation` of transfer `id` is still the one on `connection`: a chunk
+    /// read for an earlier one (detached, taken elsewhere, ended, attached again at another
+    /// offset) is dropped, never sent.
+    func isCurrent(_ id: TransferID, on connection: UInt64, generation: UInt64) -> Bool {
+        state.withLock { state in
+            guard let attached = state.attached[id] else { return false }
+            return attached.connection == connection && attached.generation == generation
         }
     }
 
@@ -355,9 +396,7 @@ final class TransferService: Sendable {
             case .ignore:
                 return .none
             case .refuse(let code):
-                removeFromConnection(id, connection, &state)
-                let waiting = state.table.detach(id, from: connection, error: code) ?? record
-                unwrittenChange(waiting, in: &state)
+                let waiting = detachLocked(id, from: connection, error: code, &state) ?? record
                 return .state(stateFrame(of: waiting))
             case .moved:
                 attached.download = window
@@ -400,8 +439,32 @@ final class TransferService: Sendable {
             guard state.table.find(id, owner: owner) != nil, state.attached[id]?.connection == connection else {
                 return
             }
-            removeFromConnection(id, connection, &state)
-            if let waiting = state.table.detach(id, from: connection) { unwrittenChange(waiting, in: &state) }
+            _ = detachLocked(id, from: connection, error: nil, &state)
+        }
+    }
+
+    /// Detaches transfer `id` from `connection`: it waits, resumable, and its file is closed
+    /// (opened again by the next attach).
+    func detachLocked(_ id: TransferID, from connection: UInt64, error: TransferErrorCode?, _ state: inout State)
+        -> TransferRecord?
+    {
+        removeFromConnection(id, connection, &state)
+        releaseFiles(of: id, &state)
+        guard let waiting = state.table.detach(id, from: connection, error: error) else { return nil }
+        unwrittenChange(waiting, in: &state)
+        return waiting
+    }
+
+    /// Closes what an unattached transfer does not need open: a download's file (when it can be
+    /// opened again by its name), an upload's spool file (unless it is being checked).
+    func releaseFiles(of id: TransferID, _ state: inout State) {
+        if let file = state.files[id], file.source.path != nil { state.files[id] = nil }
+        if let spool = state.spools[id], spool.isOpen, !state.finishing.contains(id) {
+            spool.isOpen = false
+            spool.queue.async {
+                spool.file?.close()
+                spool.file = nil
+            }
         }
     }
 
@@ -419,7 +482,10 @@ final class TransferService: Sendable {
                         error: TransferErrorCode.notFound.rawValue), nil
                 )
             }
-            guard !record.phase.isEnded else { return (stateFrame(of: record), nil) }
+            // An upload whose bytes are all in is the service's now: it is not taken back.
+            guard !record.phase.isEnded, record.phase != .verifying, record.phase != .delivering else {
+                return (stateFrame(of: record), nil)
+            }
             let other = state.attached[id].flatMap { $0.connection == connection ? nil : $0.link }
             let ended = endLocked(id, phase: .canceled, error: nil, now: Date(), &state)
             logger.debug("transfer \(id) canceled by its caller")
@@ -457,10 +523,7 @@ final class TransferService: Sendable {
     func connectionClosed(_ connection: UInt64) {
         state.withLock { state in
             guard let ids = state.byConnection.removeValue(forKey: connection) else { return }
-            for id in ids {
-                state.attached[id] = nil
-                if let waiting = state.table.detach(id, from: connection) { unwrittenChange(waiting, in: &state) }
-            }
+            for id in ids { _ = detachLocked(id, from: connection, error: nil, &state) }
         }
     }
 
@@ -514,6 +577,7 @@ final class TransferService: Sendable {
                 unwrittenChange(record, in: &state)
             }
             for record in sweep.removed { removedLocked(record, &state) }
+            for record in state.table.takeRemoved() { removedLocked(record, &state) }
             if !sweep.expired.isEmpty || !sweep.removed.isEmpty {
                 logger.info(
                     "transfers' sweep: \(sweep.expired.count) expired, \(sweep.removed.count) outcomes past their retention removed"
@@ -577,6 +641,23 @@ final class TransferService: Sendable {
     func unwrittenChange(_ record: TransferRecord, in state: inout State) {
         state.unwritten[record.id] = .some(record)
         scheduleJournal(&state)
+        keepFloor(&state)
+    }
+
+    /// How far the floor on disk stays ahead of the change numbers given out.
+    static let floorStep: UInt64 = 4096
+
+    /// Moves the journal's floor of change numbers ahead before they reach it (a small write
+    /// every ``floorStep`` changes).
+    private func keepFloor(_ state: inout State) {
+        guard let journal, state.table.highWater >= state.sequenceFloor else { return }
+        let floor = state.table.highWater + Self.floorStep
+        do {
+            try journal.writeFloor(floor)
+            state.sequenceFloor = floor
+        } catch {
+            logger.error("transfers' journal: \(error)")
+        }
     }
 
     /// Writes the changed records on the journal's queue, each at its latest version: the last
@@ -596,8 +677,10 @@ final class TransferService: Sendable {
                 for (id, record) in batch {
                     do {
                         if let record { try journal.write(record) } else { try journal.remove(id) }
+                        _ = self.state.withLock { $0.journalFailed.remove(id) }
                     } catch {
                         logger.error("transfers' journal: \(error)")
+                        _ = self.state.withLock { $0.journalFailed.insert(id) }
                     }
                 }
             }

@@ -35,6 +35,17 @@ int atrium_send_descriptors(int socket, const int *descriptors, int count);
  * or -1 with errno set. */
 int atrium_receive_descriptors(int socket, int *descriptors, int max);
 
+/* Passes one open descriptor over the SOCK_SEQPACKET socket `socket` (SCM_RIGHTS), tagged
+ * with `tag` (8 bytes of data), without waiting when `wait` is 0. Returns 0, or -1 with errno
+ * set (EAGAIN: the socket is full and `wait` is 0). */
+int atrium_send_tagged_descriptor(int socket, int descriptor, unsigned long long tag, int wait);
+
+/* Receives one atrium_send_tagged_descriptor message from `socket`, without waiting when
+ * `wait` is 0: its descriptor (made close-on-exec; -1 when the message carried none) and tag.
+ * Returns 1, 0 when none is waiting (and `wait` is 0), or -1 with errno set (0: the other end
+ * closed; EBADMSG: a message that is not one). */
+int atrium_receive_tagged_descriptor(int socket, int *descriptor, unsigned long long *tag, int wait);
+
 /* Starts the program at `path` with `argv` and `envp` (each NULL-terminated) in a session of
  * its own (so it leads its own process group), with standard input, output and error from
  * `input`, `output` and `error` (-1: /dev/null), every other descriptor closed, every signal

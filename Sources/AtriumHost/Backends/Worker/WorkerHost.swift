@@ -62,6 +62,8 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         .failure(.unknownRequest)
     }
 
+    func deliveryDropped(_ delivery: UInt64) {}
+
     init(links: [WorkerPipes], logger: Logger) {
         self.links = links
         self.logger = logger
@@ -191,7 +193,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         let reply = call("send", on: link(of: channel)) {
             .send(call: $0, channel: channel, message: EncodedValueSet(uncheckedBytes: message))
         }
-        guard case .reply(_, let error, let id, _, _) = reply else { return .failure(.busy) }
+        guard case .reply(_, let error, let id, _, _, _) = reply else { return .failure(.busy) }
         if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
         return .success(id ?? 0)
     }
@@ -202,7 +204,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         let reply = call("close_channel", on: link(of: channel)) {
             .close(call: $0, channel: channel, status: UInt64(max(status.rawValue, 0)))
         }
-        guard case .reply(_, let error, _, _, _) = reply else { return .failure(.busy) }
+        guard case .reply(_, let error, _, _, _, _) = reply else { return .failure(.busy) }
         if let error { return .failure(BackendCallError(name: error) ?? .shuttingDown) }
         return .success(())
     }
@@ -217,7 +219,7 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         let reply = call("launch_uri", on: link(of: channel)) {
             .launchUri(call: $0, uri: uri, data: payload, channel: channel)
         }
-        guard case .reply(_, _, _, let status, let reason) = reply, let status,
+        guard case .reply(_, _, _, let status, let reason, _) = reply, let status,
             let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:))
         else {
             return LaunchOutcome(status: .unknown, error: "the host did not answer the launch")

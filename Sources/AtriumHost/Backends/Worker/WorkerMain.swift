@@ -141,7 +141,7 @@ final class WorkerDispatcher: @unchecked Sendable {
             }
         case .answered(let id):
             host.answeredByHost(id)
-        case .reply(let call, _, _, _, _):
+        case .reply(let call, _, _, _, _, _):
             host.replied(call, frame)
         case .shutdown:
             // Once every link has said so (each after what it carried), off the links' threads.
