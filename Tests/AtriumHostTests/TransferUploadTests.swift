@@ -68,6 +68,9 @@ struct TransferUploadTests {
                 states.append(state)
                 if ["completed", "failed", "canceled", "expired"].contains(state.state) { return (held, states) }
                 if state.state == "waiting" { return (held, states) }
+            case .closed?:
+                // A channel closed under the transfer (its worker died): the transfer is the host's, and goes on.
+                continue
             default:
                 throw TestFailure("expected an ack or a state, got \(String(describing: frame))")
             }

@@ -173,6 +173,28 @@ final class TransferService: Sendable {
         /// The request is not one the service is answering now.
         case unknownRequest
 
+        /// The name a refusal travels under between a worker and the host.
+        var name: String {
+            switch self {
+            case .unavailable: "unavailable"
+            case .invalid: "invalid"
+            case .storage: "storage"
+            case .file: "file"
+            case .limit: "limit"
+            case .unknownRequest: "unknownRequest"
+            }
+        }
+
+        /// A refusal from its name and reason (a worker's side of a host's refusal).
+        init(name: String, reason: String) {
+            switch name {
+            case "invalid", "file": self = .invalid(reason)
+            case "storage", "limit": self = .storage(reason)
+            case "unknownRequest": self = .unknownRequest
+            default: self = .unavailable(reason)
+            }
+        }
+
         var description: String {
             switch self {
             case .unavailable(let reason), .storage(let reason): reason

@@ -378,8 +378,8 @@ typedef struct atrium_host_api {
      * its answer); ATRIUM_E_INVALID_ARGUMENT (`fd` is not a readable regular file, or
      * `out_transfer` is NULL); ATRIUM_E_LIMIT_EXCEEDED (the caller, or the host, has as many
      * unfinished transfers as its limits allow: answer status 2); ATRIUM_E_UNAVAILABLE (the
-     * host cannot keep transfers, its log says why; and, in this version, a plugin in a worker
-     * process). */
+     * host cannot keep transfers: its log says why). The same in a worker process
+     * ("isolation": "process"), where the descriptor crosses to the host (SCM_RIGHTS). */
     int32_t (*offer_file)(const struct atrium_host_api *host, uint64_t request, int32_t fd, const char *name,
                           uint8_t out_transfer[16]);
 

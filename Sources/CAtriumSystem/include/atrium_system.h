@@ -22,7 +22,7 @@ int atrium_limit_malloc_arenas(int count);
 int atrium_make_pipe(int ends[2]);
 
 /* The most descriptors one atrium_send_descriptors message passes: two for each of a worker's
- * links, at most 16 links. */
+ * links (at most 15), and its descriptor socket. */
 #define ATRIUM_MAX_PASSED_DESCRIPTORS 32
 
 /* Passes `count` open descriptors (0 to ATRIUM_MAX_PASSED_DESCRIPTORS) over the Unix socket

@@ -221,6 +221,27 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
         return;
     }
 
+    /* {"Accept": PATH}: accepts an upload of unknown size, which `ctest_upload` stores at PATH;
+     * with "CrashOnce": true, the first delivery of it kills the plugin instead. */
+    const char *accept_path = NULL;
+    size_t accept_length = 0;
+    if (host->message_get_string(host, in, "Accept", &accept_path, &accept_length) == ATRIUM_OK &&
+        ATRIUM_HAS_FIELD(host, atrium_host_api, accept_upload)) {
+        char name[1024];
+        int32_t crash_once = 0;
+        host->message_get_bool(host, in, "CrashOnce", &crash_once);
+        snprintf(name, sizeof name, "%s%s", crash_once ? "!" : "", accept_path);
+        uint8_t transfer[16];
+        int32_t accepted = host->accept_upload(host, request, -1, -1, name, transfer);
+        if (accepted != ATRIUM_OK) {
+            host->builder_put_int(host, out, "Refused", accepted);
+        } else {
+            host->builder_put_uuid(host, out, "Transfer", transfer);
+        }
+        finish(host, request, out, in);
+        return;
+    }
+
     const char *crash = NULL;
     size_t crash_length = 0;
     if (host->message_get_string(host, in, "Crash", &crash, &crash_length) == ATRIUM_OK) {
@@ -384,6 +405,44 @@ static void ctest_request(void *instance, uint64_t channel, uint64_t request, co
     finish(host, request, out, in);
 }
 
+/* A finished upload: copied to the path its name holds. A name that starts with '!' kills the
+ * plugin the first time it arrives (a marker file next to the path says it has), so that the
+ * host must hand it over again to the restarted worker. */
+static void ctest_upload(void *instance, const atrium_upload_info *info) {
+    const atrium_host_api *host = (const atrium_host_api *)instance;
+    const char *path = info->name ? info->name : "";
+    if (path[0] == '!') {
+        path++;
+        char marker[1100];
+        snprintf(marker, sizeof marker, "%s.crashed", path);
+        int made = open(marker, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (made >= 0) {
+            close(made);
+            abort();
+        }
+    }
+    int out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    static char buffer[1 << 16];
+    off_t at = 0;
+    ssize_t got;
+    int ok = out >= 0;
+    while (ok && (got = pread(info->fd, buffer, sizeof buffer, at)) > 0) {
+        ok = write_all(out, (const uint8_t *)buffer, (size_t)got);
+        at += got;
+    }
+    if (out >= 0) close(out);
+    close(info->fd);
+    atrium_builder *result = host->builder_new(host);
+    host->builder_put_int(host, result, "Size", info->size);
+    host->builder_put_int(host, result, "Pid", (int64_t)getpid());
+    const uint8_t *bytes = NULL;
+    size_t length = 0;
+    host->builder_bytes(host, result, &bytes, &length);
+    host->upload_done(host, info->delivery, ok ? ATRIUM_RESPONSE_SUCCESS : ATRIUM_RESPONSE_FAILURE, bytes, length,
+                      ok ? NULL : "could not store");
+    host->builder_free(host, result);
+}
+
 static const atrium_plugin ctest_plugin = {
     .struct_size = sizeof(atrium_plugin),
     .abi_major = ATRIUM_PLUGIN_ABI_MAJOR,
@@ -396,6 +455,7 @@ static const atrium_plugin ctest_plugin = {
     .request = ctest_request,
     .closed = ctest_closed,
     .launch = ctest_launch,
+    .upload = ctest_upload,
 };
 
 ATRIUM_PLUGIN_EXPORT const atrium_plugin *atrium_plugin_entry_v1(void) { return &ctest_plugin; }

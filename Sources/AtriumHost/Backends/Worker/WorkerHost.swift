@@ -36,31 +36,59 @@ final class WorkerHost: BackendHost, @unchecked Sendable {
         var frame: WorkerFrame?
     }
 
-    /// A plugin in a worker process cannot offer files yet: the descriptor would have to
-    /// cross to the host (SCM_RIGHTS), which this version's links do not carry.
+    /// Offers a file: its descriptor crosses to the host on the descriptor socket (SCM_RIGHTS),
+    /// tagged with the call, before the call itself.
     func offer(_ descriptor: Int32, name: String?, for request: UInt64, from backend: any ServiceBackend)
         -> Result<TransferID, TransferService.OfferRefusal>
     {
-        logger.warning(
-            "offer_file: a plugin in a worker process (\"isolation\": \"process\") cannot offer files in this version")
-        return .failure(.unavailable("a plugin in a worker process cannot offer files in this version"))
+        guard let link = pending.withLockedValue({ $0[request] }) else { return .failure(.unknownRequest) }
+        guard descriptor >= 0, fcntl(descriptor, F_GETFD) >= 0 else { return .failure(.file(.notOpen)) }
+        guard let mailbox else { return .failure(.unavailable("this worker has no way to pass a file")) }
+        let reply = call("offer_file", on: link) { call in
+            // Sent first: when the host reads the call, the descriptor is there.
+            _ = mailbox.send(descriptor, tag: call)
+            return .offer(call: call, id: request, name: name)
+        }
+        return Self.transfer(from: reply)
     }
 
     func accept(
         size: Int64, maxSize: Int64, name: String?, for request: UInt64, from backend: any ServiceBackend
     ) -> Result<TransferID, TransferService.OfferRefusal> {
-        logger.warning(
-            "accept_upload: a plugin in a worker process (\"isolation\": \"process\") cannot take uploads in this version"
-        )
-        return .failure(.unavailable("a plugin in a worker process cannot take uploads in this version"))
+        guard let link = pending.withLockedValue({ $0[request] }) else { return .failure(.unknownRequest) }
+        let reply = call("accept_upload", on: link) {
+            .accept(call: $0, id: request, size: size, maxSize: maxSize, name: name)
+        }
+        return Self.transfer(from: reply)
+    }
+
+    /// The transfer of the host's reply to `offer` or `accept`, or why there is none.
+    static func transfer(from reply: WorkerFrame?) -> Result<TransferID, TransferService.OfferRefusal> {
+        guard case .reply(_, let error, _, _, let reason, let transfer) = reply else {
+            return .failure(.unavailable("the host did not answer"))
+        }
+        if let transfer { return .success(TransferID(transfer)) }
+        return .failure(TransferService.OfferRefusal(name: error ?? "", reason: reason ?? "refused by the host"))
     }
 
     func uploadDone(
         _ delivery: UInt64, from backend: any ServiceBackend, status: AppServiceResponseStatus, message: ByteBuffer?,
         error: String?
     ) -> Result<Void, BackendCallError> {
-        .failure(.unknownRequest)
+        if let message, message.readableBytes > 0, HostCore.invalidity(of: message) != nil {
+            return .failure(.notAValueSet)
+        }
+        write(
+            .uploadDone(
+                delivery: delivery, status: UInt64(max(status.rawValue, 0)),
+                message: message.flatMap { $0.readableBytes > 0 ? EncodedValueSet(uncheckedBytes: $0) : nil },
+                error: error),
+            on: 0)
+        return .success(())
     }
+
+    /// Where descriptors cross to and from the host (set before the plugin loads).
+    var mailbox: DescriptorMailbox?
 
     func deliveryDropped(_ delivery: UInt64) {}
 

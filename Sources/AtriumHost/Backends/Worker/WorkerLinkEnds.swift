@@ -22,8 +22,11 @@ struct WorkerLinkEnds {
     /// `output` for the link to write directly (``WorkerLink``).
     private let hostEnds: [(input: Int32, output: Int32, copy: Int32)]
     /// For each link, the worker's ends, in the order they are passed: what it reads, what it
-    /// writes.
+    /// writes; then the worker's end of the descriptor socket.
     private let workerEnds: [Int32]
+    /// The host's end of the socket (SOCK_SEQPACKET) that carries files both ways (SCM_RIGHTS):
+    /// a file the plugin offers, a finished upload handed to it.
+    private let descriptorSocket: Int32
 
     /// The end of the socket pair that becomes the worker's standard input.
     var workerInput: Int32 { control[1] }
@@ -58,14 +61,27 @@ struct WorkerLinkEnds {
             hostEnds.append((input: towardHost[0], output: towardWorker[1], copy: copy))
             workerEnds += [towardWorker[0], towardHost[1]]
         }
+        var files: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &files) == 0 else {
+            let error = errno
+            closeMade()
+            throw PluginLoadError(reason: "cannot make the worker's descriptor socket: errno \(error)")
+        }
         self.control = control
         self.hostEnds = hostEnds
-        self.workerEnds = workerEnds
+        self.workerEnds = workerEnds + [files[1]]
+        descriptorSocket = files[0]
     }
+
+    /// The host's end of the descriptor socket, for the worker's ``DescriptorMailbox`` (which
+    /// owns it from then on).
+    func takeDescriptorSocket() -> Int32 { descriptorSocket }
 
     /// Closes every end: the worker did not start, or is not kept.
     func closeAll() {
-        for descriptor in control + hostEnds.flatMap({ [$0.input, $0.output, $0.copy] }) + workerEnds {
+        for descriptor in control + hostEnds.flatMap({ [$0.input, $0.output, $0.copy] }) + workerEnds
+            + [descriptorSocket]
+        {
             close(descriptor)
         }
     }

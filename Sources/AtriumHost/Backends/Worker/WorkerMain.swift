@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import CAtriumPlugin
 import CAtriumSystem
@@ -29,8 +30,9 @@ public enum WorkerMain {
         signal(SIGPIPE, SIG_IGN)
         var passed = [Int32](repeating: -1, count: Int(ATRIUM_MAX_PASSED_DESCRIPTORS))
         let count = atrium_receive_descriptors(0, &passed, Int32(passed.count))
-        guard count >= 0, Int(count) == 2 * links else {
-            logger.error("worker: expected \(2 * links) pipe ends from the host on standard input, got \(count)")
+        // Each link's two pipe ends, then the socket that carries files (SCM_RIGHTS).
+        guard count >= 0, Int(count) == 2 * links + 1 else {
+            logger.error("worker: expected \(2 * links + 1) descriptors from the host on standard input, got \(count)")
             return 70
         }
         // Standard input becomes /dev/null: a plugin that reads or writes it, or a program it
@@ -44,7 +46,9 @@ public enum WorkerMain {
         let pipes = (0..<links).map { WorkerPipes(input: passed[2 * $0], output: passed[2 * $0 + 1]) }
         let done = DispatchSemaphore(value: 0)
         let dispatcher = WorkerDispatcher(logger: logger, done: done, links: pipes.count)
-        dispatcher.host = WorkerHost(links: pipes, logger: logger)
+        let host = WorkerHost(links: pipes, logger: logger)
+        host.mailbox = DescriptorMailbox(socket: passed[2 * links])
+        dispatcher.host = host
         // A thread per link reads it; the host closing any link ends the worker.
         for (index, link) in pipes.enumerated() {
             let thread = Thread {
@@ -143,6 +147,25 @@ final class WorkerDispatcher: @unchecked Sendable {
             host.answeredByHost(id)
         case .reply(let call, _, _, _, _, _):
             host.replied(call, frame)
+        case .upload(let delivery, let transfer, let size, let digest, let name, let service):
+            // Its file came first on the descriptor socket, tagged with the delivery.
+            guard let descriptor = host.mailbox?.take(delivery) else {
+                logger.error("worker: the file of upload \(transfer) did not come with it")
+                _ = host.uploadDone(
+                    delivery, from: plugin, status: .failure, message: nil, error: "the file did not reach the worker")
+                return
+            }
+            let handed = UploadDelivery(
+                delivery: delivery, transfer: TransferID(transfer), descriptor: descriptor, size: size, digest: digest,
+                name: name, package: plugin.package, service: service)
+            switch plugin.upload(handed) {
+            case .taken: break
+            case .later(let why), .refused(let why):
+                close(descriptor)
+                _ = host.uploadDone(delivery, from: plugin, status: .failure, message: nil, error: why)
+            }
+        case .transferEnded(let transfer, let why):
+            plugin.transferEnded(TransferID(transfer), why: why)
         case .shutdown:
             // Once every link has said so (each after what it carried), off the links' threads.
             let all = status.withLockedValue { status -> Bool in

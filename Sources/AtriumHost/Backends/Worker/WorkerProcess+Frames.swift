@@ -1,6 +1,8 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import Dispatch
+import Foundation
 import NIOCore
 import Synchronization
 
@@ -39,6 +41,9 @@ extension WorkerProcess {
                 }
             }
             ready?.signal()
+            // Uploads handed to an earlier worker of the package (it died before it answered)
+            // are handed to this one.
+            if error == nil { core.transfers.deliveriesLost(of: package) }
         case .opened(let channel, let status):
             let completion = state.withLock { state -> (@Sendable (AppServiceConnectionStatus) -> Void)? in
                 guard let completion = state.opens.removeValue(forKey: channel) else { return nil }
@@ -119,12 +124,42 @@ extension WorkerProcess {
                         reason: outcome.error),
                     generation, link)
             }
+        case .offer(let call, let id, let name):
+            // The file came first on the descriptor socket, tagged with the call.
+            guard let descriptor = state.withLock({ $0.mailbox })?.take(call) else {
+                violation("an offer without its file", generation: generation)
+                reply(
+                    .reply(
+                        call: call, error: "file", id: nil, status: nil, reason: "the file did not come with the offer"),
+                    generation, link)
+                return
+            }
+            let result = core.offer(descriptor, name: name, for: id, from: self)
+            close(descriptor)
+            reply(Self.transferReply(call, result), generation, link)
+        case .accept(let call, let id, let size, let maxSize, let name):
+            let result = core.accept(size: size, maxSize: maxSize, name: name, for: id, from: self)
+            reply(Self.transferReply(call, result), generation, link)
+        case .uploadDone(let delivery, let status, let message, let error):
+            let checked = Int32(exactly: status).flatMap(AppServiceResponseStatus.init(checking:)) ?? .unknown
+            _ = core.uploadDone(delivery, from: self, status: checked, message: message?.buffer, error: error)
         case .launched(let call, let status, let reason):
             let completion = state.withLock { $0.launches.removeValue(forKey: call) }
             let checked = Int32(exactly: status).flatMap(RemoteLaunchUriStatus.init(checking:)) ?? .unknown
             completion?(LaunchOutcome(status: checked, error: reason.map { untrusted($0, limit: 300) }))
         default:
             violation("an unexpected \(untrusted(frame.type, limit: 40)) frame", generation: generation)
+        }
+    }
+
+    /// The reply to an `offer` or an `accept`: the transfer, or the refusal's name and reason.
+    static func transferReply(_ call: UInt64, _ result: Result<TransferID, TransferService.OfferRefusal>) -> WorkerFrame
+    {
+        switch result {
+        case .success(let id):
+            .reply(call: call, error: nil, id: nil, status: nil, reason: nil, transfer: id.uuid)
+        case .failure(let refusal):
+            .reply(call: call, error: refusal.name, id: nil, status: nil, reason: refusal.description)
         }
     }
 

@@ -133,8 +133,19 @@ extension WorkerProcess {
         // dying) ends the links at once, and the output pipe ends with the worker.
         let passed = ends.passToWorker()
         spawn.started(process, logger: logger)
+        // Files cross on the descriptor socket, the worker's generation's own.
+        let mailbox = DescriptorMailbox(socket: ends.takeDescriptorSocket())
         guard passed else {
             ends.closeHostEnds()
+            WorkerSpawn.kill(process)
+            return nil
+        }
+        let installed = state.withLock { state -> Bool in
+            guard state.generation == generation else { return false }
+            state.mailbox = mailbox
+            return true
+        }
+        if !installed {
             WorkerSpawn.kill(process)
             return nil
         }

@@ -1,4 +1,5 @@
 import AtriumProtocol
+import AtriumTransfers
 import AtriumValues
 import CAtriumSystem
 import Foundation
@@ -85,6 +86,8 @@ final class WorkerProcess: ServiceBackend, Sendable {
         var blocked: Set<Int> = []
         /// The file at the library's path when the latest worker began, which it loads.
         var libraryFile: PluginLibrary.FileIdentity?
+        /// Where files cross to and from this generation of the worker (SCM_RIGHTS).
+        var mailbox: DescriptorMailbox?
     }
 
     let state = Mutex(State())
@@ -121,7 +124,7 @@ final class WorkerProcess: ServiceBackend, Sendable {
         self.group = group
         // At most as many links as one message can pass the worker the ends of (two each);
         // loops past that share them.
-        loops = Array(Array(group.makeIterator()).prefix(Int(ATRIUM_MAX_PASSED_DESCRIPTORS) / 2))
+        loops = Array(Array(group.makeIterator()).prefix((Int(ATRIUM_MAX_PASSED_DESCRIPTORS) - 1) / 2))
         var logger = logger
         logger[metadataKey: "package"] = "\(manifest.package)"
         self.logger = logger
@@ -294,6 +297,33 @@ final class WorkerProcess: ServiceBackend, Sendable {
                 call: call, uri: launch.uri,
                 data: launch.data.map { EncodedValueSet(uncheckedBytes: ByteBuffer(bytes: $0)) },
                 clientId: launch.clientId, isRemote: launch.isRemote))
+    }
+
+    /// A finished upload for the worker's plugin: its file crosses on the descriptor socket,
+    /// then the frame that names it; the host's copy of the descriptor is closed here once sent.
+    func upload(_ delivery: UploadDelivery) -> DeliveryVerdict {
+        let taken = state.withLock { state -> (WorkerLink, DescriptorMailbox)? in
+            guard case .running = state.supervisor.phase, let link = state.links.first, let mailbox = state.mailbox,
+                !state.blocked.contains(0)
+            else { return nil }
+            return (link, mailbox)
+        }
+        guard let (link, mailbox) = taken else { return .later("its worker process is not running") }
+        guard mailbox.send(delivery.descriptor, tag: delivery.delivery) else {
+            return .later("its worker process does not take files now")
+        }
+        close(delivery.descriptor)
+        link.send(
+            .upload(
+                delivery: delivery.delivery, transfer: delivery.transfer.uuid, size: delivery.size,
+                digest: delivery.digest, name: delivery.name, service: delivery.service))
+        return .taken
+    }
+
+    func transferEnded(_ transfer: TransferID, why: String) {
+        if case .success(let link) = running(link: 0, newWork: false) {
+            link.send(.transferEnded(transfer: transfer.uuid, why: why))
+        }
     }
 
     func shutDown(within timeout: Duration) -> Bool {
