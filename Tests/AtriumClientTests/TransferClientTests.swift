@@ -173,4 +173,46 @@ struct TransferClientTests {
         #expect(missing.status == 1 && missing.output.contains("no transfer ffffffff"), "\(missing.output)")
         #expect(await host.stop() == 0)
     }
+
+    @Test func aDeviceWhosePairingIsRevokedLosesItsTransfersAtOnce() async throws {
+        let (folder, manifests) = try Self.served()
+        try Self.random(2_000_000).write(to: folder.appendingPathComponent("album.zip"))
+        let host = try await TestHost.start(manifests: manifests, arguments: PairingTests.arguments)
+        let admin = try await PairingTests.operatorConnection(host)
+        let identity = TLSTests.temporaryFolder("transfer-device")
+        let device = try await PairingTests.device(host, identity: identity)
+        let pairing = Task { try await device.pair(deviceName: "phone", timeout: .seconds(10)) }
+        let request = try #require(try await PairingTests.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
+        #expect(try await pairing.value.status == .paired)
+
+        // A download under way, and an upload accepted with its space reserved.
+        let download = try await Self.transfer(["Command": "get", "Name": "album.zip"], on: device)
+        let upload = try await Self.transfer(["Command": "put", "Name": "new.bin", "Size": 100_000], on: device)
+        let spool = host.stateFolder.appendingPathComponent("transfers/spool")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.path).count == 1)
+        let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-\(UUID())")
+        let operation = DownloadOperation(transfer: download, destination: destination, connection: device)
+        let running = Task { try await operation.run(window: 64 << 10) }
+
+        let fingerprint = try #require(device.clientIdentity)
+        _ = try await admin.admin("devices.revoke", ["device": .string(String(fingerprint.prefix(8)))])
+        await #expect(throws: AtriumClientError.self) { _ = try await running.value }
+        // Gone at once: the upload's reserved bytes too.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool.path).isEmpty)
+        #expect(await host.waitForLog("transfers: 2 of device"), "\(host.log)")
+
+        // Paired again, the same device finds neither.
+        let again = try await PairingTests.device(host, identity: identity)
+        let repairing = Task { try await again.pair(deviceName: "phone", timeout: .seconds(10)) }
+        let second = try #require(try await PairingTests.waiting(admin).first)
+        _ = try await admin.admin("pairing.accept", ["request": second["request"] ?? 0])
+        #expect(try await repairing.value.status == .paired)
+        for transfer in [download, upload] {
+            #expect(try await again.attachTransfer(transfer).attached.error == "notFound")
+        }
+        await again.close()
+        await admin.close()
+        #expect(await host.stop() == 0)
+    }
 }

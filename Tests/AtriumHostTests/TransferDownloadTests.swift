@@ -36,8 +36,7 @@ struct TransferDownloadTests {
         init(size: Int, name: String = "photo.jpg") throws {
             folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-files-\(UUID())")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            var generator = SystemRandomNumberGenerator()
-            bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            bytes = TransferUploadTests.random(size)
             self.name = name
             try Data(bytes).write(to: folder.appendingPathComponent(name))
         }
@@ -101,10 +100,15 @@ struct TransferDownloadTests {
     ) async throws -> AttachedFrame {
         try await client.send(
             .transfer(.attach(AttachFrame(id: id, transfer: transfer, offset: offset, window: window))))
-        guard case .transfer(.attached(let attached))? = try await nextSignificant(client) else {
-            throw TestFailure("attach was not answered with attached")
+        while true {
+            let frame = try await nextSignificant(client)
+            // A channel closed meanwhile (a reload) says nothing about the transfer.
+            if case .closed? = frame { continue }
+            guard case .transfer(.attached(let attached))? = frame else {
+                throw TestFailure("attach was not answered with attached: \(String(describing: frame))")
+            }
+            return attached
         }
-        return attached
     }
 
     // MARK: - Tests
@@ -412,6 +416,21 @@ struct TransferDownloadTests {
             }
         }
         #expect(bytes == served.bytes)
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aCallerThatMayNoLongerOpenTheServiceLosesItsTransfersOnReload() async throws {
+        let served = try Served(size: 100_000)
+        let host = try await TestHost.start(manifests: served.manifests, arguments: ["--no-watch"])
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        // The service now takes local clients only: this TCP client may no longer open it.
+        let local = served.manifests["files.json"]!.replacingOccurrences(
+            of: #""supportsRemoteSystems": true"#, with: #""supportsRemoteSystems": false"#)
+        try TestHost.writeManifests(["files.json": local], to: host.manifestsFolder)
+        kill(host.process.processIdentifier, SIGHUP)
+        #expect(await host.waitForLog("transfers: 1 removed: their callers may no longer open their services"))
+        #expect(try await Self.attach(transfer, on: client).error == "notFound")
         #expect(await host.stop() == 0)
     }
 }

@@ -77,9 +77,22 @@ struct TransferUploadTests {
         }
     }
 
+    /// `count` random bytes (eight at a time: tests ask for tens of MiB).
     static func random(_ count: Int) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        bytes.withUnsafeMutableBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                var word = generator.next()
+                let take = min(8, raw.count - offset)
+                withUnsafeBytes(of: &word) {
+                    raw.baseAddress!.advanced(by: offset).copyMemory(from: $0.baseAddress!, byteCount: take)
+                }
+                offset += take
+            }
+        }
+        return bytes
     }
 
     static func sha256(_ bytes: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: bytes)) }

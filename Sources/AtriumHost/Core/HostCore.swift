@@ -223,6 +223,34 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         for (link, state) in states { link.run { $0.write(.transfer(.state(state))) } }
     }
 
+    /// Removes the transfers whose callers may no longer open the service that made them (a
+    /// reload took the service away, or its access no longer admits them); a package that only
+    /// failed to load keeps them, for when it is back.
+    func dropTransfersNoLongerOpenable() {
+        let tokens = Dictionary(((try? self.tokens.store.tokens()) ?? []).map { ($0.name, $0.services) }) {
+            first, _ in first
+        }
+        let pairingRequired = self.pairingRequired
+        let devices = self.devices
+        tell(
+            transfers.remove { record in
+                let caller: Router.Caller
+                switch record.owner {
+                case .localUser: caller = Router.Caller(isRemote: false, authorized: true)
+                case .client: caller = Router.Caller(isRemote: true, authorized: true)
+                case .identity(let identity):
+                    caller = Router.Caller(
+                        isRemote: true, authorized: !pairingRequired || devices.isPaired(identity), identity: identity)
+                case .token(let name):
+                    caller = Router.Caller(isRemote: true, authorized: true, tokenServices: tokens[name] ?? nil)
+                }
+                switch router.route(package: record.package, service: record.service, caller: caller) {
+                case .success: return false
+                case .failure(let refusal): return refusal.status != .appUnavailable
+                }
+            })
+    }
+
     /// Expires transfers that made no progress for their expiry, and removes outcomes past
     /// their retention; at start and then every hour (more often with a short expiry).
     func sweepTransfers() {

@@ -154,7 +154,9 @@ public final class AtriumServer: Service, Sendable {
         }
         logger.notice("manifests reloaded (\(reason)): \(report)")
         configuration.notifier?.status(servingStatus())
-        // Uploads that waited for a package that was not there go to it now.
+        // Transfers of a service their callers may no longer open go; uploads that waited for a
+        // package that was not there go to it now.
+        core.dropTransfersNoLongerOpenable()
         core.transfers.deliverWaiting()
         return report
     }

@@ -574,6 +574,31 @@ final class TransferService: Sendable {
         }
     }
 
+    /// Removes every transfer `shouldGo` names (its caller may no longer open its service): the
+    /// connections that had one attached, to be told it is gone.
+    func remove(where shouldGo: (TransferRecord) -> Bool) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+        state.withLock { state in
+            var told: [(ConnectionLink, TransferStateFrame)] = []
+            var count = 0
+            for record in state.table.all where shouldGo(record) {
+                count += 1
+                guard let removed = state.table.remove(record.id) else { continue }
+                if let attached = state.attached[record.id] {
+                    told.append(
+                        (
+                            attached.link,
+                            TransferStateFrame(
+                                transfer: record.id.uuid, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
+                                error: TransferErrorCode.notFound.rawValue)
+                        ))
+                }
+                removedLocked(removed, &state)
+            }
+            if count > 0 { logger.info("transfers: \(count) removed: their callers may no longer open their services") }
+            return told
+        }
+    }
+
     /// Removes the transfers of every managed token not among `names` (revoked).
     func removeTokens(notIn names: Set<String>) -> [(link: ConnectionLink, state: TransferStateFrame)] {
         let revoked = state.withLock { state in
