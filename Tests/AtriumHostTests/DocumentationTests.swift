@@ -1,3 +1,4 @@
+import AtriumProtocol
 import AtriumTesting
 import Foundation
 import Testing
@@ -175,5 +176,51 @@ struct DocumentationTests {
             let result = try await Self.compileC(source, named: "fragments")
             #expect(result.status == 0, "the C fragments of \(file) do not compile:\n\(result.output)")
         }
+    }
+
+    /// docs/TRANSFERS.md's plugin, built as a reader builds it, takes an upload and offers it
+    /// back through a real atriumd.
+    @Test func theTransfersGuidesPluginTakesAFileAndOffersItBack() async throws {
+        let block = try #require(try Self.blocks(in: "docs/TRANSFERS.md").first { $0.kind == "c-plugin" })
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-inbox-\(UUID())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try block.code.write(to: folder.appendingPathComponent("inbox.c"), atomically: true, encoding: .utf8)
+        let built = try await runProgram(
+            "cc",
+            [
+                "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-I", Self.header, "-o",
+                "libInbox.so", "inbox.c",
+            ], in: folder)
+        #expect(built.status == 0, "\(built.output)")
+        let manifest = """
+            { "manifestVersion": 1, "package": "docs.inbox", "library": "\(folder.path)/libInbox.so",
+              "services": [{ "name": "inbox", "supportsRemoteSystems": true }] }
+            """
+        let host = try await TestHost.start(manifests: ["inbox.json": manifest])
+        let client = try await connectedClient(host)
+        #expect(try await client.open(channel: 1, service: "inbox", package: "docs.inbox") == .success)
+        let put = try await client.request(channel: 1, id: 1, ["Command": "put"])
+        guard case .uuid(let upload)? = try put.decoded["Transfer"] else {
+            throw TransferDownloadTests.TestFailure("\(put.status)")
+        }
+        let sent = TransferUploadTests.random(300_000)
+        let attached = try await TransferDownloadTests.attach(upload, on: client)
+        let (_, states) = try await TransferUploadTests.send(
+            sent, of: upload, on: client, from: attached, digest: TransferUploadTests.sha256(sent), knownSize: false)
+        #expect(states.last?.state == "completed", "\(states)")
+        let get = try await client.request(channel: 1, id: 2, ["Command": "get"])
+        guard case .uuid(let download)? = try get.decoded["Transfer"] else {
+            throw TransferDownloadTests.TestFailure("\(get.status)")
+        }
+        _ = try await TransferDownloadTests.attach(download, on: client, window: 1 << 20)
+        var bytes: [UInt8] = []
+        _ = try await TransferDownloadTests.receive(
+            download, on: client, from: 0, until: sent.count, window: 1 << 20, into: &bytes)
+        #expect(bytes == sent, "the file offered back is the one taken")
+        // The plugin keeps its files in /tmp: this one goes.
+        if let stored = try states.last?.result?.decode()["Stored"]?.string {
+            try? FileManager.default.removeItem(atPath: "/tmp/\(stored)")
+        }
+        #expect(await host.stop() == 0)
     }
 }
