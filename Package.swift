@@ -39,6 +39,7 @@ let package = Package(
         .executable(name: "atrium-baseline", targets: ["AtriumBaselineServer"]),
         .executable(name: "atrium-ffi-bench", targets: ["AtriumFFIBenchmark"]),
         .executable(name: "atrium-metrics-bench", targets: ["AtriumMetricsBenchmark"]),
+        .executable(name: "atrium-transfer-bench", targets: ["AtriumTransferBenchmark"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -145,6 +146,14 @@ let package = Package(
             name: "AtriumBaselineServer",
             dependencies: ["AtriumBench", "AtriumProtocol"],
             path: "Benchmarks/BaselineServer",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "AtriumTransferBenchmark",
+            dependencies: [
+                "AtriumClient", "AtriumTLS", "AtriumValues", nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Benchmarks/TransferBenchmark",
             swiftSettings: strict
         ),
         .executableTarget(

@@ -51,24 +51,13 @@ struct Get: AsyncParsableCommand {
         let store = ClientTransferStore()
         let connection = try await options.connect(to: host, clientId: HostOptions.stableClientId)
         defer { Task { await connection.close() } }
-        var record = store.unfinished(
-            direction: "download", host: host, package: package, service: service, path: destination.path)
-        if let resumed = record {
-            print("resuming transfer \(resumed.transfer) into \(destination.path)")
-        } else {
-            let (transfer, size) = try await TransferCommand.request(
-                message, package: package, service: service, on: connection, options: options)
-            record = ClientTransferRecord(
-                transfer: transfer, direction: "download", host: host, package: package, service: service,
-                path: destination.path, size: size ?? -1)
-            try? store.save(record!)
-            // A partial file no record knows is of another download: this one starts from 0.
-            unlink(destination.path + ".part")
-        }
+        let record = try await TransferCommand.transfer(
+            "download", of: destination.path, message, host: host, package: package, service: service, store: store,
+            on: connection, options: options)
         let operation = DownloadOperation(
-            transfer: record!.transfer, destination: destination, connection: connection)
+            transfer: record.transfer, destination: destination, connection: connection)
         let final = try await TransferCommand.follow(
-            operation.progress, record: record!, store: store, name: destination.lastPathComponent
+            operation.progress, record: record, store: store, name: destination.lastPathComponent
         ) { try await operation.run() }
         print("saved \(destination.path) (\(ProgressPrinter.bytes(final.bytes)))")
     }
@@ -122,21 +111,12 @@ struct Put: AsyncParsableCommand {
         let store = ClientTransferStore()
         let connection = try await options.connect(to: host, clientId: HostOptions.stableClientId)
         defer { Task { await connection.close() } }
-        var record = store.unfinished(
-            direction: "upload", host: host, package: package, service: service, path: source.path)
-        if let resumed = record {
-            print("resuming transfer \(resumed.transfer) of \(source.path)")
-        } else {
-            let (transfer, _) = try await TransferCommand.request(
-                message, package: package, service: service, on: connection, options: options)
-            record = ClientTransferRecord(
-                transfer: transfer, direction: "upload", host: host, package: package, service: service,
-                path: source.path, size: Int64(status.st_size))
-            try? store.save(record!)
-        }
-        let operation = UploadOperation(transfer: record!.transfer, source: source, connection: connection)
+        let record = try await TransferCommand.transfer(
+            "upload", of: source.path, message, host: host, package: package, service: service, store: store,
+            on: connection, options: options)
+        let operation = UploadOperation(transfer: record.transfer, source: source, connection: connection)
         let final = try await TransferCommand.follow(
-            operation.progress, record: record!, store: store, name: source.lastPathComponent
+            operation.progress, record: record, store: store, name: source.lastPathComponent
         ) { try await operation.run() }
         print("sent \(source.path) (\(ProgressPrinter.bytes(final.bytes)))")
         if let result = final.result { print(result) }
@@ -267,6 +247,34 @@ enum TransferCommand {
         options.host.contains("=")
             ? (options.local ? options.target : HostOptions.defaultHost, [options.host] + fields)
             : (options.target, fields)
+    }
+
+    /// The unfinished transfer this client started of the same file with the same service (the
+    /// same command run again resumes it), or a new one the service makes for `message`.
+    static func transfer(
+        _ direction: String, of path: String, _ message: ValueSet, host: String, package: String, service: String,
+        store: ClientTransferStore, on connection: AtriumConnection, options: HostOptions
+    ) async throws -> ClientTransferRecord {
+        if let resumed = store.unfinished(
+            direction: direction, host: host, package: package, service: service, path: path)
+        {
+            print("resuming transfer \(resumed.transfer) \(direction == "download" ? "into" : "of") \(path)")
+            return resumed
+        }
+        let (transfer, size) = try await request(
+            message, package: package, service: service, on: connection, options: options)
+        var localSize: Int64 = -1
+        if direction == "upload" {
+            localSize = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value ?? -1
+        } else {
+            // A partial file no record knows is of another download: this one starts from 0.
+            unlink(path + ".part")
+        }
+        let record = ClientTransferRecord(
+            transfer: transfer, direction: direction, host: host, package: package, service: service, path: path,
+            size: direction == "upload" ? localSize : size ?? -1)
+        try? store.save(record)
+        return record
     }
 
     /// Opens the service, sends `message`, and reads the `Transfer` (and `Size`) of its answer.

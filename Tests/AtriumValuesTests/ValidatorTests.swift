@@ -79,7 +79,8 @@ struct ValidatorTests {
             let valid = String(validating: sequence, as: UTF8.self) != nil
             for before in 0..<18 {
                 for after in [0, 1, 7, 8, 9] {
-                    let utf8 = Array(repeating: UInt8(ascii: "a"), count: before) + sequence
+                    let utf8 =
+                        Array(repeating: UInt8(ascii: "a"), count: before) + sequence
                         + Array(repeating: UInt8(ascii: "b"), count: after)
                     let encoded = message(holding: [0x78, UInt8(utf8.count)] + utf8)
                     expectAgreement(encoded)

@@ -14,22 +14,19 @@ import Synchronization
 /// connection or a later one, even from a new process, goes on from the bytes already in the
 /// partial file (`DESTINATION.part`, renamed to the destination once complete).
 public final class DownloadOperation: Sendable {
-    public let transfer: UUID
     public let destination: URL
-    public let connection: AtriumConnection
+    private let control: TransferControl
+    public var transfer: UUID { control.transfer }
+    public var connection: AtriumConnection { control.connection }
     /// Every change: bytes, state, and the end.
-    public let progress: AsyncStream<TransferProgress>
-    private let progressSink: AsyncStream<TransferProgress>.Continuation
-    private let paused = Atomic<Bool>(false)
+    public var progress: AsyncStream<TransferProgress> { control.progress }
 
     /// The partial file the bytes go to until the download is complete.
     public var partialFile: URL { destination.appendingPathExtension("part") }
 
     public init(transfer: UUID, destination: URL, connection: AtriumConnection) {
-        self.transfer = transfer
         self.destination = destination
-        self.connection = connection
-        (progress, progressSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+        control = TransferControl(transfer: transfer, connection: connection)
     }
 
     /// Downloads from the bytes the partial file holds until the download completes (then the
@@ -37,7 +34,7 @@ public final class DownloadOperation: Sendable {
     /// fails (``AtriumClientError`` `transferFailed`, with the host's error code).
     @discardableResult
     public func run(window: UInt64 = 4 << 20) async throws -> TransferProgress {
-        paused.store(false, ordering: .relaxed)
+        control.begin()
         let descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             throw AtriumClientError(.localFile, "cannot write \(partialFile.path): \(String(cString: strerror(errno)))")
@@ -58,7 +55,7 @@ public final class DownloadOperation: Sendable {
         }
         let size = attached.size
         var last = TransferProgress(transfer: transfer, bytes: held, size: size, state: "running")
-        progressSink.yield(last)
+        control.tell(last)
         if held == size {
             // Everything is here already: acknowledging it completes the download.
             try await connection.sendTransfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
@@ -77,58 +74,32 @@ public final class DownloadOperation: Sendable {
                 }
                 held += Int64(chunk.data.readableBytes)
                 last.bytes = held
-                progressSink.yield(last)
+                control.tell(last)
                 try await connection.sendTransfer(
                     .ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
             case .state(let state):
-                last.state = state.state
-                last.error = state.error
-                progressSink.yield(last)
-                if state.state == "completed" {
-                    guard fsync(descriptor) == 0, rename(partialFile.path, destination.path) == 0 else {
-                        throw AtriumClientError(
-                            .localFile,
-                            "cannot put the download in place at \(destination.path): \(String(cString: strerror(errno)))"
-                        )
-                    }
-                    progressSink.finish()
-                    return last
-                }
-                if last.hasEnded || state.state == "waiting" && state.error != nil {
-                    progressSink.finish()
+                guard try control.take(state, into: &last) else { continue }
+                guard fsync(descriptor) == 0, rename(partialFile.path, destination.path) == 0 else {
                     throw AtriumClientError(
-                        .transferFailed,
-                        "transfer \(transfer) \(state.state): \(state.error ?? "no reason given")"
-                            + (last.hasEnded ? "" : "; run it again to resume"))
+                        .localFile,
+                        "cannot put the download in place at \(destination.path): \(String(cString: strerror(errno)))")
                 }
+                return control.finish(last)
             case .ack:
                 continue
             }
         }
-        if paused.load(ordering: .relaxed) {
-            last.state = "waiting"
-            progressSink.yield(last)
-            return last
-        }
-        throw AtriumClientError(
-            .hostWentAway, "the connection ended during transfer \(transfer); run it again to resume")
+        return try control.interrupted(last)
     }
 
     /// Stops moving bytes: the host keeps the download, and ``run(window:)`` resumes it.
-    public func pause() async {
-        paused.store(true, ordering: .relaxed)
-        try? await connection.sendTransfer(.detach(transfer: transfer))
-    }
+    public func pause() async { await control.pause() }
 
     /// Cancels the download at the host, and removes the partial file.
     @discardableResult
     public func cancel() async throws -> TransferProgress {
-        let state = try await connection.cancelTransfer(transfer)
+        let progress = try await control.cancel()
         unlink(partialFile.path)
-        let progress = TransferProgress(
-            transfer: transfer, bytes: Int64(state.offset), size: state.size, state: state.state, error: state.error)
-        progressSink.yield(progress)
-        progressSink.finish()
         return progress
     }
 

@@ -16,25 +16,23 @@ import Synchronization
 /// host holds on stable storage. The file's SHA-256 goes with its last chunk: the host checks
 /// it before handing the file to the service.
 public final class UploadOperation: Sendable {
-    public let transfer: UUID
     public let source: URL
-    public let connection: AtriumConnection
-    public let progress: AsyncStream<TransferProgress>
-    private let progressSink: AsyncStream<TransferProgress>.Continuation
-    private let paused = Atomic<Bool>(false)
+    private let control: TransferControl
+    public var transfer: UUID { control.transfer }
+    public var connection: AtriumConnection { control.connection }
+    /// Every change: bytes on the host's stable storage, state, and the end with the result.
+    public var progress: AsyncStream<TransferProgress> { control.progress }
 
     public init(transfer: UUID, source: URL, connection: AtriumConnection) {
-        self.transfer = transfer
         self.source = source
-        self.connection = connection
-        (progress, progressSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+        control = TransferControl(transfer: transfer, connection: connection)
     }
 
     /// Sends the file until the service has taken it (its result is returned), the upload is
     /// paused (a `waiting` result), or it fails (``AtriumClientError`` `transferFailed`).
     @discardableResult
     public func run() async throws -> TransferProgress {
-        paused.store(false, ordering: .relaxed)
+        control.begin()
         let descriptor = open(source.path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else {
             throw AtriumClientError(.localFile, "cannot read \(source.path): \(String(cString: strerror(errno)))")
@@ -65,7 +63,7 @@ public final class UploadOperation: Sendable {
         var sent = held
         let chunkBytes = Int64(max(attached.chunkBytes, 1))
         var last = TransferProgress(transfer: transfer, bytes: held, size: attached.size, state: "running")
-        progressSink.yield(last)
+        control.tell(last)
         var buffer = ByteBufferAllocator().buffer(capacity: Int(chunkBytes))
         var iterator = events.makeAsyncIterator()
         var finished = false
@@ -96,53 +94,22 @@ public final class UploadOperation: Sendable {
                 held = Int64(ack.offset)
                 edge = max(edge, held + Int64(ack.window))
                 last.bytes = held
-                progressSink.yield(last)
+                control.tell(last)
             case .state(let state):
-                last.state = state.state
-                last.error = state.error
-                if state.size >= 0 { last.size = state.size }
-                last.result = try? state.result?.decode()
-                progressSink.yield(last)
-                if state.state == "completed" {
-                    progressSink.finish()
-                    return last
-                }
-                if last.hasEnded || state.state == "waiting" && state.error != nil {
-                    progressSink.finish()
-                    throw AtriumClientError(
-                        .transferFailed,
-                        "transfer \(transfer) \(state.state): \(state.error ?? "no reason given")"
-                            + (last.hasEnded ? "" : "; run it again to resume"))
-                }
+                if try control.take(state, into: &last) { return control.finish(last) }
             case .chunk:
                 continue
             }
         }
-        if paused.load(ordering: .relaxed) {
-            last.state = "waiting"
-            progressSink.yield(last)
-            return last
-        }
-        throw AtriumClientError(
-            .hostWentAway, "the connection ended during transfer \(transfer); run it again to resume")
+        return try control.interrupted(last)
     }
 
     /// Stops sending: the host keeps what it holds, and ``run()`` resumes from there.
-    public func pause() async {
-        paused.store(true, ordering: .relaxed)
-        try? await connection.sendTransfer(.detach(transfer: transfer))
-    }
+    public func pause() async { await control.pause() }
 
     /// Cancels the upload at the host.
     @discardableResult
-    public func cancel() async throws -> TransferProgress {
-        let state = try await connection.cancelTransfer(transfer)
-        let progress = TransferProgress(
-            transfer: transfer, bytes: Int64(state.offset), size: state.size, state: state.state, error: state.error)
-        progressSink.yield(progress)
-        progressSink.finish()
-        return progress
-    }
+    public func cancel() async throws -> TransferProgress { try await control.cancel() }
 
     /// The SHA-256 of the file's `size` bytes, read off the cooperative threads.
     static func digest(of descriptor: Int32, size: Int64, path: String) async throws -> [UInt8] {

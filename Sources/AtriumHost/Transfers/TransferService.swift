@@ -258,8 +258,12 @@ final class TransferService: Sendable {
         }
         let now = Date()
         return state.withLock { state in
-            if let file, state.files[id] == nil { state.files[id] = file }
-            if let spoolFile, case .upload(let held) = opening { install(spoolFile, held: held, for: id, &state) }
+            // What was opened for a transfer that ended meanwhile (a cancel, the sweep) is closed.
+            let unfinished = state.table.find(id, owner: owner).map { !$0.phase.isEnded } ?? false
+            if let file, unfinished, state.files[id] == nil { state.files[id] = file }
+            if let spoolFile, case .upload(let held) = opening {
+                if unfinished { install(spoolFile, held: held, for: id, &state) } else { spoolFile.close() }
+            }
             if let (code, why) = failure, state.table.find(id, owner: owner)?.phase.isEnded == false {
                 logger.notice("transfer \(id) fails: \(why)")
                 _ = endLocked(id, phase: .failed, error: code, now: now, &state)
@@ -556,21 +560,8 @@ final class TransferService: Sendable {
     func removeAll(of owner: TransferOwner) -> [(link: ConnectionLink, state: TransferStateFrame)] {
         state.withLock { state in
             let removed = state.table.removeAll(of: owner)
-            var told: [(ConnectionLink, TransferStateFrame)] = []
-            for record in removed {
-                if let attached = state.attached[record.id] {
-                    told.append(
-                        (
-                            attached.link,
-                            TransferStateFrame(
-                                transfer: record.id.uuid, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
-                                error: TransferErrorCode.notFound.rawValue)
-                        ))
-                }
-                removedLocked(record, &state)
-            }
             if !removed.isEmpty { logger.info("transfers: \(removed.count) of \(owner) removed (access revoked)") }
-            return told
+            return removed.compactMap { removedForGood($0, &state) }
         }
     }
 
@@ -578,24 +569,28 @@ final class TransferService: Sendable {
     /// connections that had one attached, to be told it is gone.
     func remove(where shouldGo: (TransferRecord) -> Bool) -> [(link: ConnectionLink, state: TransferStateFrame)] {
         state.withLock { state in
-            var told: [(ConnectionLink, TransferStateFrame)] = []
-            var count = 0
-            for record in state.table.all where shouldGo(record) {
-                count += 1
-                guard let removed = state.table.remove(record.id) else { continue }
-                if let attached = state.attached[record.id] {
-                    told.append(
-                        (
-                            attached.link,
-                            TransferStateFrame(
-                                transfer: record.id.uuid, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
-                                error: TransferErrorCode.notFound.rawValue)
-                        ))
-                }
-                removedLocked(removed, &state)
+            let removed = state.table.all.filter(shouldGo).compactMap { state.table.remove($0.id) }
+            if !removed.isEmpty {
+                logger.info("transfers: \(removed.count) removed: their callers may no longer open their services")
             }
-            if count > 0 { logger.info("transfers: \(count) removed: their callers may no longer open their services") }
-            return told
+            return removed.compactMap { removedForGood($0, &state) }
+        }
+    }
+
+    /// A transfer the table no longer has: its files and journal entry go, and the connection
+    /// that had it attached is to be told it no longer exists (`notFound`).
+    private func removedForGood(_ record: TransferRecord, _ state: inout State)
+        -> (link: ConnectionLink, state: TransferStateFrame)?
+    {
+        let link = state.attached[record.id]?.link
+        removedLocked(record, &state)
+        return link.map {
+            (
+                $0,
+                TransferStateFrame(
+                    transfer: record.id.uuid, state: TransferPhase.failed.rawValue, offset: 0, size: -1,
+                    error: TransferErrorCode.notFound.rawValue)
+            )
         }
     }
 
