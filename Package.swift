@@ -82,7 +82,7 @@ let package = Package(
         .target(name: "AtriumDiscovery", dependencies: ["CAvahi", logging], swiftSettings: strict),
         // Transfers (CONTRACT section 8): the table, the journal, the spool and each transfer's
         // windows, as plain types with no I/O framework inside.
-        .target(name: "AtriumTransfers", swiftSettings: strict),
+        .target(name: "AtriumTransfers", dependencies: ["CAtriumSystem"], swiftSettings: strict),
         // The Swift SDK for writing plugins.
         .target(name: "AtriumPluginKit", dependencies: ["CAtriumPlugin", "AtriumValues"], swiftSettings: strict),
         // Manifests, plugin loading, routing, the server.

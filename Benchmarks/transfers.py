@@ -15,7 +15,7 @@ Every receiver writes into a file on the same disk. With --pinned the host, the 
 clients all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine; without, the
 scheduler places them. Each figure is the median of --rounds, the pairs measured alternately.
 
-    swift build -c release --product atriumd --product atrium-transfer-bench --product Files
+    for p in atriumd atrium-transfer-bench Files; do swift build -c release --product $p; done
     python3 Benchmarks/transfers.py --pinned
     python3 Benchmarks/transfers.py --size-mib 256 --rounds 3
 """
@@ -138,6 +138,9 @@ def main():
     scratch = tempfile.mkdtemp(prefix="atrium-transfers-", dir=os.environ.get("TMPDIR", "/var/tmp"))
     folder = os.path.join(scratch, "served")
     os.makedirs(folder)
+    # nginx's worker reads the files as its own user.
+    os.chmod(scratch, 0o755)
+    os.chmod(folder, 0o755)
     size = arguments.size_mib << 20
     with open(os.path.join(folder, "big.bin"), "wb") as file:
         for _ in range(arguments.size_mib):

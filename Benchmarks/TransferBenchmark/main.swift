@@ -114,10 +114,22 @@ func connect(_ port: Int) async throws -> AtriumConnection {
         timeout: .seconds(600))
 }
 
-func transfer(_ message: ValueSet, on connection: AtriumConnection) async throws -> UUID {
+func openFiles(on connection: AtriumConnection) async throws -> AppServiceConnection {
     let files = AppServiceConnection(
         appServiceName: "atrium.files", packageId: "atrium.examples.files", connection: connection)
     if try await files.openRemote() != .success { fail("Files did not open") }
+    return files
+}
+
+func opened(_ files: AppServiceConnection?, _ connection: AtriumConnection) async throws -> AppServiceConnection {
+    if let files { return files }
+    return try await openFiles(on: connection)
+}
+
+func transfer(_ message: ValueSet, on connection: AtriumConnection, files: AppServiceConnection? = nil) async throws
+    -> UUID
+{
+    let files = try await opened(files, connection)
     let answer = try await files.sendMessage(message)
     guard case .uuid(let id)? = answer.message["Transfer"] else { fail("Files answered \(answer.status)") }
     return id
@@ -192,16 +204,21 @@ case "many":
         fail("many PORT PREFIX COUNT OUT [--tls]")
     }
     let connection = try await connect(port)
+    let files = try await openFiles(on: connection)
     let start = ContinuousClock.now
     var total: Int64 = 0
+    var asking = Duration.zero
     for index in 0..<count {
-        let id = try await transfer(["Command": "get", "Name": .string("\(words[2])\(index)")], on: connection)
+        let asked = ContinuousClock.now
+        let id = try await transfer(
+            ["Command": "get", "Name": .string("\(words[2])\(index)")], on: connection, files: files)
+        asking += ContinuousClock.now - asked
         total +=
             try await DownloadOperation(
                 transfer: id, destination: URL(fileURLWithPath: "\(words[4])/\(index)"), connection: connection
             ).run().bytes
     }
-    print("bytes \(total) seconds \(seconds(since: start))")
+    print("bytes \(total) seconds \(seconds(since: start)) asking \(asking)")
     await connection.close()
 default:
     fail("serve-bare, fetch-bare, get, put or many (see the top of Benchmarks/TransferBenchmark/main.swift)")

@@ -1,6 +1,6 @@
 import AtriumValues
 import Foundation
-import NIOCore
+public import NIOCore
 
 // How transfer frames are written and read (CONTRACT section 8), beside Frames+Coding.swift.
 
@@ -27,6 +27,29 @@ extension CBOROutput {
 }
 
 extension ChunkFrame {
+    /// The frame as it goes out, in three parts: its length and keys up to the head of `data`,
+    /// `data` itself (never copied: the bytes as they were read from the file), and what follows
+    /// (`last`, `digest`; empty for a download's chunk). Written one after the other, they are
+    /// the same bytes as ``HostFrame/chunk`` encoded whole.
+    public func framedParts(allocator: ByteBufferAllocator) -> (head: ByteBuffer, data: ByteBuffer, tail: ByteBuffer) {
+        var size = CBORSizeCounter()
+        encodeBody(into: &size)
+        var head = allocator.buffer(capacity: 96)
+        head.writeInteger(UInt32(truncatingIfNeeded: size.count))
+        head.writeFrameHeader("chunk", keys: 4 + count(last, digest != nil))
+        head.writeKey("transfer", uuid: transfer)
+        head.writeKey("offset", offset)
+        head.writeText("data" as StaticString)
+        head.writeHead(major: 2, argument: UInt64(data.readableBytes))
+        var tail = allocator.buffer(capacity: last || digest != nil ? 48 : 0)
+        if last {
+            tail.writeText("last" as StaticString)
+            tail.writeBool(true)
+        }
+        if let digest { tail.writeKey("digest", bytes: digest) }
+        return (head, data, tail)
+    }
+
     func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         buffer.writeFrameHeader("chunk", keys: 4 + count(last, digest != nil))
         buffer.writeKey("transfer", uuid: transfer)

@@ -1,3 +1,4 @@
+import CAtriumSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -111,6 +112,21 @@ public final class DownloadFile: Sendable {
             done += got
         }
         return done
+    }
+
+    /// Reads `count` bytes at `offset` into `buffer` only if the page cache holds them all,
+    /// never waiting for the disk: true when it did (then on an event loop the read costs no
+    /// thread hop), false when the bytes must be read where a wait is allowed.
+    public func readCached(into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: Int64) -> Bool {
+        precondition(count <= buffer.count)
+        var done = 0
+        while done < count {
+            let got = atrium_pread_cached(
+                descriptor, buffer.baseAddress! + done, UInt(count - done), offset + Int64(done))
+            guard got > 0 else { return false }
+            done += got
+        }
+        return true
     }
 
     private static func path(of descriptor: Int32) -> String? {

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "atrium_system.h"
+#include <sys/uio.h>
 
 #include <errno.h>
 #include <string.h>
@@ -325,4 +326,19 @@ int atrium_receive_tagged_descriptor(int socket, int *descriptor, unsigned long 
     *descriptor = found;
     *tag = value;
     return 1;
+}
+
+long atrium_pread_cached(int descriptor, void *buffer, unsigned long count, long long offset) {
+#ifdef RWF_NOWAIT
+    struct iovec vector = {.iov_base = buffer, .iov_len = count};
+    ssize_t got;
+    do {
+        got = preadv2(descriptor, &vector, 1, (off_t)offset, RWF_NOWAIT);
+    } while (got < 0 && errno == EINTR);
+    return (long)got;
+#else
+    (void)descriptor; (void)buffer; (void)count; (void)offset;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
 }

@@ -514,6 +514,32 @@ final class ConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Writes a download's chunk and flushes it: the frame's head, the data as it was read
+    /// (never copied into a frame buffer), and its tail. `promise` completes once it went to the
+    /// socket.
+    func writeChunk(_ chunk: ChunkFrame, promise: EventLoopPromise<Void>?) {
+        guard !isClosed, let context else {
+            promise?.succeed()
+            return
+        }
+        let (head, data, tail) = chunk.framedParts(allocator: context.channel.allocator)
+        loopMetrics?.bytesOut += head.readableBytes + data.readableBytes + tail.readableBytes
+        context.write(wrapOutboundOut(head), promise: nil)
+        if tail.readableBytes > 0 {
+            context.write(wrapOutboundOut(data), promise: nil)
+            context.write(wrapOutboundOut(tail), promise: promise)
+        } else {
+            context.write(wrapOutboundOut(data), promise: promise)
+        }
+        guard !flushPending else { return }
+        if inReadBurst || FlushesAfterRead.flushLater(self) {
+            flushPending = true
+        } else {
+            unflushedBytes = 0
+            context.flush()
+        }
+    }
+
     /// How many bytes ``write(_:)`` wrote since the last flush (counted while frames of a
     /// read are acted on: ``mayTakeNextFrame(_:)``).
     private var unflushedBytes = 0

@@ -9,18 +9,18 @@ import NIOCore
 /// host's (``TransferService``): this family hands their frames over, writes what comes back,
 /// and moves the bytes of the downloads attached here.
 ///
-/// Moving bytes is a pump with at most one chunk being read (on the service's thread pool) and
-/// one written: the next chunk is read while the last is being written, and written only once
-/// the last has gone to the socket. So data never puts more than one chunk ahead of an answer
-/// to a request, and a client that does not read holds two chunks of the host's memory, not
-/// its window.
+/// Moving bytes is a pump: chunks are read a few at a time on the service's thread pool (at
+/// most ``readAhead`` held ready), and written one at a time, each once the last has gone to
+/// the socket. So data never puts more than one chunk ahead of an answer to a request, and a
+/// client that does not read holds a few chunks of the host's memory, not its window.
 ///
 /// On the connection's event loop only.
 final class ConnectionTransfers {
     /// A chunk is being read.
     private var reading = false
-    /// A chunk read and waiting for the last one to be written, with the attachment it was read for.
-    private var ready: (chunk: ChunkFrame, generation: UInt64)?
+    /// Chunks read and waiting for the last one to be written, each with the attachment it was
+    /// read for.
+    private var ready: [(chunk: ChunkFrame, generation: UInt64)] = []
     /// A chunk written and not yet gone to the socket.
     private var writing = false
     /// While bytes move: the timer that sends each attached transfer's state every second.
@@ -65,14 +65,50 @@ final class ConnectionTransfers {
 
     // MARK: - Sending downloads
 
+    /// The most chunks read in one go (one hop to the disk's threads) and held ready: a
+    /// connection holds at most this many chunks and the one being written, whatever its
+    /// client's windows.
+    static let readAhead = 4
+
     /// Reads and writes the next chunks, as far as the windows and the pump allow.
     func pump(on connection: ConnectionHandler) {
         guard !connection.isClosed else { return }
-        if !writing, let (chunk, generation) = ready {
-            ready = nil
-            let service = connection.core.transfers
+        let service = connection.core.transfers
+        while true {
+            writeReady(on: connection)
+            // The next reads go on while the ready chunks are written.
+            guard !reading, ready.count <= 1, let eventLoop = connection.eventLoop else { return }
+            var batch: [(id: TransferID, file: DownloadFile, range: Range<Int64>, generation: UInt64)] = []
+            while batch.count < Self.readAhead - ready.count, let next = service.nextChunk(for: connection.id) {
+                batch.append(next)
+            }
+            guard !batch.isEmpty else { return }
+            armStateTimer(on: connection)
+            // What the page cache holds is read here at once, with no hop to the disk's threads.
+            let allocator = connection.allocator
+            while let next = batch.first, let data = Self.readCached(next.file, next.range, allocator: allocator) {
+                ready.append(
+                    (
+                        ChunkFrame(transfer: next.id.uuid, offset: UInt64(next.range.lowerBound), data: data),
+                        next.generation
+                    ))
+                batch.removeFirst()
+            }
+            if batch.isEmpty { continue }
+            readOffLoop(batch, on: connection, eventLoop: eventLoop)
+            writeReady(on: connection)
+            return
+        }
+    }
+
+    /// Writes the first ready chunk, unless one is being written.
+    private func writeReady(on connection: ConnectionHandler) {
+        let service = connection.core.transfers
+        while !writing, !ready.isEmpty {
+            let (chunk, generation) = ready.removeFirst()
+            // Read for an attachment that is no longer the transfer's: dropped, never sent.
             guard service.isCurrent(TransferID(chunk.transfer), on: connection.id, generation: generation) else {
-                return pump(on: connection)
+                continue
             }
             writing = true
             let sent = connection.eventLoop?.makePromise(of: Void.self)
@@ -80,49 +116,78 @@ final class ConnectionTransfers {
                 self?.writing = false
                 self?.pump(on: connection)
             }
-            connection.write(.transfer(.chunk(chunk)), promise: sent)
+            connection.writeChunk(chunk, promise: sent)
         }
-        guard !reading, ready == nil, let eventLoop = connection.eventLoop else { return }
+    }
+
+    /// Reads `batch` on the disk's threads (bytes the page cache does not hold).
+    private func readOffLoop(
+        _ batch: [(id: TransferID, file: DownloadFile, range: Range<Int64>, generation: UInt64)],
+        on connection: ConnectionHandler, eventLoop: any EventLoop
+    ) {
         let service = connection.core.transfers
-        guard let next = service.nextChunk(for: connection.id) else { return }
         reading = true
-        armStateTimer(on: connection)
-        let count = Int(next.range.count)
-        let offset = next.range.lowerBound
-        let file = next.file
         let allocator = connection.allocator
-        service.pool.runIfActive(eventLoop: eventLoop) { () -> (ByteBuffer, Bool)? in
-            var buffer = allocator.buffer(capacity: count)
-            guard file.isUnchanged else { return (buffer, true) }
-            var failed = false
-            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { memory in
-                let got = file.read(into: memory, count: count, at: offset)
-                failed = got != count
-                return got ?? 0
-            }
-            return failed ? nil : (buffer, false)
+        let reads = batch.map { ($0.file, $0.range) }
+        service.pool.runIfActive(eventLoop: eventLoop) { () -> [Result<ByteBuffer, ReadFailure>] in
+            reads.map { file, range in Self.read(file, range, allocator: allocator) }
         }.assumeIsolated().whenComplete { [weak self] result in
             guard let self else { return }
             self.reading = false
-            guard !connection.isClosed else { return }
-            switch result {
-            case .success(let (data, changed)?) where !changed:
-                // Read for an attachment that is no longer the transfer's: dropped, never sent.
-                if service.isCurrent(next.id, on: connection.id, generation: next.generation) {
-                    self.ready = (
-                        ChunkFrame(transfer: next.id.uuid, offset: UInt64(offset), data: data), next.generation
-                    )
-                }
-            case .success(let read):
-                if let (link, state) = service.readFailed(next.id, changed: read?.1 ?? false) {
-                    link.run { $0.write(.transfer(.state(state))) }
-                }
-            case .failure:
+            guard !connection.isClosed, case .success(let reads) = result else {
                 // The pool is stopping: the host is shutting down.
                 return
             }
+            for (next, read) in zip(batch, reads) {
+                switch read {
+                case .success(let data):
+                    self.ready.append(
+                        (
+                            ChunkFrame(transfer: next.id.uuid, offset: UInt64(next.range.lowerBound), data: data),
+                            next.generation
+                        ))
+                case .failure(let failure):
+                    if let (link, state) = service.readFailed(next.id, changed: failure == .changed) {
+                        link.run { $0.write(.transfer(.state(state))) }
+                    }
+                }
+            }
             self.pump(on: connection)
         }
+    }
+
+    /// `range` of `file` if the page cache holds all of it and the file is unchanged; nil when
+    /// it must be read off the event loop (which also says why a read fails).
+    private static func readCached(_ file: DownloadFile, _ range: Range<Int64>, allocator: ByteBufferAllocator)
+        -> ByteBuffer?
+    {
+        let count = Int(range.count)
+        var buffer = allocator.buffer(capacity: count)
+        var read = false
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { memory in
+            read = file.readCached(into: memory, count: count, at: range.lowerBound)
+            return read ? count : 0
+        }
+        guard read, file.isUnchanged else { return nil }
+        return buffer
+    }
+
+    enum ReadFailure: Error { case changed, unreadable }
+
+    /// Reads `range` of `file`, off the event loop: only from a file still as it was offered.
+    private static func read(_ file: DownloadFile, _ range: Range<Int64>, allocator: ByteBufferAllocator)
+        -> Result<ByteBuffer, ReadFailure>
+    {
+        guard file.isUnchanged else { return .failure(.changed) }
+        let count = Int(range.count)
+        var buffer = allocator.buffer(capacity: count)
+        var failed = false
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { memory in
+            let got = file.read(into: memory, count: count, at: range.lowerBound)
+            failed = got != count
+            return got ?? 0
+        }
+        return failed ? .failure(.unreadable) : .success(buffer)
     }
 
     /// Sends the state of each transfer attached here every second while bytes move
@@ -147,7 +212,7 @@ final class ConnectionTransfers {
     func connectionEnded(core: HostCore, connection: UInt64) {
         stateTimer?.cancel()
         stateTimer = nil
-        ready = nil
+        ready = []
         core.transfers.connectionClosed(connection)
     }
 }

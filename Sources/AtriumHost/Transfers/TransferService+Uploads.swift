@@ -89,9 +89,9 @@ enum DeliveryVerdict: Sendable {
 
 extension TransferService {
     /// The most bytes written to an upload's spool between two syncs: a sync, then an `ack`,
-    /// at least every quarter window, and whenever the chunks written so far are all the
-    /// client has sent.
-    var syncBatchBytes: Int64 { max(limits.windowBytes / 4, 1) }
+    /// at least every half window (the client sends the other half meanwhile), and whenever
+    /// the chunks written so far are all the client has sent.
+    var syncBatchBytes: Int64 { max(limits.windowBytes / 2, 1) }
 
     // MARK: - Accepting
 

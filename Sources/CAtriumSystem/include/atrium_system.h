@@ -46,6 +46,12 @@ int atrium_send_tagged_descriptor(int socket, int descriptor, unsigned long long
  * closed; EBADMSG: a message that is not one). */
 int atrium_receive_tagged_descriptor(int socket, int *descriptor, unsigned long long *tag, int wait);
 
+/* Reads up to `count` bytes of `descriptor` at `offset` only from what the page cache holds
+ * (preadv2 with RWF_NOWAIT): never waits for the disk. Returns the bytes read (fewer when only
+ * part is cached), or -1 with errno set (EAGAIN: nothing of it is cached; EOPNOTSUPP or ENOSYS:
+ * the kernel or the file system cannot say). */
+long atrium_pread_cached(int descriptor, void *buffer, unsigned long count, long long offset);
+
 /* Starts the program at `path` with `argv` and `envp` (each NULL-terminated) in a session of
  * its own (so it leads its own process group), with standard input, output and error from
  * `input`, `output` and `error` (-1: /dev/null), every other descriptor closed, every signal
