@@ -9,7 +9,9 @@
       pick instead;
 - 1,000 files of 100 KiB fetched one after another, against the single file's rate;
 - a download resumed at 90%: the bytes moved again;
-- the host's CPU seconds per GiB, and its memory while transfers are active.
+- the host's CPU seconds per GiB, and its memory while transfers are active;
+- the disk's own synced write rate (what an upload does: written into a reserved file, synced
+  every half window), the ceiling of an upload that acknowledges only synced bytes.
 
 Every receiver writes into a file on the same disk. With --pinned the host, the servers and the
 clients all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine; without, the
@@ -120,6 +122,25 @@ def curl(port, name, out, pin):
     return os.path.getsize(out), time.monotonic() - start_time
 
 
+def synced_writes(path, size, batch=2 << 20):
+    """This disk's own ceiling for what an upload does: `size` bytes written into a reserved
+    file and synced every `batch` (the host's half window); returns (bytes, seconds)."""
+    block = os.urandom(1 << 20)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    start_time = time.monotonic()
+    os.posix_fallocate(descriptor, 0, size)
+    written = 0
+    while written < size:
+        os.pwrite(descriptor, block, written)
+        written += len(block)
+        if written % batch == 0 or written == size:
+            os.fdatasync(descriptor)
+    os.close(descriptor)
+    seconds = time.monotonic() - start_time
+    os.unlink(path)
+    return size, seconds
+
+
 def median_rate(samples):
     return statistics.median(b / s for b, s in samples)
 
@@ -149,14 +170,18 @@ def main():
     for index in range(arguments.many):
         with open(os.path.join(folder, f"small{index}"), "wb") as file:
             file.write(small)
-    out = os.path.join(scratch, "out.bin")
+    # What the clients receive goes to memory (tmpfs) where there is one: a download measures
+    # the transfer, not the writeback of the client's disk (an upload measures the host's disk,
+    # against its own synced-write ceiling below).
+    received = tempfile.mkdtemp(prefix="atrium-received-", dir="/dev/shm" if os.path.isdir("/dev/shm") else scratch)
+    out = os.path.join(received, "out.bin")
     host, port = start_host(folder, scratch, pin)
     bare_tls, bare_tls_port = start([BENCH, "serve-bare", os.path.join(folder, "big.bin"), "--tls"], pin,
                                     lambda line: line.startswith("port") and int(line.split()[1]))
     bare_tcp, bare_tcp_port = start([BENCH, "serve-bare", os.path.join(folder, "big.bin")], pin,
                                     lambda line: line.startswith("port") and int(line.split()[1]))
     web, web_port = nginx(folder, scratch, pin)
-    samples = {key: [] for key in ("tls", "tcp", "bare-tls", "bare-tcp", "nginx", "up-tls", "up-tcp")}
+    samples = {key: [] for key in ("tls", "tcp", "bare-tls", "bare-tcp", "nginx", "up-tls", "up-tcp", "disk")}
     cpu = {"tls": [], "up-tls": []}
     peak = rss_bytes(host.pid)
     try:
@@ -181,7 +206,8 @@ def main():
                         os.unlink(os.path.join(folder, name))
             samples["nginx"].append(curl(web_port, "big.bin", out, pin))
             os.unlink(out)
-        many_folder = os.path.join(scratch, "many")
+            samples["disk"].append(synced_writes(os.path.join(scratch, "synced.bin"), size))
+        many_folder = os.path.join(received, "many")
         os.makedirs(many_folder)
         many = run([BENCH, "many", str(port), "small", str(arguments.many), many_folder, "--tls"], pin)
         # A download resumed at 90%: the partial file holds 90%, the rest is what moves again.
@@ -197,39 +223,42 @@ def main():
         run([BENCH, "get", str(port), "big.bin", out, "--tls"], pin)
         resent = host_written(host.pid) - written
         os.unlink(out)
-        # Memory while transfers are active: eight TLS downloads at once, the host's RSS
+        shutil.rmtree(many_folder, ignore_errors=True)
+        # Memory while transfers are active: four TLS downloads at once, the host's RSS
         # sampled while they run, against the idle host's.
         idle = rss_bytes(host.pid)
         clients = [subprocess.Popen(pin + [BENCH, "get", str(port), "big.bin", f"{out}.{index}", "--tls"],
-                                    stdout=subprocess.DEVNULL) for index in range(8)]
+                                    stdout=subprocess.DEVNULL) for index in range(4)]
         busiest = idle
         while any(client.poll() is None for client in clients):
             busiest = max(busiest, rss_bytes(host.pid))
             time.sleep(0.02)
-        per_transfer = (busiest - idle) / 8
+        per_transfer = (busiest - idle) / 4
     finally:
         for process in (host, bare_tls, bare_tcp, web):
             process.kill()
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(received, ignore_errors=True)
 
     def mib(rate):
         return rate / (1 << 20)
 
     rate = {key: median_rate(value) for key, value in samples.items()}
     print(f"{'pinned' if pin else 'unpinned'}, {arguments.size_mib} MiB, median of {arguments.rounds}")
-    for key in ("tls", "bare-tls", "nginx", "tcp", "bare-tcp", "up-tls", "up-tcp"):
+    for key in ("tls", "bare-tls", "nginx", "tcp", "bare-tcp", "up-tls", "up-tcp", "disk"):
         print(f"  {key:9} {mib(rate[key]):8.1f} MiB/s")
     print(f"  TLS download ÷ bare TLS pair: {rate['tls'] / rate['bare-tls']:.2f}")
     print(f"  TLS download ÷ nginx + curl:  {rate['tls'] / rate['nginx']:.2f}")
     print(f"  TCP download ÷ bare TCP pair: {rate['tcp'] / rate['bare-tcp']:.2f}")
     print(f"  TLS upload ÷ TLS download:    {rate['up-tls'] / rate['tls']:.2f}")
     print(f"  TCP upload ÷ TCP download:    {rate['up-tcp'] / rate['tcp']:.2f}")
+    print(f"  TLS upload ÷ the disk's own synced writes: {rate['up-tls'] / rate['disk']:.2f}")
     many_rate = many[0] / many[1]
     print(f"  {arguments.many} × 100 KiB, one after another (TLS): {mib(many_rate):.1f} MiB/s, "
           f"{many_rate / rate['tls']:.2f} of the single file's rate")
     print(f"  resumed at 90%: the host wrote {resent / (1 << 20):.1f} MiB ({resent / size:.3f} of the file, "
           f"TLS records and its journal included)")
-    print(f"  memory per active TLS download (8 at once): {per_transfer / (1 << 20):.2f} MiB "
+    print(f"  memory per active TLS download (4 at once): {per_transfer / (1 << 20):.2f} MiB "
           f"(the window is 4 MiB)")
     print(f"  host CPU seconds per GiB: download {statistics.median(cpu['tls']):.2f}, "
           f"upload {statistics.median(cpu['up-tls']):.2f} (TLS)")

@@ -123,6 +123,12 @@ public final class AtriumConnection: Sendable {
             // TCP only: on a Unix socket this option's number means SO_DEBUG, which only
             // root may set, so every other user's connection would fail.
             bootstrap = bootstrap.channelOption(.socketOption(.tcp_nodelay), value: 1)
+            if tlsContext == nil {
+                // Plain TCP: reads that can hold a transfer's whole chunk (256 KiB) at once, as
+                // they grow (TLS's records come 16 KiB at a time whatever the read).
+                bootstrap = bootstrap.channelOption(
+                    .recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 4096, maximum: 1 << 20))
+            }
         }
         bootstrap =
             bootstrap
