@@ -127,7 +127,8 @@ public final class AtriumConnection: Sendable {
                 // Plain TCP: reads that can hold a transfer's whole chunk (256 KiB) at once, as
                 // they grow (TLS's records come 16 KiB at a time whatever the read).
                 bootstrap = bootstrap.channelOption(
-                    .recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 4096, maximum: 1 << 20))
+                    .recvAllocator,
+                    value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 4096, maximum: 1 << 20))
             }
         }
         bootstrap =

@@ -505,6 +505,12 @@ final class ConnectionHandler: ChannelDuplexHandler {
         let bytes = encoded(frame, context: context)
         unflushedBytes &+= bytes.readableBytes
         context.write(wrapOutboundOut(bytes), promise: promise)
+        flushAfterWrite(context)
+    }
+
+    /// Flushes what was just written: at the end of the read when it answers what the client
+    /// sent, once the frames of the read are handled when a worker's link brought it, else at once.
+    private func flushAfterWrite(_ context: ChannelHandlerContext) {
         guard !flushPending else { return }
         if inReadBurst || FlushesAfterRead.flushLater(self) {
             flushPending = true
@@ -531,13 +537,7 @@ final class ConnectionHandler: ChannelDuplexHandler {
         } else {
             context.write(wrapOutboundOut(data), promise: promise)
         }
-        guard !flushPending else { return }
-        if inReadBurst || FlushesAfterRead.flushLater(self) {
-            flushPending = true
-        } else {
-            unflushedBytes = 0
-            context.flush()
-        }
+        flushAfterWrite(context)
     }
 
     /// How many bytes ``write(_:)`` wrote since the last flush (counted while frames of a
