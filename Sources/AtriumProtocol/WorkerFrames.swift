@@ -198,11 +198,13 @@ package enum WorkerFrame: AtriumFrame, FrameBody {
             buffer.writeKey("status", status)
             if let reason { buffer.writeKey("reason", reason) }
         case .upload(let delivery, let transfer, let size, let digest, let name, let service):
-            buffer.writeFrameHeader("upload", keys: 6 + count(name != nil))
+            // A digest is 32 bytes or absent (read back as none).
+            let hasDigest = digest.count == 32
+            buffer.writeFrameHeader("upload", keys: 5 + count(name != nil, hasDigest))
             buffer.writeKey("delivery", delivery)
             buffer.writeKey("transfer", uuid: transfer)
             buffer.writeKey("size", signed: size)
-            buffer.writeKey("digest", bytes: digest)
+            if hasDigest { buffer.writeKey("digest", bytes: digest) }
             if let name { buffer.writeKey("name", name) }
             buffer.writeKey("service", service)
         case .transferEnded(let transfer, let why):

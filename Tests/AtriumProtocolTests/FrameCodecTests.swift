@@ -1,6 +1,7 @@
 import AtriumProtocol
 import AtriumTesting
 import AtriumValues
+import Foundation
 import NIOCore
 import NIOEmbedded
 import NIOTestUtils
@@ -129,6 +130,31 @@ struct FrameCodecTests {
     func hostFramesRoundTrip(_ frame: HostFrame) throws {
         var buffer = encoded(frame)
         #expect(try FrameDecoder<HostFrame>().decodeFrame(from: &buffer) == frame)
+    }
+
+    /// The worker link's transfer frames, as the fuzzer checks every frame: decoded, encoded
+    /// and decoded again, the same (an upload without a digest among them: the fuzzer found
+    /// one that encoded an empty digest, which no longer decoded).
+    static let workerTransferFrames: [WorkerFrame] = [
+        .upload(
+            delivery: 3, transfer: UUID(), size: 10, digest: [UInt8](repeating: 1, count: 32), name: "a",
+            service: "s"),
+        .upload(delivery: 4, transfer: UUID(), size: -1, digest: [], name: nil, service: "s"),
+        .transferEnded(transfer: UUID(), why: "canceled by its client"),
+        .offer(call: 1, id: 2, name: "photo.jpg"),
+        .offer(call: 1, id: 2, name: nil),
+        .accept(call: 5, id: 6, size: -1, maxSize: 1 << 30, name: "x"),
+        .uploadDone(delivery: 3, status: 0, message: EncodedValueSet(["Name": "x"]), error: nil),
+        .uploadDone(delivery: 3, status: 1, message: nil, error: "no"),
+        .reply(call: 9, error: nil, id: nil, status: nil, reason: nil, transfer: UUID()),
+    ]
+
+    @Test(arguments: workerTransferFrames)
+    func workerTransferFramesRoundTrip(_ frame: WorkerFrame) throws {
+        var buffer = ByteBuffer()
+        buffer.writeFrame(frame)
+        #expect(try FrameDecoder<WorkerFrame>().decodeFrame(from: &buffer) == frame)
+        #expect(buffer.readableBytes == 0)
     }
 
     @Test func theWireFormIsTheContractsMap() throws {
