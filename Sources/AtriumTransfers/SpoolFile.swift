@@ -34,12 +34,7 @@ public final class SpoolFile: @unchecked Sendable {
         let made = descriptor >= 0
         if !made, errno == EEXIST { descriptor = Glibc.open(url.path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
-        let file = SpoolFile(url: url, descriptor: descriptor)
-        var kind = stat()
-        guard fstat(descriptor, &kind) == 0, kind.st_mode & S_IFMT == S_IFREG, kind.st_nlink == 1 else {
-            file.close()
-            throw .storage(TransferStorageError("\(url.path) is not a regular file of the spool's own"))
-        }
+        let (file, kind) = try owned(descriptor, url)
         func refuse(_ reason: String) -> SpoolError {
             file.close()
             if made { unlink(url.path) }
@@ -77,18 +72,25 @@ public final class SpoolFile: @unchecked Sendable {
         let url = folder.appendingPathComponent("\(id).part")
         let descriptor = Glibc.open(url.path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
-        let file = SpoolFile(url: url, descriptor: descriptor)
-        var kind = stat()
-        guard fstat(descriptor, &kind) == 0, kind.st_mode & S_IFMT == S_IFREG, kind.st_nlink == 1 else {
-            file.close()
-            throw .storage(TransferStorageError("\(url.path) is not a regular file of the spool's own"))
-        }
+        let (file, kind) = try owned(descriptor, url)
         guard Int64(kind.st_size) >= held else {
             file.close()
             throw .storage(
                 TransferStorageError("\(url.path) holds \(kind.st_size) bytes, fewer than the \(held) acknowledged"))
         }
         return file
+    }
+
+    /// The spool file open as `descriptor`, and its status: only a regular file with no other
+    /// name (nothing someone linked in from elsewhere); closed when it is not.
+    private static func owned(_ descriptor: Int32, _ url: URL) throws(SpoolError) -> (SpoolFile, stat) {
+        let file = SpoolFile(url: url, descriptor: descriptor)
+        var kind = stat()
+        guard fstat(descriptor, &kind) == 0, kind.st_mode & S_IFMT == S_IFREG, kind.st_nlink == 1 else {
+            file.close()
+            throw .storage(TransferStorageError("\(url.path) is not a regular file of the spool's own"))
+        }
+        return (file, kind)
     }
 
     /// The bytes free for an unprivileged user on the file system of `folder`.

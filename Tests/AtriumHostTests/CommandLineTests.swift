@@ -176,6 +176,11 @@ struct CommandLineTests {
             (["--hello-timeout", "0"], "--hello-timeout and --idle-timeout take a positive number of seconds"),
             (["--no-load"], "--no-load goes with --check"),
             (["--token-file", "/no/such/tokens"], "--token-file /no/such/tokens: cannot read it"),
+            (["--transfer-window", "0"], "--transfer-window takes a positive number; got 0"),
+            (["--transfers-per-caller=-1"], "--transfers-per-caller takes a positive number; got -1"),
+            (["--transfer-free-space=-1"], "--transfer-free-space takes 0 or more bytes; got -1"),
+            (["--transfer-expiry", "nan"], "--transfer-expiry takes seconds above 0 (at most ten years); got nan"),
+            (["--transfer-retention", "1e12"], "--transfer-retention takes seconds above 0 (at most ten years)"),
         ]
         for (arguments, reason) in refusals {
             let (status, output) = try await run(arguments + ["--socket", "off", "--listen", "127.0.0.1:0"])

@@ -327,7 +327,18 @@ struct TransferUploadTests {
             {
                 resent = true
                 try await client.send(.transfer(.detach(transfer: transfer)))
-                let fresh = try await TransferDownloadTests.attach(transfer, on: client, id: 3)
+                try await client.send(.transfer(.attach(AttachFrame(id: 3, transfer: transfer))))
+                // The bad chunk's refusal (offsetMismatch) may come before the answer.
+                var fresh: AttachedFrame?
+                while fresh == nil {
+                    if case .transfer(.attached(let attached))? = try await TransferDownloadTests.nextSignificant(
+                        client),
+                        attached.id == 3
+                    {
+                        fresh = attached
+                    }
+                }
+                guard let fresh else { continue }
                 let (_, states) = try await Self.send(bytes, of: transfer, on: client, from: fresh, knownSize: false)
                 final = states.last { ["completed", "failed"].contains($0.state) }
                 continue
