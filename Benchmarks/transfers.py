@@ -211,7 +211,7 @@ def main():
         os.makedirs(many_folder)
         many = run([BENCH, "many", str(port), "small", str(arguments.many), many_folder, "--tls"], pin)
         # A download resumed at 90%: the partial file holds 90%, the rest is what moves again.
-        partial = out + ".part"
+        partial = out + ".held"
         with open(os.path.join(folder, "big.bin"), "rb") as source, open(partial, "wb") as target:
             remaining = size * 9 // 10
             while remaining:
@@ -220,7 +220,7 @@ def main():
                 remaining -= len(block)
         # What the host wrote meanwhile (its sockets, its files), from the kernel's count.
         written = host_written(host.pid)
-        run([BENCH, "get", str(port), "big.bin", out, "--tls"], pin)
+        run([BENCH, "get", str(port), "big.bin", out, "--tls", partial], pin)
         resent = host_written(host.pid) - written
         os.unlink(out)
         shutil.rmtree(many_folder, ignore_errors=True)

@@ -5,7 +5,9 @@
 //                                    whole to each connection: the ceiling of this stack;
 //                                    prints "port N"
 //   fetch-bare PORT OUT [--tls]      receives it into OUT; prints "bytes B seconds S"
-//   get PORT NAME OUT [--tls]        a download through atriumd's Files (DownloadOperation)
+//   get PORT NAME OUT [--tls] [HELD] a download through atriumd's Files (DownloadOperation),
+//                                    its partial bytes beside OUT; HELD, a file of the first
+//                                    bytes, is taken as what the client already holds
 //   put PORT FILE [--tls]            an upload through Files (UploadOperation)
 //   many PORT PREFIX COUNT OUT [--tls] downloads PREFIX0 … PREFIX(COUNT-1) one after another on
 //                                    one connection into the folder OUT
@@ -178,13 +180,20 @@ case "fetch-bare":
     let bytes = try await done.futureResult.get()
     print("bytes \(bytes) seconds \(seconds(since: start))")
 case "get":
-    guard words.count == 4, let port = Int(words[1]) else { fail("get PORT NAME OUT [--tls]") }
+    guard words.count == 4 || words.count == 5, let port = Int(words[1]) else {
+        fail("get PORT NAME OUT [--tls] [HELD]")
+    }
+    let destination = URL(fileURLWithPath: words[3])
     let connection = try await connect(port)
     let start = ContinuousClock.now
     let id = try await transfer(["Command": "get", "Name": .string(words[2])], on: connection)
-    let done = try await DownloadOperation(
-        transfer: id, destination: URL(fileURLWithPath: words[3]), connection: connection
-    ).run()
+    let operation = DownloadOperation(
+        transfer: id, destination: destination, connection: connection,
+        partialFolder: destination.deletingLastPathComponent())
+    if words.count == 5 {
+        guard rename(words[4], operation.partialFile.path) == 0 else { fail("cannot take \(words[4])") }
+    }
+    let done = try await operation.run()
     print("bytes \(done.bytes) seconds \(seconds(since: start))")
     await connection.close()
 case "put":
@@ -215,7 +224,8 @@ case "many":
         asking += ContinuousClock.now - asked
         total +=
             try await DownloadOperation(
-                transfer: id, destination: URL(fileURLWithPath: "\(words[4])/\(index)"), connection: connection
+                transfer: id, destination: URL(fileURLWithPath: "\(words[4])/\(index)"), connection: connection,
+                partialFolder: URL(fileURLWithPath: words[4])
             ).run().bytes
     }
     print("bytes \(total) seconds \(seconds(since: start)) asking \(asking)")

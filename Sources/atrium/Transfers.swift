@@ -14,10 +14,11 @@ struct Get: AsyncParsableCommand {
         abstract: "Ask a service for a file and download it; run it again to resume.",
         discussion: """
             Sends the message (KEY=VALUE words, as atrium send takes them) and follows the \
-            Transfer in the answer into FILE: the bytes go to FILE.part and the file is put \
-            in place once complete. Progress shows on a terminal (bytes, rate, time left), and \
-            as a line a second otherwise. If it stops (the network, Ctrl-C, the host \
-            restarting), the same command resumes from the bytes already in FILE.part. \
+            Transfer in the answer into FILE: the bytes wait in this client's state folder \
+            ($XDG_STATE_HOME/atrium/client-transfers) and FILE is put in place once complete. \
+            Progress shows on a terminal (bytes, rate, time left), and as a line a second \
+            otherwise. If it stops (the network, Ctrl-C, the host restarting), the same command \
+            resumes from the bytes already there. \
             atrium transfers lists what this client has started.
 
             Examples:
@@ -55,7 +56,7 @@ struct Get: AsyncParsableCommand {
             "download", of: destination.path, message, host: host, package: package, service: service, store: store,
             on: connection, options: options)
         let operation = DownloadOperation(
-            transfer: record.transfer, destination: destination, connection: connection)
+            transfer: record.transfer, destination: destination, connection: connection, partialFolder: store.folder)
         let final = try await TransferCommand.follow(
             operation.progress, record: record, store: store, name: destination.lastPathComponent
         ) { try await operation.run() }
@@ -186,7 +187,8 @@ struct TransfersResume: AsyncParsableCommand {
         defer { Task { await connection.close() } }
         let file = URL(fileURLWithPath: record.path)
         if record.direction == "download" {
-            let operation = DownloadOperation(transfer: record.transfer, destination: file, connection: connection)
+            let operation = DownloadOperation(
+                transfer: record.transfer, destination: file, connection: connection, partialFolder: store.folder)
             _ = try await TransferCommand.follow(
                 operation.progress, record: record, store: store, name: file.lastPathComponent
             ) {
@@ -233,7 +235,7 @@ struct TransfersCancel: AsyncParsableCommand {
             record.state = state.state
             record.error = state.error
             try? store.save(record)
-            if record.direction == "download" { unlink(record.path + ".part") }
+            unlink(store.partialFile(of: transfer).path)
         }
         print("\(transfer): \(state.state)\(state.error.map { " (\($0))" } ?? "")")
         if state.error == "notFound" { throw Exit.notSuccess }
@@ -266,9 +268,6 @@ enum TransferCommand {
         var localSize: Int64 = -1
         if direction == "upload" {
             localSize = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value ?? -1
-        } else {
-            // A partial file no record knows is of another download: this one starts from 0.
-            unlink(path + ".part")
         }
         let record = ClientTransferRecord(
             transfer: transfer, direction: direction, host: host, package: package, service: service, path: path,

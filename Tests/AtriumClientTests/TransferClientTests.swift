@@ -54,10 +54,18 @@ struct TransferClientTests {
         try bytes.write(to: folder.appendingPathComponent("movie.mp4"))
         let host = try await TestHost.start(manifests: manifests)
         let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-dl-\(UUID()).mp4")
+        // The partial bytes wait in the client's state folder; on a file system other than the
+        // destination's where the machine has one (tmpfs), so that completing copies across.
+        let shm = URL(fileURLWithPath: "/dev/shm")
+        let partials = (FileManager.default.fileExists(atPath: shm.path) ? shm : FileManager.default.temporaryDirectory)
+            .appendingPathComponent("atrium-partials-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: partials) }
 
         let first = try await Self.connect(host)
         let transfer = try await Self.transfer(["Command": "get", "Name": "movie.mp4"], on: first)
-        let operation = DownloadOperation(transfer: transfer, destination: destination, connection: first)
+        let operation = DownloadOperation(
+            transfer: transfer, destination: destination, connection: first, partialFolder: partials)
+        #expect(operation.partialFile.deletingLastPathComponent().standardizedFileURL.path == partials.path)
         // Paused once a first part is in.
         let watcher = Task {
             for await step in operation.progress where step.bytes >= 500_000 {
@@ -71,11 +79,14 @@ struct TransferClientTests {
         #expect(await watcher.value >= 500_000)
         let partial = try FileManager.default.attributesOfItem(atPath: operation.partialFile.path)[.size] as? Int ?? 0
         #expect(partial >= 500_000 && partial < bytes.count)
+        #expect(!FileManager.default.fileExists(atPath: destination.path), "nothing at the destination until whole")
         await first.close()
 
         // A new connection (a new process would do the same): on from the partial file.
         let second = try await Self.connect(host)
-        let resumed = DownloadOperation(transfer: transfer, destination: destination, connection: second)
+        let resumed = DownloadOperation(
+            transfer: transfer, destination: destination, connection: second, partialFolder: partials)
+        #expect(resumed.partialFile == operation.partialFile)
         let steps = Task { await resumed.progress.reduce(into: [TransferProgress]()) { $0.append($1) } }
         let done = try await resumed.run()
         #expect(done.state == "completed" && done.bytes == Int64(bytes.count))
@@ -85,6 +96,40 @@ struct TransferClientTests {
         #expect(told.first?.bytes == Int64(partial), "progress begins at the bytes already here")
         #expect(told.map(\.bytes) == told.map(\.bytes).sorted(), "progress never goes back")
         await second.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadWhoseFileChangesOnTheHostFailsAndLeavesNoPartialBytes() async throws {
+        let (folder, manifests) = try Self.served()
+        let served = folder.appendingPathComponent("draft.doc")
+        try Self.random(2_000_000).write(to: served)
+        let host = try await TestHost.start(manifests: manifests)
+        let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-ch-\(UUID()).doc")
+        let partials = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-ch-partials-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: partials) }
+        let connection = try await Self.connect(host)
+        let transfer = try await Self.transfer(["Command": "get", "Name": "draft.doc"], on: connection)
+        let operation = DownloadOperation(
+            transfer: transfer, destination: destination, connection: connection, partialFolder: partials)
+        let watcher = Task {
+            for await step in operation.progress where step.bytes >= 300_000 { return await operation.pause() }
+        }
+        #expect(try await operation.run(window: 128 << 10).state == "waiting")
+        await watcher.value
+        #expect(FileManager.default.fileExists(atPath: operation.partialFile.path))
+
+        // The file is written anew on the host while the download waits.
+        try Self.random(2_000_000).write(to: served)
+        await #expect {
+            _ = try await operation.run()
+        } throws: { error in
+            (error as? AtriumClientError)?.code == .transferFailed && "\(error)".contains("has ended at the host")
+        }
+        #expect(!FileManager.default.fileExists(atPath: operation.partialFile.path), "its bytes can never be whole")
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        let outcome = try await connection.transfers().transfers.first { $0.transfer == transfer }
+        #expect(outcome?.state == "failed" && outcome?.error == "changed", "\(String(describing: outcome))")
+        await connection.close()
         #expect(await host.stop() == 0)
     }
 
@@ -142,23 +187,27 @@ struct TransferClientTests {
             to: AtriumEndpoint(.tcp(host: "127.0.0.1", port: host.port)), clientId: "atrium-cli-\(getuid())")
         let cut = try await Self.transfer(["Command": "get", "Name": "report.pdf"], on: asTheTool)
         await asTheTool.close()
-        try ClientTransferStore(folder: toolStateHome.appendingPathComponent("atrium/client-transfers")).save(
+        let toolStore = ClientTransferStore(folder: toolStateHome.appendingPathComponent("atrium/client-transfers"))
+        try toolStore.save(
             ClientTransferRecord(
                 transfer: cut, direction: "download", host: address, package: Self.package, service: Self.service,
                 path: output.path, size: Int64(bytes.count)))
-        try bytes.prefix(1_000_000).write(to: URL(fileURLWithPath: output.path + ".part"))
+        try bytes.prefix(1_000_000).write(to: toolStore.partialFile(of: cut))
         let get = try await atrium(
             ["get", address, "--insecure"] + common + ["Command=get", "Name=report.pdf", "-o", output.path])
         #expect(get.status == 0, "\(get.output)")
         #expect(get.output.contains("resuming transfer \(cut) into \(output.path)"), "\(get.output)")
         #expect(get.output.contains("saved \(output.path) (2.4 MiB)"))
         #expect(try Data(contentsOf: output) == bytes)
-        // A stale partial file of no known transfer is not trusted.
+        #expect(!FileManager.default.fileExists(atPath: toolStore.partialFile(of: cut).path))
+        // A new download of another file: nothing of the cut one is used, and nothing but the
+        // records is left in the state folder.
         let fresh = scratch.appendingPathComponent("fresh.pdf")
-        try Data(repeating: 9, count: 1_000_000).write(to: URL(fileURLWithPath: fresh.path + ".part"))
         let clean = try await atrium(["get", address] + common + ["Command=get", "Name=report.pdf", "-o", fresh.path])
         #expect(clean.status == 0, "\(clean.output)")
         #expect(try Data(contentsOf: fresh) == bytes)
+        let kept = try FileManager.default.contentsOfDirectory(atPath: toolStore.folder.path)
+        #expect(kept.allSatisfy { $0.hasSuffix(".json") }, "\(kept)")
 
         let transfers = try await atrium(["transfers", address])
         #expect(transfers.status == 0, "\(transfers.output)")
@@ -192,7 +241,10 @@ struct TransferClientTests {
         let spool = host.stateFolder.appendingPathComponent("transfers/spool")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.path).count == 1)
         let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-\(UUID())")
-        let operation = DownloadOperation(transfer: download, destination: destination, connection: device)
+        let operation = DownloadOperation(
+            transfer: download, destination: destination, connection: device,
+            partialFolder: FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-partials-\(UUID())")
+        )
         let running = Task { try await operation.run(window: 64 << 10) }
 
         let fingerprint = try #require(device.clientIdentity)

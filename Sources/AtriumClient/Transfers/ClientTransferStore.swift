@@ -48,7 +48,8 @@ public struct ClientTransferRecord: Codable, Sendable, Equatable {
 
 /// The transfers a client started, one JSON file each in its state folder
 /// (`$XDG_STATE_HOME/atrium/client-transfers`, private to the user), each replaced whole by a
-/// rename: a crash leaves the old record or the new one.
+/// rename: a crash leaves the old record or the new one. An unfinished download's bytes wait
+/// beside its record (`ID.part`).
 public struct ClientTransferStore: Sendable {
     public let folder: URL
 
@@ -98,7 +99,15 @@ public struct ClientTransferStore: Sendable {
         }
     }
 
+    /// The name of a download's partial file (`ID.part`), beside its record.
+    public static func partialName(of transfer: UUID) -> String { "\(transfer.uuidString.lowercased()).part" }
+
+    /// Where ``DownloadOperation`` keeps the bytes of `transfer` until it completes.
+    public func partialFile(of transfer: UUID) -> URL { folder.appendingPathComponent(Self.partialName(of: transfer)) }
+
+    /// Removes the record of `transfer`, and its partial bytes.
     public func remove(_ transfer: UUID) {
         unlink(folder.appendingPathComponent("\(transfer.uuidString.lowercased()).json").path)
+        unlink(partialFile(of: transfer).path)
     }
 }

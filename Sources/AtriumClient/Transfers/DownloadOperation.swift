@@ -12,7 +12,8 @@ import Synchronization
 /// Windows' `DownloadOperation` is to an app. ``run(window:)`` moves the bytes until the
 /// download completes; ``pause()`` stops it (the host keeps it), and running it again, on this
 /// connection or a later one, even from a new process, goes on from the bytes already in the
-/// partial file (`DESTINATION.part`, renamed to the destination once complete).
+/// partial file: `ID.part` in the client's own state folder (where ``ClientTransferStore``
+/// keeps its records), moved to the destination once complete.
 public final class DownloadOperation: Sendable {
     public let destination: URL
     private let control: TransferControl
@@ -21,11 +22,18 @@ public final class DownloadOperation: Sendable {
     /// Every change: bytes, state, and the end.
     public var progress: AsyncStream<TransferProgress> { control.progress }
 
-    /// The partial file the bytes go to until the download is complete.
-    public var partialFile: URL { destination.appendingPathExtension("part") }
+    /// The partial file the bytes go to until the download is complete: `ID.part` in the
+    /// partial folder. An operation made later for the same transfer, in this process or
+    /// another, finds it there and goes on from its bytes.
+    public let partialFile: URL
 
-    public init(transfer: UUID, destination: URL, connection: AtriumConnection) {
+    /// The download of `transfer` into `destination`. Its bytes wait in `partialFolder` (by
+    /// default the client's state folder, `$XDG_STATE_HOME/atrium/client-transfers`, private
+    /// to the user) until the download completes.
+    public init(transfer: UUID, destination: URL, connection: AtriumConnection, partialFolder: URL? = nil) {
         self.destination = destination
+        partialFile = (partialFolder ?? ClientTransferStore().folder).appendingPathComponent(
+            ClientTransferStore.partialName(of: transfer))
         control = TransferControl(transfer: transfer, connection: connection)
     }
 
@@ -35,7 +43,14 @@ public final class DownloadOperation: Sendable {
     @discardableResult
     public func run(window: UInt64 = 4 << 20) async throws -> TransferProgress {
         control.begin()
-        let descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o644)
+        do {
+            try FileManager.default.createDirectory(
+                at: partialFile.deletingLastPathComponent(), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw AtriumClientError(.localFile, "cannot make \(partialFile.deletingLastPathComponent().path): \(error)")
+        }
+        let descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             throw AtriumClientError(.localFile, "cannot write \(partialFile.path): \(String(cString: strerror(errno)))")
         }
@@ -47,6 +62,17 @@ public final class DownloadOperation: Sendable {
             transfer, offset: UInt64(held), window: window)
         guard attached.status == .success else {
             let error = attached.error ?? "\(attached.status)"
+            if error == "ended", attached.direction == "download" {
+                // Every byte here already (a run stopped after its last ack): it is whole.
+                if attached.size >= 0, held == attached.size {
+                    return try complete(TransferProgress(transfer: transfer, bytes: held, size: held, state: "running"))
+                }
+                // Failed, canceled or expired at the host: its bytes will never be whole.
+                unlink(partialFile.path)
+                throw AtriumClientError(
+                    .transferFailed,
+                    "transfer \(transfer) has ended at the host without completing (its outcome is in transfers)")
+            }
             throw AtriumClientError(.transferFailed, "the host refused to attach transfer \(transfer): \(error)")
         }
         guard attached.direction == "download" else {
@@ -88,7 +114,15 @@ public final class DownloadOperation: Sendable {
                 // section 8), without waiting a round trip for the host to say so.
                 if held == size { return try complete(last) }
             case .state(let state):
-                guard try control.take(state, into: &last) else { continue }
+                let completed: Bool
+                do {
+                    completed = try control.take(state, into: &last)
+                } catch {
+                    // Failed, canceled or expired at the host: its bytes will never be whole.
+                    if last.hasEnded { unlink(partialFile.path) }
+                    throw error
+                }
+                guard completed else { continue }
                 return try complete(last)
             case .ack:
                 continue
@@ -101,11 +135,7 @@ public final class DownloadOperation: Sendable {
     /// which would cost a small file more than its bytes.
     private func complete(_ last: TransferProgress) throws -> TransferProgress {
         connection.stopEvents(of: transfer)
-        guard rename(partialFile.path, destination.path) == 0 else {
-            throw AtriumClientError(
-                .localFile,
-                "cannot put the download in place at \(destination.path): \(String(cString: strerror(errno)))")
-        }
+        try Self.move(partialFile, to: destination)
         var done = last
         done.state = "completed"
         done.error = nil
@@ -121,6 +151,33 @@ public final class DownloadOperation: Sendable {
         let progress = try await control.cancel()
         unlink(partialFile.path)
         return progress
+    }
+
+    /// Moves `partial` to `destination`: a rename on the same file system; across file
+    /// systems a copy beside the destination, renamed over it once whole (a reader never sees
+    /// half a file), then the partial file removed.
+    static func move(_ partial: URL, to destination: URL) throws {
+        if rename(partial.path, destination.path) == 0 { return }
+        let reason = errno
+        guard reason == EXDEV else {
+            throw AtriumClientError(
+                .localFile,
+                "cannot put the download in place at \(destination.path): \(String(cString: strerror(reason)))")
+        }
+        let copy = destination.deletingLastPathComponent().appendingPathComponent(
+            ".\(destination.lastPathComponent).atrium-\(UUID().uuidString.prefix(8))")
+        do {
+            try FileManager.default.copyItem(at: partial, to: copy)
+        } catch {
+            unlink(copy.path)
+            throw AtriumClientError(.localFile, "cannot copy the download to \(destination.path): \(error)")
+        }
+        guard rename(copy.path, destination.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(copy.path)
+            throw AtriumClientError(.localFile, "cannot put the download in place at \(destination.path): \(reason)")
+        }
+        unlink(partial.path)
     }
 
     static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
