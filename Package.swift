@@ -151,7 +151,8 @@ let package = Package(
         .executableTarget(
             name: "AtriumTransferBenchmark",
             dependencies: [
-                "AtriumClient", "AtriumTLS", "AtriumValues", nioPosix, .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                "AtriumClient", "AtriumTLS", "AtriumValues", nioPosix,
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             path: "Benchmarks/TransferBenchmark",
             swiftSettings: strict
@@ -213,9 +214,11 @@ let package = Package(
         .testTarget(
             name: "AtriumClientTests",
             dependencies: [
-                "AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", nioCore,
+                "AtriumClient", "AtriumTesting", "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery",
+                nioCore,
                 nioPosix,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ],
             swiftSettings: strict
         ),
@@ -232,6 +235,7 @@ if Context.environment["ATRIUM_FUZZ"] != nil {
         ("ManifestFuzz", ["AtriumHost"]),
         ("URIFuzz", ["AtriumHost", "AtriumProtocol"]),
         ("ELFFuzz", ["AtriumHost"]),
+        ("HTTPFuzz", ["AtriumTLS", "AtriumTransfers"]),
     ] as [(String, [Target.Dependency])] {
         package.targets.append(
             .executableTarget(

@@ -9,7 +9,8 @@
 #
 # Targets: FrameFuzz (the frame decoders: clients' and workers'), ValueSetFuzz (the ValueSet decoder against the
 # host's validator), ManifestFuzz (the manifest parser), URIFuzz (the launch URI checks),
-# ELFFuzz (reading a plugin library's symbol tables when it lacks the entry point).
+# ELFFuzz (reading a plugin library's symbol tables when it lacks the entry point), HTTPFuzz
+# (a TLS ClientHello's ALPN, Range headers, Content-Disposition of a file's name).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Scripts/ensure-deps.sh
@@ -17,9 +18,9 @@ Scripts/ensure-deps.sh
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(FrameFuzz ValueSetFuzz ManifestFuzz URIFuzz ELFFuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(FrameFuzz ValueSetFuzz ManifestFuzz URIFuzz ELFFuzz HTTPFuzz)
 
-declare -A corpus=([FrameFuzz]=frames [ValueSetFuzz]=valuesets [ManifestFuzz]=manifests [URIFuzz]=uris [ELFFuzz]=elf)
+declare -A corpus=([FrameFuzz]=frames [ValueSetFuzz]=valuesets [ManifestFuzz]=manifests [URIFuzz]=uris [ELFFuzz]=elf [HTTPFuzz]=http)
 
 scratch=.build-fuzz
 for target in "${targets[@]}"; do

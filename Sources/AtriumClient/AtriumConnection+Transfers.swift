@@ -70,6 +70,18 @@ extension AtriumConnection {
         return list
     }
 
+    /// A URL and a bearer that reach `transfer` over HTTPS (curl, a browser, the phone's own
+    /// background downloader) until the answer's `expires`; a refusal has a status other than
+    /// success and says why in `error`.
+    public func transferLink(_ transfer: UUID, timeout: Duration? = nil) async throws -> TransferLinkFrame {
+        let id = makeNumber()
+        let frame = try await call(.transfer(.link(id: id, transfer: transfer)), awaiting: .link(id), timeout: timeout)
+        guard case .transfer(.link(let link)) = frame else {
+            throw AtriumClientError(.protocolError, "the host answered transferLink with \(frame.type)")
+        }
+        return link
+    }
+
     func stopEvents(of transfer: UUID) {
         state.withLock { $0.transfers.removeValue(forKey: transfer) }?.finish()
     }
@@ -81,6 +93,8 @@ extension AtriumConnection {
             _ = deliver(.transfer(frame), to: .attached(attached.id))
         case .transfers(let list):
             _ = deliver(.transfer(frame), to: .transfers(list.id))
+        case .link(let link):
+            _ = deliver(.transfer(frame), to: .link(link.id))
         case .chunk(let chunk):
             _ = state.withLock { $0.transfers[chunk.transfer] }?.yield(.chunk(chunk))
         case .ack(let ack):

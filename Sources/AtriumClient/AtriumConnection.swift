@@ -43,6 +43,7 @@ public final class AtriumConnection: Sendable {
         case attached(UInt64)
         case transfers(UInt64)
         case canceled(UUID)
+        case link(UInt64)
     }
 
     struct Waiter {

@@ -119,6 +119,7 @@ extension ClientTransferFrame {
         case .detach: "detach"
         case .cancel: "cancelTransfer"
         case .transfers: "transfers"
+        case .link: "transferLink"
         }
     }
 
@@ -149,6 +150,10 @@ extension ClientTransferFrame {
                 buffer.writeHead(major: 4, argument: UInt64(query.forget.count))
                 for uuid in query.forget { buffer.writeUUID(uuid) }
             }
+        case .link(let id, let transfer):
+            buffer.writeFrameHeader("transferLink", keys: 3)
+            buffer.writeKey("id", id)
+            buffer.writeKey("transfer", uuid: transfer)
         }
     }
 
@@ -169,6 +174,7 @@ extension ClientTransferFrame {
                 TransfersQueryFrame(
                     id: try fields.uint("id"), since: try fields.optionalOffset("since"),
                     forget: try fields.optionalUUIDArray("forget") ?? []))
+        case "transferLink": return .link(id: try fields.uint("id"), transfer: try fields.uuid("transfer"))
         default: return nil
         }
     }
@@ -182,6 +188,7 @@ extension HostTransferFrame {
         case .ack: "ack"
         case .state: "transferState"
         case .transfers: "transfers"
+        case .link: "transferLink"
         }
     }
 
@@ -222,6 +229,15 @@ extension HostTransferFrame {
             buffer.writeHead(major: 4, argument: UInt64(answer.transfers.count))
             for state in answer.transfers { state.encodeFields(into: &buffer, asFrame: false) }
             buffer.writeKey("cursor", answer.cursor)
+        case .link(let link):
+            buffer.writeFrameHeader("transferLink", keys: 6 + count(link.error != nil))
+            buffer.writeKey("id", link.id)
+            buffer.writeKey("status", link.status.wireValue)
+            buffer.writeKey("url", link.url)
+            buffer.writeKey("bearer", link.bearer)
+            buffer.writeText("expires" as StaticString)
+            buffer.writeDate(link.expires)
+            if let error = link.error { buffer.writeKey("error", error) }
         }
     }
 
@@ -249,6 +265,12 @@ extension HostTransferFrame {
                         try TransferStateFrame(map)
                     },
                     cursor: try fields.uint("cursor")))
+        case "transferLink":
+            return .link(
+                TransferLinkFrame(
+                    id: try fields.uint("id"), status: AppServiceResponseStatus(rawValue: try fields.int("status")),
+                    url: try fields.text("url"), bearer: try fields.text("bearer"), expires: try fields.date("expires"),
+                    error: try fields.optionalText("error")))
         default: return nil
         }
     }

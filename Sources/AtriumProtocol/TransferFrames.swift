@@ -68,6 +68,32 @@ public struct TransfersQueryFrame: Sendable, Hashable {
     }
 }
 
+/// `transferLink` (host to client): the answer to the client's `transferLink`, a URL and a
+/// bearer that reach the transfer over HTTPS until `expires`.
+public struct TransferLinkFrame: Sendable, Hashable {
+    public var id: UInt64
+    /// As `attached`'s: Success (0); Failure (1) with `error`; ResourceLimitsExceeded (2).
+    public var status: AppServiceResponseStatus
+    /// Empty when refused.
+    public var url: String
+    /// Empty when refused.
+    public var bearer: String
+    public var expires: Timestamp
+    public var error: String?
+
+    public init(
+        id: UInt64, status: AppServiceResponseStatus, url: String, bearer: String, expires: Timestamp,
+        error: String? = nil
+    ) {
+        self.id = id
+        self.status = status
+        self.url = url
+        self.bearer = bearer
+        self.expires = expires
+        self.error = error
+    }
+}
+
 /// A transfer frame a client sends.
 public enum ClientTransferFrame: Sendable, Hashable {
     case attach(AttachFrame)
@@ -76,6 +102,8 @@ public enum ClientTransferFrame: Sendable, Hashable {
     case detach(transfer: UUID)
     case cancel(transfer: UUID)
     case transfers(TransfersQueryFrame)
+    /// `transferLink`: a URL and bearer for the transfer over HTTPS.
+    case link(id: UInt64, transfer: UUID)
 
     /// The uuid the frame names, if it names one.
     public var transfer: UUID? {
@@ -84,6 +112,7 @@ public enum ClientTransferFrame: Sendable, Hashable {
         case .chunk(let chunk): chunk.transfer
         case .ack(let ack): ack.transfer
         case .detach(let transfer), .cancel(let transfer): transfer
+        case .link(_, let transfer): transfer
         case .transfers: nil
         }
     }
@@ -176,4 +205,5 @@ public enum HostTransferFrame: Sendable, Hashable {
     case ack(AckFrame)
     case state(TransferStateFrame)
     case transfers(TransfersFrame)
+    case link(TransferLinkFrame)
 }

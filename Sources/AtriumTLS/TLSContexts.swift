@@ -11,9 +11,28 @@ extension TLSIdentity {
             certificateChain: [.certificate(certificate)], privateKey: .privateKey(privateKey))
         configuration.minimumTLSVersion = .tlsv13
         configuration.certificateVerification = .noHostnameVerification
+        configuration.applicationProtocols = [Self.framesProtocol]
         configuration.shutdownTimeout = Self.closeNotifyTimeout
         return try NIOSSLContext(configuration: configuration)
     }
+
+    /// The server context of a connection whose client asked for HTTP (ALPN `http/1.1`,
+    /// CONTRACT section 8): presenting this identity, asking for no client certificate (a
+    /// transfer's bearer admits the client), and taking TLS 1.2 too, which the downloaders of
+    /// older systems (Windows 10's BITS and BackgroundDownloader) still speak.
+    public func makeHTTPServerContext() throws -> NIOSSLContext {
+        var configuration = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(certificate)], privateKey: .privateKey(privateKey))
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.certificateVerification = .none
+        configuration.applicationProtocols = [Self.httpProtocol]
+        configuration.shutdownTimeout = Self.closeNotifyTimeout
+        return try NIOSSLContext(configuration: configuration)
+    }
+
+    /// The ALPN name of Atrium's frames, and of HTTP/1.1.
+    public static let framesProtocol = "atrium/1"
+    public static let httpProtocol = "http/1.1"
 
     /// A client context: TLS 1.3 only, presenting this identity; the host's certificate is
     /// checked by the handler's verification callback (``PeerCertificateCheck``).
@@ -23,6 +42,7 @@ extension TLSIdentity {
         configuration.certificateVerification = .noHostnameVerification
         configuration.certificateChain = [.certificate(certificate)]
         configuration.privateKey = .privateKey(privateKey)
+        configuration.applicationProtocols = [Self.framesProtocol]
         configuration.shutdownTimeout = Self.closeNotifyTimeout
         return configuration.makeContext()
     }

@@ -17,6 +17,14 @@ public struct DownloadSource: Sendable, Codable, Equatable {
     public var size: Int64
     /// Its last modification, in nanoseconds since 1970.
     public var modified: Int64
+
+    public init(path: String?, device: UInt64, inode: UInt64, size: Int64, modified: Int64) {
+        self.path = path
+        self.device = device
+        self.inode = inode
+        self.size = size
+        self.modified = modified
+    }
 }
 
 /// The open file a download reads from: the host's own duplicate of the descriptor a service

@@ -25,13 +25,21 @@ public struct TransferLimits: Sendable, Equatable {
     public var retention: Duration
     /// ...and unless its caller has more outcomes kept than this: past it, its oldest go.
     public var keptOutcomesPerCaller: Int
+    /// How long a `transferLink`'s bearer admits its client over HTTPS.
+    public var linkLifetime: Duration
+    /// The most connections speaking HTTP (to transfers' links) at once.
+    public var httpConnections: Int
+    /// How long an HTTP connection may wait for a request head, or for its client to read
+    /// what it sends, before it is closed.
+    public var httpTimeout: Duration
 
     public init(
         chunkBytes: Int = 256 << 10, windowBytes: Int64 = 4 << 20, connectionWindowBytes: Int64 = 16 << 20,
         attachedPerConnection: Int = 16, attachedPerCaller: Int = 64, unfinishedPerCaller: Int = 256,
         unfinished: Int = 4096, spoolBytesPerCaller: Int64 = 64 << 30, spoolBytes: Int64 = 256 << 30,
         freeSpaceFloorBytes: Int64 = 1 << 30, expiry: Duration = .seconds(24 * 3600),
-        retention: Duration = .seconds(7 * 24 * 3600), keptOutcomesPerCaller: Int = 10_000
+        retention: Duration = .seconds(7 * 24 * 3600), keptOutcomesPerCaller: Int = 10_000,
+        linkLifetime: Duration = .seconds(24 * 3600), httpConnections: Int = 64, httpTimeout: Duration = .seconds(30)
     ) {
         self.chunkBytes = chunkBytes
         self.windowBytes = windowBytes
@@ -46,5 +54,8 @@ public struct TransferLimits: Sendable, Equatable {
         self.expiry = expiry
         self.retention = retention
         self.keptOutcomesPerCaller = keptOutcomesPerCaller
+        self.linkLifetime = linkLifetime
+        self.httpConnections = httpConnections
+        self.httpTimeout = httpTimeout
     }
 }

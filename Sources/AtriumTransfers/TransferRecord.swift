@@ -38,6 +38,9 @@ public struct TransferRecord: Sendable, Codable, Equatable {
     public var sequence: UInt64
     /// A download's file, as it was offered: opened again from here after a restart.
     public var source: DownloadSource?
+    /// The links that reach it over HTTPS (`transferLink`), newest last: each bearer's SHA-256,
+    /// never the bearer itself, and when it stops admitting.
+    public var links: [TransferLink]?
 
     public init(
         id: TransferID = TransferID(), owner: TransferOwner, direction: TransferDirection, package: String,
@@ -65,5 +68,17 @@ public struct TransferRecord: Sendable, Codable, Equatable {
     public var spoolBytes: Int64 {
         guard direction == .upload, !phase.isEnded else { return 0 }
         return size >= 0 ? size : offset
+    }
+}
+
+/// A bearer that admits its client to one transfer over HTTPS until `expires`: kept as the
+/// SHA-256 of the bearer, so that the journal on disk holds nothing that admits anyone.
+public struct TransferLink: Sendable, Codable, Equatable {
+    public var digest: [UInt8]
+    public var expires: Date
+
+    public init(digest: [UInt8], expires: Date) {
+        self.digest = digest
+        self.expires = expires
     }
 }

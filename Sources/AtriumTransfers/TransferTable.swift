@@ -84,6 +84,9 @@ public struct TransferTable: Sendable {
         if let digest = record.digest, digest.count != 32 { return "its digest is not 32 bytes" }
         if let digest = record.clientDigest, digest.count != 32 { return "its client's digest is not 32 bytes" }
         if record.direction == .download, record.size < 0 { return "a download of no size" }
+        if let links = record.links, links.count > maxLinks || links.contains(where: { $0.digest.count != 32 }) {
+            return "its links are not ones the host makes"
+        }
         if let source = record.source, record.direction != .download || source.size != record.size {
             return "its file does not match its direction or size"
         }
@@ -247,6 +250,31 @@ public struct TransferTable: Sendable {
         record.offset = offset
         record.lastProgress = now
         store(&record)
+        return record
+    }
+
+    /// The most links a transfer keeps: a new one past them replaces the oldest.
+    public static let maxLinks = 4
+
+    /// A new link to transfer `id` of `owner` (nil when the caller has no such transfer, or
+    /// it has ended); the links past their time, and the oldest past ``maxLinks``, go.
+    public mutating func linked(_ id: TransferID, owner: TransferOwner, _ link: TransferLink, now: Date)
+        -> TransferRecord?
+    {
+        guard var record = find(id, owner: owner), !record.phase.isEnded else { return nil }
+        var links = (record.links ?? []).filter { $0.expires > now }
+        links.append(link)
+        record.links = Array(links.suffix(Self.maxLinks))
+        // Not a change of the transfer its caller follows: its change number stays.
+        put(record)
+        return record
+    }
+
+    /// The transfer a link's bearer (its SHA-256) admits at `now`, whoever its caller is.
+    public func admitted(_ id: TransferID, bearerDigest: [UInt8], now: Date) -> TransferRecord? {
+        guard let record = records[id],
+            record.links?.contains(where: { $0.expires > now && $0.digest == bearerDigest }) == true
+        else { return nil }
         return record
     }
 

@@ -31,7 +31,7 @@ struct Atrium: AsyncParsableCommand {
             """,
         version: AtriumVersion.current,
         subcommands: [
-            Ping.self, Apps.self, Describe.self, Send.self, Get.self, Put.self, Transfers.self, Launch.self,
+            Ping.self, Apps.self, Describe.self, Send.self, Get.self, Put.self, Transfers.self, Link.self, Launch.self,
             Discover.self, Bench.self, Pair.self, Pairing.self,
             Devices.self, Status.self, New.self,
         ]

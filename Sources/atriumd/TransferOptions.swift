@@ -63,6 +63,20 @@ struct TransferOptions: ParsableArguments {
     @Option(help: "The most ended transfers' outcomes kept per caller; past it, its oldest go first.")
     var transferOutcomesPerCaller: Int = defaults.keptOutcomesPerCaller
 
+    @Option(
+        help: ArgumentHelp(
+            "Seconds a transfer's link (atrium link) admits its holder over HTTPS.", valueName: "seconds"))
+    var transferLinkLifetime: Double = defaults.linkLifetime.secondsValue
+
+    @Option(help: "The most connections speaking HTTPS to transfers' links at once.")
+    var transferHTTPConnections: Int = defaults.httpConnections
+
+    @Option(
+        help: ArgumentHelp(
+            "Seconds an HTTPS connection may wait for a request, or for its client to read, before it is closed.",
+            valueName: "seconds"))
+    var transferHTTPTimeout: Double = defaults.httpTimeout.secondsValue
+
     func validate() throws {
         for (flag, value) in [
             ("--transfer-window", transferWindow), ("--transfer-connection-window", transferConnectionWindow),
@@ -71,13 +85,17 @@ struct TransferOptions: ParsableArguments {
             ("--transfers-per-caller", Int64(transfersPerCaller)), ("--transfers-max", Int64(transfersMax)),
             ("--transfer-spool-per-caller", transferSpoolPerCaller), ("--transfer-spool", transferSpool),
             ("--transfer-outcomes-per-caller", Int64(transferOutcomesPerCaller)),
+            ("--transfer-http-connections", Int64(transferHTTPConnections)),
         ] where value <= 0 {
             throw ValidationError("\(flag) takes a positive number; got \(value)")
         }
         guard transferFreeSpace >= 0 else {
             throw ValidationError("--transfer-free-space takes 0 or more bytes; got \(transferFreeSpace)")
         }
-        for (flag, seconds) in [("--transfer-expiry", transferExpiry), ("--transfer-retention", transferRetention)]
+        for (flag, seconds) in [
+            ("--transfer-expiry", transferExpiry), ("--transfer-retention", transferRetention),
+            ("--transfer-link-lifetime", transferLinkLifetime), ("--transfer-http-timeout", transferHTTPTimeout),
+        ]
         where !(seconds > 0 && seconds <= 10 * 365 * 86400) {
             throw ValidationError("\(flag) takes seconds above 0 (at most ten years); got \(seconds)")
         }
@@ -92,7 +110,9 @@ struct TransferOptions: ParsableArguments {
             spoolBytesPerCaller: transferSpoolPerCaller, spoolBytes: transferSpool,
             freeSpaceFloorBytes: transferFreeSpace, expiry: .milliseconds(Int64(transferExpiry * 1000)),
             retention: .milliseconds(Int64(transferRetention * 1000)),
-            keptOutcomesPerCaller: transferOutcomesPerCaller)
+            keptOutcomesPerCaller: transferOutcomesPerCaller,
+            linkLifetime: .milliseconds(Int64(transferLinkLifetime * 1000)), httpConnections: transferHTTPConnections,
+            httpTimeout: .milliseconds(Int64(transferHTTPTimeout * 1000)))
     }
 }
 

@@ -21,6 +21,7 @@ struct TransferFrameTests {
         .transfer(.cancel(transfer: id)),
         .transfer(.transfers(TransfersQueryFrame(id: 3))),
         .transfer(.transfers(TransfersQueryFrame(id: 4, since: 17, forget: [id, UUID()]))),
+        .transfer(.link(id: 5, transfer: id)),
     ]
 
     static let hostFrames: [HostFrame] = [
@@ -52,7 +53,33 @@ struct TransferFrameTests {
                         TransferStateFrame(transfer: UUID(), state: "waiting", offset: 0, size: 5),
                     ], cursor: 12))),
         .transfer(.transfers(TransfersFrame(id: 10, transfers: [], cursor: 0))),
+        .transfer(
+            .link(
+                TransferLinkFrame(
+                    id: 11, status: .success, url: "https://192.168.1.20:7340/transfers/\(id)",
+                    bearer: "1kKqDQS-733x9s8F_LA8-s5InVj-s_r_8Uwo42Blmww",
+                    expires: Timestamp(secondsSince1970: 1_800_000_000)))),
+        .transfer(
+            .link(
+                TransferLinkFrame(
+                    id: 12, status: .failure, url: "", bearer: "", expires: Timestamp(secondsSince1970: 0),
+                    error: "notFound"))),
     ]
+
+    /// `transferLink` both ways is the contract's map.
+    @Test func aTransferLinkIsTheContractsMap() throws {
+        let asked = try ValueSet(
+            cbor: Array(encoded(ClientFrame.transfer(.link(id: 5, transfer: Self.id))).readableBytesView.dropFirst(4)))
+        #expect(asked == ["type": "transferLink", "id": 5, "transfer": .uuid(Self.id)])
+        let answer = try ValueSet(cbor: Array(encoded(Self.hostFrames[8]).readableBytesView.dropFirst(4)))
+        #expect(
+            answer == [
+                "type": "transferLink", "id": 11, "status": 0,
+                "url": .string("https://192.168.1.20:7340/transfers/\(Self.id)"),
+                "bearer": "1kKqDQS-733x9s8F_LA8-s5InVj-s_r_8Uwo42Blmww",
+                "expires": .date(Timestamp(secondsSince1970: 1_800_000_000)),
+            ])
+    }
 
     /// The wire form is the contract's map: the uuid as tag 37 over 16 bytes, the data as a
     /// byte string, `last` as true, a size of -1 as a negative integer, `expires` as tag 1.

@@ -26,7 +26,7 @@ import Synchronization
 ///
 /// It reads and writes bytes: it cuts what it reads into frames itself and encodes what it
 /// writes, so that no frame value is boxed into the pipeline and cast back.
-final class ConnectionHandler: ChannelDuplexHandler {
+final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -143,6 +143,18 @@ final class ConnectionHandler: ChannelDuplexHandler {
         self.context = nil
     }
 
+    /// The client asked for HTTP (ALPN `http/1.1`): this is not a connection of frames. The
+    /// host forgets it as one (its place under the connection limits stays taken until it
+    /// closes), and this handler leaves the pipeline to the HTTP handlers.
+    func leaveForHTTP(_ pipeline: ChannelPipeline.SynchronousOperations) {
+        if admitted {
+            core.connectionClosed(id)
+            admitted = false
+        }
+        logger.debug("speaks HTTP")
+        pipeline.removeHandler(self, promise: nil)
+    }
+
     /// What the per-address limit counts a TCP client as: its IPv4 address, or the /64 of its
     /// IPv6 address (one network hands out a whole /64, so single addresses cost nothing).
     static func peerKey(_ address: SocketAddress) -> String? {
@@ -234,6 +246,13 @@ final class ConnectionHandler: ChannelDuplexHandler {
             guard !isRemoved else { return }
             body(self)
         }
+    }
+
+    /// Where this host answers HTTPS: the address this connection reached, when its listener
+    /// serves TLS; else the TLS listener's (a local client's); nil when the host serves no TLS.
+    var httpsAddress: SocketAddress? {
+        if transport.listenerServesTLS, let local = context?.channel.localAddress { return local }
+        return core.httpsAddress.withLock { $0 }
     }
 
     /// The allocator of the connection's buffers.

@@ -55,6 +55,10 @@ final class ConnectionTransfers {
             pump(on: connection)
         case .transfers(let query):
             connection.write(.transfer(.transfers(service.list(query, owner: owner))))
+        case .link(let request, let transfer):
+            service.link(
+                request: request, transfer: transfer, owner: owner, address: connection.httpsAddress
+            ) { frame in link.run { $0.write(.transfer(.link(frame))) } }
         case .chunk(let chunk):
             // Written and synced off the loop; the `ack` comes from there.
             if case .state(let state) = service.chunk(chunk, owner: owner, connection: connection.id) {
@@ -86,7 +90,7 @@ final class ConnectionTransfers {
             armStateTimer(on: connection)
             // What the page cache holds is read here at once, with no hop to the disk's threads.
             let allocator = connection.allocator
-            while let next = batch.first, let data = Self.readCached(next.file, next.range, allocator: allocator) {
+            while let next = batch.first, let data = next.file.cachedBuffer(next.range, allocator: allocator) {
                 ready.append(
                     (
                         ChunkFrame(transfer: next.id.uuid, offset: UInt64(next.range.lowerBound), data: data),
@@ -129,8 +133,8 @@ final class ConnectionTransfers {
         reading = true
         let allocator = connection.allocator
         let reads = batch.map { ($0.file, $0.range) }
-        service.pool.runIfActive(eventLoop: eventLoop) { () -> [Result<ByteBuffer, ReadFailure>] in
-            reads.map { file, range in Self.read(file, range, allocator: allocator) }
+        service.pool.runIfActive(eventLoop: eventLoop) { () -> [Result<ByteBuffer, DownloadFile.ReadFailure>] in
+            reads.map { file, range in file.buffer(range, allocator: allocator) }
         }.assumeIsolated().whenComplete { [weak self] result in
             guard let self else { return }
             self.reading = false
@@ -154,40 +158,6 @@ final class ConnectionTransfers {
             }
             self.pump(on: connection)
         }
-    }
-
-    /// `range` of `file` if the page cache holds all of it and the file is unchanged; nil when
-    /// it must be read off the event loop (which also says why a read fails).
-    private static func readCached(_ file: DownloadFile, _ range: Range<Int64>, allocator: ByteBufferAllocator)
-        -> ByteBuffer?
-    {
-        let count = Int(range.count)
-        var buffer = allocator.buffer(capacity: count)
-        var read = false
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { memory in
-            read = file.readCached(into: memory, count: count, at: range.lowerBound)
-            return read ? count : 0
-        }
-        guard read, file.isUnchanged else { return nil }
-        return buffer
-    }
-
-    enum ReadFailure: Error { case changed, unreadable }
-
-    /// Reads `range` of `file`, off the event loop: only from a file still as it was offered.
-    private static func read(_ file: DownloadFile, _ range: Range<Int64>, allocator: ByteBufferAllocator)
-        -> Result<ByteBuffer, ReadFailure>
-    {
-        guard file.isUnchanged else { return .failure(.changed) }
-        let count = Int(range.count)
-        var buffer = allocator.buffer(capacity: count)
-        var failed = false
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { memory in
-            let got = file.read(into: memory, count: count, at: range.lowerBound)
-            failed = got != count
-            return got ?? 0
-        }
-        return failed ? .failure(.unreadable) : .success(buffer)
     }
 
     /// Sends the state of each transfer attached here every second while bytes move

@@ -49,6 +49,9 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     /// What the host listens on, as `atrium status` shows it (`tcp 127.0.0.1:7340`,
     /// `unix /run/user/1000/atrium/atriumd.sock`); set once the listeners are bound.
     let listeners = Mutex<[String]>([])
+    /// The address of the TCP listener that serves TLS, and so HTTPS (transfers' links); set
+    /// once it is bound.
+    let httpsAddress = Mutex<SocketAddress?>(nil)
 
     /// The limits, kept apart from the rest of the configuration: the request path reads them
     /// for every frame, and they hold nothing that needs retaining.

@@ -104,10 +104,12 @@ public final class AtriumServer: Service, Sendable {
             }
         let identity: TLSIdentity
         let context: NIOSSLContext
+        let httpContext: NIOSSLContext
         do {
             identity = try TLSIdentity.loadOrCreate(
                 in: configuration.stateFolder, name: "host", commonName: "atriumd on \(configuration.hostName)")
             context = try identity.makeServerContext()
+            httpContext = try identity.makeHTTPServerContext()
         } catch {
             guard plaintextAllowed else {
                 throw HostStartError(
@@ -125,7 +127,10 @@ public final class AtriumServer: Service, Sendable {
                 "PLAIN TCP IS ACCEPTED on \(address), which is not a loopback address (--tls optional): anyone on the network can read and change what a plain client sends and receives. Drop --tls optional to take only TLS there."
             )
         }
-        return (TransportPolicy(context: context, plaintextAllowed: plaintextAllowed), identity.fingerprint)
+        return (
+            TransportPolicy(context: context, httpContext: httpContext, plaintextAllowed: plaintextAllowed),
+            identity.fingerprint
+        )
     }
 
     /// The packages, with their load errors.
@@ -244,6 +249,7 @@ public final class AtriumServer: Service, Sendable {
                 "metrics": "\(addresses.metrics.map { "\($0)" } ?? "off")",
             ]
         )
+        if transport.context != nil, let tcp = addresses.tcp { core.httpsAddress.withLock { $0 = tcp } }
         core.listeners.withLock { listeners in
             listeners = []
             if let tcp = addresses.tcp, let port = tcp.port {
@@ -398,11 +404,15 @@ public final class AtriumServer: Service, Sendable {
                         try channel.pipeline.syncOperations.addHandler(ByteCountingHandler(loop: loopMetrics))
                     }
                     let security = ConnectionTransport()
+                    security.listenerServesTLS = transport.context != nil
                     if transport.context != nil {
-                        try channel.pipeline.syncOperations.addHandler(
-                            TransportSniffer(
-                                policy: transport, transport: security, breaches: core.breaches, audit: core.audit,
-                                loopMetrics: loopMetrics))
+                        let sniffer = TransportSniffer(
+                            policy: transport, transport: security, breaches: core.breaches, audit: core.audit,
+                            loopMetrics: loopMetrics)
+                        sniffer.becomeHTTP = { pipeline, position in
+                            try TransferHTTP.install(in: pipeline, at: position, core: core, logger: logger)
+                        }
+                        try channel.pipeline.syncOperations.addHandler(sniffer)
                     }
                     try channel.pipeline.syncOperations.addHandler(
                         ConnectionHandler(

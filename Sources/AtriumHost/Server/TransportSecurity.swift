@@ -33,6 +33,8 @@ public enum PairingMode: String, Sendable, CaseIterable {
 struct TransportPolicy: Sendable {
     /// The host's TLS context, or nil when the host serves no TLS.
     let context: NIOSSLContext?
+    /// The TLS context of a client that asks for HTTP (ALPN `http/1.1`): no client certificate.
+    var httpContext: NIOSSLContext? = nil
     /// Whether a client may speak plain TCP.
     let plaintextAllowed: Bool
 
@@ -46,6 +48,9 @@ final class ConnectionTransport: @unchecked Sendable {
     /// Set when the client started TLS.
     var check: PeerCertificateCheck?
     var isTLS: Bool { check != nil }
+    /// Whether the listener the connection came in on serves TLS (and so HTTPS), whether or
+    /// not this client speaks it.
+    var listenerServesTLS = false
     /// The client's identity, once ``identify(in:)`` has read it.
     private(set) var peerIdentity: String?
 
@@ -64,10 +69,13 @@ final class ConnectionTransport: @unchecked Sendable {
 /// The first handler of a TCP connection when the host serves TLS: it looks at the first
 /// byte. A TLS handshake starts with 0x16 (a handshake record), which no frame can (its
 /// length would be over 369 MB, far above any frame limit), so the two never mix up. TLS:
-/// the TLS handler goes in after it. Plain TCP where TLS is required: an `error` frame
-/// (`tlsRequired`) in plain words, and the connection is closed. Then it leaves.
+/// the TLS handler goes in after it, with the settings of the protocol the ClientHello asks
+/// for (ALPN, CONTRACT section 8): `http/1.1` without `atrium/1` makes the connection an HTTP
+/// one (``TransferHTTP``), anything else carries frames. Plain TCP where TLS is required: an
+/// `error` frame (`tlsRequired`) in plain words, and the connection is closed. Then it leaves.
 final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
     let policy: TransportPolicy
     let transport: ConnectionTransport
     let breaches: BreachLog
@@ -88,21 +96,58 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
 
     /// Set once plain TCP was refused: what else the client sends is dropped.
     private var refused = false
+    /// What arrived of a ClientHello not yet whole.
+    private var pending: ByteBuffer?
+    /// Makes the connection an HTTP one, its handlers after `position` (from the server, which
+    /// knows the host).
+    var becomeHTTP:
+        ((ChannelPipeline.SynchronousOperations, ChannelPipeline.SynchronousOperations.Position) throws -> Void)?
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !refused else { return }
-        let buffer = unwrapInboundIn(data)
+        var buffer = unwrapInboundIn(data)
+        if var pending {
+            pending.writeBuffer(&buffer)
+            buffer = pending
+            self.pending = nil
+        }
         guard let first = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return }
         if first == 0x16, let tls = policy.context {
-            let check = PeerCertificateCheck()
-            let handler = NIOSSLServerHandler(context: tls, customVerificationCallback: check.verify)
-            do {
-                try context.pipeline.syncOperations.addHandler(handler, position: .after(self))
-            } catch {
-                context.close(promise: nil)
-                return
+            var asksForHTTP = false
+            if let becomeHTTP, policy.httpContext != nil {
+                switch ClientHello.peek(buffer.readableBytesView) {
+                case .incomplete:
+                    // The hello timeout of the connection bounds how long this may wait.
+                    pending = buffer
+                    return
+                case .offers(let names):
+                    asksForHTTP =
+                        names.contains(TLSIdentity.httpProtocol) && !names.contains(TLSIdentity.framesProtocol)
+                case .unreadable:
+                    break
+                }
+                if asksForHTTP, let http = policy.httpContext {
+                    do {
+                        let handler = NIOSSLServerHandler(context: http)
+                        try context.pipeline.syncOperations.addHandler(handler, position: .after(self))
+                        try becomeHTTP(context.pipeline.syncOperations, .after(handler))
+                    } catch {
+                        context.close(promise: nil)
+                        return
+                    }
+                }
             }
-            transport.check = check
+            if !asksForHTTP {
+                let check = PeerCertificateCheck()
+                let handler = NIOSSLServerHandler(context: tls, customVerificationCallback: check.verify)
+                do {
+                    try context.pipeline.syncOperations.addHandler(handler, position: .after(self))
+                } catch {
+                    context.close(promise: nil)
+                    return
+                }
+                transport.check = check
+            }
         } else if !policy.plaintextAllowed {
             breaches.record(
                 "plain TCP refused", level: .info, "a client spoke plain TCP where only TLS is taken; refused",
@@ -122,7 +167,7 @@ final class TransportSniffer: ChannelInboundHandler, RemovableChannelHandler {
             channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
             return
         }
-        context.fireChannelRead(data)
+        context.fireChannelRead(wrapInboundOut(buffer))
         context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 }

@@ -32,6 +32,8 @@ final class TransferService: Sendable {
     /// What the host does for the service: hand it a finished upload, tell it a transfer ended.
     let hooks = Mutex<Hooks?>(nil)
     private let journalQueue = DispatchQueue(label: "atriumd.transfers.journal")
+    /// The connections speaking HTTP now (`--transfer-http-connections`).
+    let httpConnections = Atomic<Int>(0)
 
     /// Who made a transfer, and for whom: what a service's offer names.
     struct Maker: Sendable {

@@ -1,0 +1,147 @@
+import AtriumProtocol
+import AtriumTransfers
+import AtriumValues
+import Crypto
+import Foundation
+import NIOCore
+
+// Transfers over HTTPS (CONTRACT section 8): a caller asks for a link (`transferLink`), and
+// whoever holds its bearer reaches that one transfer over HTTP until the link expires. The
+// same transfer, the same journal and the same outcome as with frames.
+
+extension TransferService {
+    /// A new link to `transfer` for its caller `owner`: a URL on `address` (the host's TLS
+    /// listener) and a bearer, kept (as its SHA-256) in the transfer's journal record. `answer`
+    /// gets the `transferLink` frame (for the client's request `request`) once the record is on
+    /// stable storage, so that a link handed out still admits after a restart.
+    func link(
+        request: UInt64, transfer: UUID, owner: TransferOwner, address: SocketAddress?,
+        answer: @escaping @Sendable (TransferLinkFrame) -> Void
+    ) {
+        let now = Date()
+        func refused(_ error: String) -> TransferLinkFrame {
+            TransferLinkFrame(id: request, status: .failure, url: "", bearer: "", expires: Timestamp(now), error: error)
+        }
+        if let unavailable { return answer(refused(unavailable)) }
+        guard let address, let base = Self.baseURL(of: address) else {
+            return answer(
+                refused("this host serves no HTTPS: transfers' links need a TCP listener with TLS (atriumd --listen)"))
+        }
+        var secret = [UInt8](repeating: 0, count: 32)
+        var random = SystemRandomNumberGenerator()
+        for index in secret.indices { secret[index] = random.next() }
+        let bearer = Self.base64URL(secret)
+        let expires = now.addingTimeInterval(limits.linkLifetime.seconds)
+        let link = TransferLink(digest: Self.digest(ofBearer: bearer), expires: expires)
+        let id = TransferID(transfer)
+        let refusal = state.withLock { state -> TransferErrorCode? in
+            guard let record = state.table.find(id, owner: owner) else { return .notFound }
+            guard let linked = state.table.linked(id, owner: owner, link, now: now) else {
+                return record.phase.isEnded ? .ended : .notFound
+            }
+            unwrittenChange(linked, in: &state)
+            return nil
+        }
+        if let refusal { return answer(refused(refusal.rawValue)) }
+        logger.debug("transfer \(id): a link made, until \(expires)")
+        let frame = TransferLinkFrame(
+            id: request, status: .success, url: "\(base)/transfers/\(id)", bearer: bearer,
+            expires: Timestamp(expires))
+        afterJournal { answer(frame) }
+    }
+
+    /// `https://ADDRESS:PORT`, for a listener's address (an address any host may bind,
+    /// `0.0.0.0` or `::`, is named by its loopback address).
+    static func baseURL(of address: SocketAddress) -> String? {
+        guard let port = address.port, var host = address.ipAddress else { return nil }
+        if host == "0.0.0.0" { host = "127.0.0.1" }
+        if host == "::" { host = "::1" }
+        if let zone = host.firstIndex(of: "%") { host = String(host[..<zone]) }
+        return host.contains(":") ? "https://[\(host)]:\(port)" : "https://\(host):\(port)"
+    }
+
+    /// The SHA-256 of a bearer as the journal keeps it.
+    static func digest(ofBearer bearer: String) -> [UInt8] { Array(SHA256.hash(data: Data(bearer.utf8))) }
+
+    /// Base64 for URLs (RFC 4648 section 5), without padding.
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    // MARK: - Serving a link
+
+    /// A download a bearer admits, and the file to read it from.
+    struct HTTPDownload {
+        var record: TransferRecord
+        var file: DownloadFile
+    }
+
+    /// Why a request over HTTP gets no transfer: every reason is a 404 to the client (a wrong
+    /// bearer must not tell that the transfer exists), and the log says which.
+    enum HTTPRefusal: Error, CustomStringConvertible {
+        case noTransfer
+        case ended(TransferPhase)
+        case notADownload
+        case changed(String)
+        var description: String {
+            switch self {
+            case .noTransfer: "no transfer that this bearer admits (wrong, expired or of another transfer)"
+            case .ended(let phase): "the transfer has ended (\(phase.rawValue))"
+            case .notADownload: "the transfer is an upload"
+            case .changed(let why): "its file cannot be read: \(why)"
+            }
+        }
+    }
+
+    /// The download of `transfer` that `bearer` admits now: its record, and its file (the one
+    /// open for the transfer when it is attached, else opened again, only if unchanged).
+    func httpDownload(_ transfer: UUID, bearer: String, now: Date = Date()) -> Result<HTTPDownload, HTTPRefusal> {
+        let id = TransferID(transfer)
+        let digest = Self.digest(ofBearer: bearer)
+        let found = state.withLock { state -> Result<(TransferRecord, DownloadFile?), HTTPRefusal> in
+            guard let record = state.table.admitted(id, bearerDigest: digest, now: now) else {
+                return .failure(.noTransfer)
+            }
+            guard record.direction == .download else { return .failure(.notADownload) }
+            guard !record.phase.isEnded || record.phase == .completed else { return .failure(.ended(record.phase)) }
+            return .success((record, state.files[id]))
+        }
+        switch found {
+        case .failure(let refusal):
+            return .failure(refusal)
+        case .success((let record, let open?)):
+            return .success(HTTPDownload(record: record, file: open))
+        case .success((let record, nil)):
+            guard let source = record.source else { return .failure(.changed("it has no file")) }
+            do {
+                return .success(HTTPDownload(record: record, file: try DownloadFile.reopen(source)))
+            } catch {
+                if !record.phase.isEnded, let (link, state) = self.end(id, phase: .failed, error: .changed) {
+                    link.run { $0.write(.transfer(.state(state))) }
+                }
+                return .failure(.changed("\(error)"))
+            }
+        }
+    }
+
+    /// Bytes `range` of download `id` went out over HTTP: progress (the expiry counts from
+    /// it), and, when they reach the end, the download is complete, as an acknowledgement of
+    /// every byte completes it over frames. They count from no further than the bytes already
+    /// sent, or, when the request `resumes` (a range from a byte to the end, as `curl -C -`
+    /// asks), from where the client says it holds. A connection that has it attached is told.
+    func httpSent(_ id: TransferID, _ range: Range<Int64>, resumes: Bool, now: Date = Date()) {
+        let told = state.withLock { state -> (link: ConnectionLink, state: TransferStateFrame)? in
+            guard let record = state.table.record(id), record.direction == .download, !record.phase.isEnded,
+                resumes || range.lowerBound <= record.offset, range.upperBound > record.offset
+            else { return nil }
+            _ = state.table.progressed(id, offset: range.upperBound, now: now)
+            guard range.upperBound == record.size else { return nil }
+            let link = state.attached[id]?.link
+            guard let done = endLocked(id, phase: .completed, error: nil, now: now, &state) else { return nil }
+            logger.debug("transfer \(id) completed over HTTPS: \(record.size) bytes sent")
+            return link.map { ($0, done.state) }
+        }
+        if let told { told.link.run { $0.write(.transfer(.state(told.state))) } }
+    }
+}

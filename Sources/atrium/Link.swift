@@ -1,0 +1,84 @@
+import ArgumentParser
+import AtriumClient
+import Foundation
+
+/// `atrium link`: a URL and a bearer that reach a transfer over HTTPS, and a curl command that
+/// fetches it with the host's key pinned.
+struct Link: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print an HTTPS link to a transfer, for curl, a browser or a phone's downloader.",
+        discussion: """
+            Asks the host for a URL and a bearer that reach the transfer over HTTPS until the \
+            link expires (a day by default): whoever holds the bearer may fetch it, so hand it \
+            only to what should. Prints the URL, the bearer, when it expires, and a curl \
+            command that pins the host's public key (the identity this client trusts for the \
+            host), so that no certificate authority is involved and no warning is clicked \
+            through. The curl command resumes (-C -) when run again.
+
+            ID is a transfer this client started (atrium transfers lists them; its first \
+            characters are enough), or a transfer's whole uuid.
+
+            Examples:
+              atrium link 3f2a
+              atrium link 3f2a 192.168.1.20
+            """)
+
+    @Argument(help: ArgumentHelp("The transfer's id, or its first characters.", valueName: "id"))
+    var id: String
+
+    @OptionGroup var options: HostOptions
+
+    func run() async throws {
+        let store = ClientTransferStore()
+        let found = store.find(id)
+        let transfer: UUID
+        var host = options.target
+        if found.count == 1 {
+            transfer = found[0].transfer
+            if options.host == HostOptions.defaultHost && !options.local { host = found[0].host }
+        } else if let uuid = UUID(uuidString: id) {
+            transfer = uuid
+        } else {
+            _ = try TransferCommand.record(id, in: store)
+            return
+        }
+        let connection = try await options.connect(to: host, clientId: HostOptions.stableClientId)
+        defer { Task { await connection.close() } }
+        let link = try await reachable { try await connection.transferLink(transfer, timeout: options.duration) }
+        guard link.status == .success else {
+            printError("no link to \(transfer): \(link.error ?? "\(link.status)")")
+            throw Exit.notSuccess
+        }
+        print("url: \(link.url)")
+        print("bearer: \(link.bearer)")
+        print("expires: \(ISO8601DateFormatter().string(from: link.expires.date))")
+        guard let pin = Self.pin(connection.hostIdentity) else {
+            print("(over plain TCP the host's key is not known here: connect with TLS for a curl command that pins it)")
+            return
+        }
+        let name =
+            found.first.map { URL(fileURLWithPath: $0.path).lastPathComponent } ?? transfer.uuidString.lowercased()
+        print("")
+        print("curl --fail --insecure --pinnedpubkey 'sha256//\(pin)' \\")
+        print("  -H 'Authorization: Bearer \(link.bearer)' \\")
+        print("  -C - -o '\(name.replacingOccurrences(of: "'", with: "'\\''"))' '\(link.url)'")
+        print("")
+        print("(--insecure skips certificate authorities, which the host's own certificate has none of;")
+        print(" --pinnedpubkey refuses any key but this host's.)")
+    }
+
+    /// curl's pin of a public key (base64 of the SHA-256 of its SubjectPublicKeyInfo) from the
+    /// host's identity (the same hash in hex).
+    static func pin(_ identity: String?) -> String? {
+        guard let identity, identity.count == 64 else { return nil }
+        var bytes: [UInt8] = []
+        var index = identity.startIndex
+        while index < identity.endIndex {
+            let next = identity.index(index, offsetBy: 2)
+            guard let byte = UInt8(identity[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        return Data(bytes).base64EncodedString()
+    }
+}

@@ -1,0 +1,467 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumTesting
+import AtriumValues
+import Crypto
+import Foundation
+import Testing
+
+/// Transfers over HTTPS (CONTRACT section 8), with the clients people use against a real
+/// atriumd serving a folder with Files: curl (through the command `atrium link` prints),
+/// Python's `http.client` over `ssl`, and raw requests of a hostile client.
+@Suite(.serialized)
+struct TransferHTTPTests {
+    /// A new empty folder.
+    static func folder(_ name: String) throws -> URL {
+        let folder = TLSTests.temporaryFolder(name)
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return folder
+    }
+
+    /// Runs the probes of `probes` (see ``probeScript``) against `port`; their results, in order.
+    static func probe(port: Int, _ probes: [[String: Any]]) async throws -> [[String: Any]] {
+        let folder = try Self.folder("http-probe")
+        let script = folder.appendingPathComponent("probe.py")
+        try probeScript.write(to: script, atomically: true, encoding: .utf8)
+        let input = folder.appendingPathComponent("probes.json")
+        try JSONSerialization.data(withJSONObject: probes).write(to: input)
+        let run = try await runProgram("python3", [script.path, "\(port)", input.path])
+        #expect(run.status == 0, "\(run.output)")
+        let line = run.output.split(separator: "\n").last.map(String.init) ?? ""
+        return (try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [[String: Any]]) ?? []
+    }
+
+    static func sha256(_ data: Data) -> String { SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined() }
+
+    /// The clients' side of the probes: each a request over `http.client` (method, path,
+    /// headers) or raw bytes over TLS with ALPN `http/1.1` (`raw`: parts sent with pauses,
+    /// then read until the host closes or `wait` seconds pass), with what came back.
+    static let probeScript = #"""
+        import hashlib, json, socket, ssl, sys, time
+        from http.client import HTTPSConnection
+
+        port = int(sys.argv[1])
+        probes = json.load(open(sys.argv[2]))
+
+        def context():
+            c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            c.check_hostname = False
+            c.verify_mode = ssl.CERT_NONE
+            c.set_alpn_protocols(["http/1.1"])
+            return c
+
+        def request(p):
+            conn = HTTPSConnection("127.0.0.1", port, context=context(), timeout=20)
+            conn.request(p["method"], p["path"], headers=p.get("headers", {}))
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            return {"status": r.status, "headers": {k.lower(): v for k, v in r.getheaders()},
+                    "length": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+                    "text": body[:300].decode("latin-1")}
+
+        def raw(p):
+            s = context().wrap_socket(socket.create_connection(("127.0.0.1", port)))
+            start = time.monotonic()
+            try:
+                for part in p["raw"]:
+                    s.sendall(part["bytes"].encode("latin-1"))
+                    time.sleep(part.get("pause", 0))
+            except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+                pass  # the host answered and closed before taking it all
+            s.settimeout(0.2)
+            got = b""
+            closed = False
+            while time.monotonic() - start < p.get("wait", 5):
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    continue
+                except (ConnectionResetError, ssl.SSLError):
+                    closed = True
+                    break
+                if not chunk:
+                    closed = True
+                    break
+                got += chunk
+                if p.get("stopAfter") and len(got) >= p["stopAfter"]:
+                    break
+            s.close()
+            return {"text": got[:3000].decode("latin-1"), "received": len(got), "closed": closed,
+                    "seconds": time.monotonic() - start}
+
+        results = []
+        held = []
+        for p in probes:
+            if "hold" in p:
+                # Connections that complete TLS and say nothing (or a request they never read).
+                for _ in range(p["hold"]):
+                    s = context().wrap_socket(socket.create_connection(("127.0.0.1", port)))
+                    if "send" in p:
+                        s.sendall(p["send"].encode("latin-1"))
+                    held.append(s)
+                results.append({"held": len(held)})
+            elif "sleep" in p:
+                time.sleep(p["sleep"])
+                results.append({"slept": p["sleep"]})
+            elif "drain" in p:
+                # Reads each held connection until the host closes it (or `drain` seconds).
+                drained = []
+                for s in held:
+                    s.settimeout(p["drain"])
+                    got, closed = 0, False
+                    try:
+                        while True:
+                            chunk = s.recv(1 << 20)
+                            if not chunk:
+                                closed = True
+                                break
+                            got += len(chunk)
+                    except (socket.timeout, ConnectionResetError, ssl.SSLError) as error:
+                        closed = not isinstance(error, socket.timeout)
+                    drained.append({"received": got, "closed": closed})
+                results.append({"drained": drained})
+            elif "release" in p:
+                for s in held:
+                    s.close()
+                held = []
+                results.append({"released": True})
+            elif "raw" in p:
+                results.append(raw(p))
+            else:
+                results.append(request(p))
+        for s in held:
+            s.close()
+        print(json.dumps(results))
+        """#
+
+    /// A device's connection over TLS (its transfers are its identity's), and a download it
+    /// asked Files for.
+    static func download(_ name: String, on device: AtriumConnection) async throws -> UUID {
+        try await TransferClientTests.transfer(["Command": "get", "Name": .string(name)], on: device)
+    }
+
+    @Test func curlFetchesADownloadThroughTheLinkAtriumPrintsAndResumesWithDashC() async throws {
+        guard (try? await runProgram("curl", ["--version"]))?.status == 0 else {
+            Issue.record("curl is not installed (.ci/run installs it)")
+            return
+        }
+        let (folder, manifests) = try TransferClientTests.served()
+        let bytes = TransferClientTests.random(3_000_000)
+        try bytes.write(to: folder.appendingPathComponent("photo.jpg"))
+        let host = try await TestHost.start(manifests: manifests)
+        let address = "127.0.0.1:\(host.port)"
+
+        // The tool asks for the file (over TLS: the transfer is its identity's) and a link.
+        let sent = try await atrium(
+            [
+                "send", address, "--package", TransferClientTests.package, "--service", TransferClientTests.service,
+                "Command=get", "Name=photo.jpg",
+            ])
+        #expect(sent.status == 0, "\(sent.output)")
+        let hex = Array(try #require(sent.output.firstMatch(of: /37\(h'([0-9a-f]{32})'\)/)?.1))
+        let transfer = try #require(
+            UUID(
+                uuidString: [hex[0..<8], hex[8..<12], hex[12..<16], hex[16..<20], hex[20...]].map { String($0) }
+                    .joined(separator: "-")))
+        let link = try await atrium(["link", transfer.uuidString, address])
+        #expect(link.status == 0, "\(link.output)")
+        #expect(
+            link.output.contains("url: https://127.0.0.1:\(host.port)/transfers/\(transfer.uuidString.lowercased())"))
+        let command = link.output.components(separatedBy: "\n\n").dropFirst().first ?? ""
+        #expect(command.hasPrefix("curl --fail --insecure --pinnedpubkey 'sha256//"), "\(link.output)")
+
+        // The command as printed, in a folder of its own where an interrupted run left the
+        // first megabyte: it resumes from there (-C -).
+        let work = try Self.folder("curl")
+        let name = transfer.uuidString.lowercased()
+        try bytes.prefix(1_000_000).write(to: work.appendingPathComponent(name))
+        let fetched = try await runProgram(
+            "bash", ["-c", command.replacingOccurrences(of: "\\\n", with: " ")], in: work)
+        #expect(fetched.status == 0, "\(fetched.output)")
+        #expect(try Data(contentsOf: work.appendingPathComponent(name)) == bytes)
+
+        // Its outcome, over frames: completed.
+        let listed = try await atrium(["transfers", address])
+        #expect(listed.output.contains("\(transfer.uuidString.lowercased())  completed"), "\(listed.output)")
+
+        // A key other than the host's is refused before anything moves.
+        let pin = try #require(command.firstMatch(of: /sha256\/\/([A-Za-z0-9+\/=]+)/)?.1)
+        let wrong = command.replacingOccurrences(of: String(pin), with: String(pin.reversed()))
+            .replacingOccurrences(of: "-o '\(name)'", with: "-o 'other'")
+        let refused = try await runProgram("bash", ["-c", wrong.replacingOccurrences(of: "\\\n", with: " ")], in: work)
+        #expect(refused.status == 90, "curl: the pinned key does not match: \(refused.output)")
+        #expect(!FileManager.default.fileExists(atPath: work.appendingPathComponent("other").path))
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aDownloadBegunWithFramesIsFinishedOverHTTPAndTheReverse() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        let bytes = TransferClientTests.random(2_000_000)
+        try bytes.write(to: folder.appendingPathComponent("a.bin"))
+        let host = try await TestHost.start(manifests: manifests)
+        let device = try await PairingTests.device(host)
+        let partials = try Self.folder("http-partials")
+
+        // Frames first: paused past 300 KB; then HTTP from where the frames stopped.
+        let first = try await Self.download("a.bin", on: device)
+        let operation = DownloadOperation(
+            transfer: first, destination: partials.appendingPathComponent("a.bin"), connection: device,
+            partialFolder: partials)
+        let watcher = Task {
+            for await step in operation.progress where step.bytes >= 300_000 { return await operation.pause() }
+        }
+        #expect(try await operation.run(window: 128 << 10).state == "waiting")
+        await watcher.value
+        let held = try Data(contentsOf: operation.partialFile)
+        let link = try await device.transferLink(first)
+        #expect(link.status == .success && link.url.hasSuffix("/transfers/\(first.uuidString.lowercased())"))
+        let rest = try await Self.probe(
+            port: host.port,
+            [
+                [
+                    "method": "GET", "path": "/transfers/\(first)",
+                    "headers": [
+                        "Authorization": "Bearer \(link.bearer)", "Range": "bytes=\(held.count)-",
+                    ],
+                ]
+            ])
+        #expect(rest.first?["status"] as? Int == 206)
+        #expect(rest.first?["sha256"] as? String == Self.sha256(bytes.suffix(from: held.count)))
+        let states = try await device.transfers().transfers
+        #expect(states.first { $0.transfer == first }?.state == "completed")
+
+        // HTTP first, then frames from the bytes HTTP brought.
+        let second = try await Self.download("a.bin", on: device)
+        let secondLink = try await device.transferLink(second)
+        let head = try await Self.probe(
+            port: host.port,
+            [
+                [
+                    "method": "GET", "path": "/transfers/\(second)",
+                    "headers": [
+                        "Authorization": "Bearer \(secondLink.bearer)", "Range": "bytes=0-499999",
+                    ],
+                ]
+            ])
+        #expect(head.first?["status"] as? Int == 206 && head.first?["length"] as? Int == 500_000)
+        let resumed = DownloadOperation(
+            transfer: second, destination: partials.appendingPathComponent("b.bin"), connection: device,
+            partialFolder: partials)
+        try bytes.prefix(500_000).write(to: resumed.partialFile)
+        #expect(try await resumed.run().state == "completed")
+        #expect(try Data(contentsOf: partials.appendingPathComponent("b.bin")) == bytes)
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aLinkAnswersAsAStaticFileAndAnythingElseIs404() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        let bytes = TransferClientTests.random(300_000)
+        try bytes.write(to: folder.appendingPathComponent("report.pdf"))
+        try Data("naïve".utf8).write(to: folder.appendingPathComponent("résumé — 2026.txt"))
+        let host = try await TestHost.start(manifests: manifests)
+        let device = try await PairingTests.device(host)
+        let other = try await PairingTests.device(host)
+        let transfer = try await Self.download("report.pdf", on: device)
+        let link = try await device.transferLink(transfer)
+        let named = try await Self.download("résumé — 2026.txt", on: device)
+        let namedLink = try await device.transferLink(named)
+        // Another device's transfer, and that device's own link to it.
+        let foreign = try await Self.download("report.pdf", on: other)
+        let foreignLink = try await other.transferLink(foreign)
+        // A device cannot have a link to a transfer of another.
+        let stolen = try await device.transferLink(foreign)
+        #expect(stolen.status == .failure && stolen.error == "notFound" && stolen.bearer.isEmpty)
+
+        let bearer = ["Authorization": "Bearer \(link.bearer)"]
+        let path = "/transfers/\(transfer)"
+        func get(_ headers: [String: String], method: String = "GET", path: String = path) -> [String: Any] {
+            ["method": method, "path": path, "headers": bearer.merging(headers) { $1 }]
+        }
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                get([:], method: "HEAD"),
+                get(["Range": "bytes=100-199"]),
+                get(["Range": "bytes=-10"]),
+                get(["Range": "bytes=300000-"]),
+                get(["Range": "bytes=0-9,20-29"]),
+                get(["Range": "bytes=100-199", "If-Range": "\"not-the-tag\""]),
+                [
+                    "method": "GET", "path": "/transfers/\(named)",
+                    "headers": ["Authorization": "Bearer \(namedLink.bearer)"],
+                ],
+                ["method": "GET", "path": path, "headers": ["Authorization": "Bearer x\(link.bearer)"]],
+                ["method": "GET", "path": path, "headers": [:]],
+                ["method": "GET", "path": "/transfers/\(foreign)", "headers": bearer],
+                ["method": "GET", "path": path, "headers": ["Authorization": "Bearer \(foreignLink.bearer)"]],
+                get([:], path: "/"),
+                get([:], path: "/transfers/\(UUID())"),
+                get([:], method: "POST"),
+            ])
+        try #require(results.count == 14)
+        let head = results[0]["headers"] as? [String: String] ?? [:]
+        #expect(
+            results[0]["status"] as? Int == 200 && head["content-length"] == "300000"
+                && results[0]["length"] as? Int == 0)
+        #expect(
+            head["accept-ranges"] == "bytes" && head["content-disposition"] == "attachment; filename=\"report.pdf\"")
+        let tag = try #require(head["etag"])
+        #expect(tag.hasPrefix("\"") && tag.hasSuffix("\"") && head["last-modified"]?.hasSuffix(" GMT") == true)
+        #expect(results[1]["status"] as? Int == 206 && results[1]["sha256"] as? String == Self.sha256(bytes[100..<200]))
+        #expect((results[1]["headers"] as? [String: String])?["content-range"] == "bytes 100-199/300000")
+        #expect(results[2]["status"] as? Int == 206 && results[2]["sha256"] as? String == Self.sha256(bytes.suffix(10)))
+        #expect(results[3]["status"] as? Int == 416)
+        #expect((results[3]["headers"] as? [String: String])?["content-range"] == "bytes */300000")
+        #expect(
+            results[4]["status"] as? Int == 200 && results[4]["length"] as? Int == 300_000, "several ranges: the whole")
+        #expect(results[5]["status"] as? Int == 200 && results[5]["sha256"] as? String == Self.sha256(bytes))
+        let disposition = (results[6]["headers"] as? [String: String])?["content-disposition"]
+        #expect(
+            disposition
+                == "attachment; filename=\"r_sum_ _ 2026.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20%E2%80%94%202026.txt"
+        )
+        for index in 7...12 { #expect(results[index]["status"] as? Int == 404, "probe \(index): \(results[index])") }
+        #expect(
+            results[13]["status"] as? Int == 405
+                && (results[13]["headers"] as? [String: String])?["allow"] == "GET, HEAD")
+
+        // If-Range with the file's own tag: the range. Two requests pipelined in one write:
+        // both answered, in order.
+        let pipelined = "HEAD \(path) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\n\r\n"
+        let again = try await Self.probe(
+            port: host.port,
+            [
+                get(["Range": "bytes=100-199", "If-Range": tag]),
+                [
+                    "raw": [["bytes": pipelined + pipelined.replacingOccurrences(of: "HEAD", with: "GET")]], "wait": 5,
+                    "stopAfter": 300_000,
+                ],
+            ])
+        #expect(again.first?["status"] as? Int == 206)
+        let raw = again.last?["text"] as? String ?? ""
+        #expect(raw.components(separatedBy: "HTTP/1.1 200 OK").count == 3, "\(raw.prefix(400))")
+        #expect(host.log.contains("HTTP request refused"))
+        await device.close()
+        await other.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func hostileHTTPIsAnsweredAndClosedWhileOtherClientsGoOn() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        // Larger than what the sockets' buffers hold between the two sides (32 MiB here).
+        let big = folder.appendingPathComponent("big.bin")
+        #expect(FileManager.default.createFile(atPath: big.path, contents: nil))
+        try FileHandle(forWritingTo: big).truncate(atOffset: 64 << 20)
+        let host = try await TestHost.start(
+            manifests: manifests, arguments: ["--transfer-http-timeout", "1"])
+        let device = try await PairingTests.device(host)
+        let transfer = try await Self.download("big.bin", on: device)
+        let link = try await device.transferLink(transfer)
+        let path = "/transfers/\(transfer)"
+        let auth = "Authorization: Bearer \(link.bearer)\r\n"
+        func raw(_ text: String, pause: Double = 0, wait: Double = 5) -> [String: Any] {
+            ["raw": [["bytes": text, "pause": pause]], "wait": wait]
+        }
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                raw("GET /transfers/\(String(repeating: "a", count: 5000)) HTTP/1.1\r\nHost: h\r\n\r\n"),
+                raw("GET \(path) HTTP/1.1\r\nHost: h\r\n\(auth)X-Big: \(String(repeating: "b", count: 20000))\r\n\r\n"),
+                raw(
+                    "GET \(path) HTTP/1.1\r\nHost: h\r\n\(auth)X-Huge: \(String(repeating: "c", count: 100_000))\r\n\r\n"
+                ),
+                raw(
+                    "POST \(path) HTTP/1.1\r\nHost: h\r\n\(auth)Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                ),
+                raw("POST \(path) HTTP/1.1\r\nHost: h\r\n\(auth)Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello"),
+                raw("GET \(path) HTTP/1.1\r\nHost: h\r\n\(auth)Content-Length: 3\r\n\r\nabc"),
+                // A head that never ends: closed after the timeout (1 s), with no answer.
+                raw("GET \(path) HTTP/1.1\r\nHost: h\r\n", wait: 6),
+                // A request whose answer is never read: closed after the timeout too.
+                ["hold": 1, "send": "GET \(path) HTTP/1.1\r\nHost: h\r\n\(auth)\r\n"],
+                // Meanwhile another client is answered at once.
+                ["method": "HEAD", "path": path, "headers": ["Authorization": "Bearer \(link.bearer)"]],
+                // Long enough for the host to give up on the client that does not read.
+                ["sleep": 3],
+                ["drain": 10],
+            ])
+        try #require(results.count == 11)
+        func status(_ index: Int) -> String {
+            (results[index]["text"] as? String ?? "").components(separatedBy: "\r\n").first ?? ""
+        }
+        #expect(status(0) == "HTTP/1.1 414 URI Too Long" && results[0]["closed"] as? Bool == true)
+        #expect(status(1) == "HTTP/1.1 431 Request Header Fields Too Large" && results[1]["closed"] as? Bool == true)
+        #expect(status(2) == "HTTP/1.1 431 Request Header Fields Too Large" && results[2]["closed"] as? Bool == true)
+        #expect(status(3) == "HTTP/1.1 400 Bad Request" && results[3]["closed"] as? Bool == true, "\(results[3])")
+        #expect(status(4) == "HTTP/1.1 400 Bad Request" && results[4]["closed"] as? Bool == true, "\(results[4])")
+        #expect(status(5) == "HTTP/1.1 400 Bad Request" && results[5]["closed"] as? Bool == true, "\(results[5])")
+        #expect(results[6]["text"] as? String == "" && results[6]["closed"] as? Bool == true)
+        #expect((results[6]["seconds"] as? Double ?? 99) < 5)
+        #expect(results[8]["status"] as? Int == 200)
+        // The client that never read: closed, having been sent what the socket buffers hold,
+        // not the file.
+        let drained = try #require((results[10]["drained"] as? [[String: Any]])?.first)
+        #expect(drained["closed"] as? Bool == true && (drained["received"] as? Int ?? .max) < 64 << 20, "\(drained)")
+        // Frames were never disturbed.
+        #expect(try await device.ping() > .zero)
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aLinkExpiresAndANewOneAdmitsAgainAlsoAfterARestart() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
+        let state = try Self.folder("http-state").path
+        let arguments = ["--transfer-link-lifetime", "4", "--state-dir", state]
+        let host = try await TestHost.start(manifests: manifests, arguments: arguments)
+        let identity = try Self.folder("http-device")
+        let device = try await PairingTests.device(host, identity: identity)
+        let transfer = try await Self.download("small.txt", on: device)
+        let old = try await device.transferLink(transfer)
+        try await Task.sleep(for: .seconds(4.5))
+        let fresh = try await device.transferLink(transfer)
+        #expect(fresh.bearer != old.bearer && fresh.expires.date > old.expires.date)
+        func head(_ bearer: String) -> [String: Any] {
+            ["method": "HEAD", "path": "/transfers/\(transfer)", "headers": ["Authorization": "Bearer \(bearer)"]]
+        }
+        let results = try await Self.probe(port: host.port, [head(fresh.bearer), head(old.bearer)])
+        #expect(results.first?["status"] as? Int == 200 && results.last?["status"] as? Int == 404)
+        await device.close()
+        #expect(await host.stop() == 0)
+
+        // The link is in the transfer's journal record: it admits after a restart too.
+        let restarted = try await TestHost.start(manifests: manifests, arguments: arguments)
+        let again = try await Self.probe(port: restarted.port, [head(fresh.bearer)])
+        #expect(again.first?["status"] as? Int == 200)
+        #expect(await restarted.stop() == 0)
+    }
+
+    @Test func moreHTTPConnectionsThanAllowedAreAnswered503UntilOnesClose() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-http-connections", "3"])
+        let device = try await PairingTests.device(host)
+        let transfer = try await Self.download("small.txt", on: device)
+        let link = try await device.transferLink(transfer)
+        let head = "HEAD /transfers/\(transfer) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\n\r\n"
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                ["hold": 3],
+                ["raw": [["bytes": head]], "wait": 5, "stopAfter": 12],
+                ["release": true],
+                ["sleep": 0.5],
+                ["raw": [["bytes": head]], "wait": 5, "stopAfter": 12],
+            ])
+        try #require(results.count == 5)
+        #expect((results[1]["text"] as? String ?? "").hasPrefix("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5"))
+        #expect((results[4]["text"] as? String ?? "").hasPrefix("HTTP/1.1 200 OK"), "\(results[4])")
+        #expect(host.log.contains("HTTP connection refused"))
+        // The frames' connections are not counted: a device still does everything.
+        #expect(try await device.transfers().transfers.count == 1)
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+}
