@@ -50,9 +50,16 @@ struct TransferHTTPTests {
             c.set_alpn_protocols(["http/1.1"])
             return c
 
+        def payload(part):
+            if "file" not in part:
+                return part.get("bytes", "").encode("latin-1")
+            with open(part["file"], "rb") as f:
+                f.seek(part.get("from", 0))
+                return f.read(part["to"] - part.get("from", 0)) if "to" in part else f.read()
+
         def request(p):
             conn = HTTPSConnection("127.0.0.1", port, context=context(), timeout=20)
-            conn.request(p["method"], p["path"], headers=p.get("headers", {}))
+            conn.request(p["method"], p["path"], body=payload(p) if "file" in p else None, headers=p.get("headers", {}))
             r = conn.getresponse()
             body = r.read()
             conn.close()
@@ -65,7 +72,7 @@ struct TransferHTTPTests {
             start = time.monotonic()
             try:
                 for part in p["raw"]:
-                    s.sendall(part["bytes"].encode("latin-1"))
+                    s.sendall(payload(part))
                     time.sleep(part.get("pause", 0))
             except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 pass  # the host answered and closed before taking it all
@@ -89,6 +96,19 @@ struct TransferHTTPTests {
             s.close()
             return {"text": got[:3000].decode("latin-1"), "received": len(got), "closed": closed,
                     "seconds": time.monotonic() - start}
+
+        def resume(p):
+            # What a tus client does after a cut: HEAD for the offset, then PATCH the rest.
+            auth = {"Authorization": "Bearer " + p["bearer"], "Tus-Resumable": "1.0.0"}
+            head = request({"method": "HEAD", "path": p["path"], "headers": auth})
+            offset = int(head["headers"]["upload-offset"])
+            headers = dict(auth)
+            headers["Upload-Offset"] = str(offset)
+            headers["Content-Type"] = p.get("type", "application/offset+octet-stream")
+            headers.update(p.get("extra", {}))
+            done = request({"method": "PATCH", "path": p["path"], "headers": headers, "file": p["file"], "from": offset})
+            done["from"] = offset
+            return done
 
         results = []
         held = []
@@ -128,6 +148,8 @@ struct TransferHTTPTests {
                 results.append({"released": True})
             elif "raw" in p:
                 results.append(raw(p))
+            elif "resume" in p:
+                results.append(resume(p))
             else:
                 results.append(request(p))
         for s in held:
@@ -325,7 +347,7 @@ struct TransferHTTPTests {
         for index in 7...12 { #expect(results[index]["status"] as? Int == 404, "probe \(index): \(results[index])") }
         #expect(
             results[13]["status"] as? Int == 405
-                && (results[13]["headers"] as? [String: String])?["allow"] == "GET, HEAD")
+                && (results[13]["headers"] as? [String: String])?["allow"] == "GET, HEAD, OPTIONS")
 
         // If-Range with the file's own tag: the range. Two requests pipelined in one write:
         // both answered, in order.
@@ -461,6 +483,216 @@ struct TransferHTTPTests {
         #expect(host.log.contains("HTTP connection refused"))
         // The frames' connections are not counted: a device still does everything.
         #expect(try await device.transfers().transfers.count == 1)
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// A device's upload that Files accepts (`Size` when given), and a link to it.
+    static func upload(_ name: String, size: Int?, on device: AtriumConnection) async throws -> (
+        UUID, TransferLinkFrame
+    ) {
+        var message: ValueSet = ["Command": "put", "Name": .string(name)]
+        if let size { message["Size"] = .int(Int64(size)) }
+        let transfer = try await TransferClientTests.transfer(message, on: device)
+        let link = try await device.transferLink(transfer)
+        #expect(link.status == .success)
+        return (transfer, link)
+    }
+
+    @Test func anUploadOverHTTPIsCutAndResumedAsTusDoesAndItsOutcomeIsTheFramesOne() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        let host = try await TestHost.start(manifests: manifests)
+        let device = try await PairingTests.device(host)
+        let bytes = TransferClientTests.random(3_000_000)
+        let source = try Self.folder("http-up").appendingPathComponent("video.mp4")
+        try bytes.write(to: source)
+        let (transfer, link) = try await Self.upload("video.mp4", size: bytes.count, on: device)
+        let path = "/transfers/\(transfer)"
+        let tus = ["Authorization": "Bearer \(link.bearer)", "Tus-Resumable": "1.0.0"]
+        let cut =
+            "PATCH \(path) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\nTus-Resumable: 1.0.0\r\n"
+            + "Upload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: \(bytes.count)\r\n\r\n"
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                ["method": "OPTIONS", "path": path, "headers": tus],
+                ["method": "HEAD", "path": path, "headers": tus],
+                // The body cut after 1.2 MB: the connection goes away mid-request.
+                ["raw": [["bytes": cut], ["file": source.path, "to": 1_200_000, "pause": 0.3]], "wait": 0.2],
+                // A PATCH at an offset the host does not hold.
+                [
+                    "method": "PATCH", "path": path, "file": source.path, "from": 17, "to": 100,
+                    "headers": tus.merging(["Upload-Offset": "17", "Content-Type": "application/offset+octet-stream"]) {
+                        $1
+                    },
+                ],
+                ["resume": true, "path": path, "bearer": link.bearer, "file": source.path],
+                ["method": "HEAD", "path": path, "headers": tus],
+            ])
+        try #require(results.count == 6)
+        func headers(_ index: Int) -> [String: String] { results[index]["headers"] as? [String: String] ?? [:] }
+        #expect(results[0]["status"] as? Int == 204 && headers(0)["tus-resumable"] == "1.0.0")
+        #expect(headers(0)["tus-version"] == "1.0.0" && headers(0)["allow"] == "OPTIONS, HEAD, PATCH")
+        #expect(results[1]["status"] as? Int == 200 && headers(1)["upload-offset"] == "0")
+        #expect(headers(1)["upload-length"] == "3000000")
+        #expect(results[3]["status"] as? Int == 409, "\(results[3])")
+        let held = Int(headers(3)["upload-offset"] ?? "") ?? -1
+        #expect(held >= 0 && held <= 1_200_000, "what the host holds on stable storage after the cut: \(held)")
+        #expect(results[4]["from"] as? Int == held)
+        #expect(
+            results[4]["status"] as? Int == 204
+                && (results[4]["headers"] as? [String: String])?["upload-offset"] == "3000000")
+        #expect(results[5]["status"] as? Int == 200 && headers(5)["upload-offset"] == "3000000")
+        #expect(headers(5)["upload-complete"] == "?1")
+
+        // The outcome, over frames: completed, with Files' result; the file exact.
+        var outcome: TransferStateFrame?
+        for _ in 0..<100 {
+            outcome = try await device.transfers().transfers.first { $0.transfer == transfer }
+            if outcome?.state == "completed" { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(outcome?.state == "completed" && outcome?.result != nil, "\(String(describing: outcome))")
+        #expect(try Data(contentsOf: folder.appendingPathComponent("video.mp4")) == bytes)
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func theResumableUploadDraftAChecksumAndUploadsThatChangeSidesBetweenHTTPAndFrames() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        // A small window, so that an upload with frames can be paused before all of it is sent.
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-window", "262144"])
+        let device = try await PairingTests.device(host)
+        let bytes = TransferClientTests.random(2_000_000)
+        let source = try Self.folder("http-up").appendingPathComponent("notes.bin")
+        try bytes.write(to: source)
+        let checksum = "sha256 " + Data(SHA256.hash(data: bytes)).base64EncodedString()
+
+        // The draft's partial uploads, of a size not announced: ?0 then ?1, with the SHA-256.
+        let (draft, draftLink) = try await Self.upload("draft.bin", size: nil, on: device)
+        // The same with a SHA-256 that is not the file's.
+        let (wrong, wrongLink) = try await Self.upload("wrong.bin", size: nil, on: device)
+        // Begun over HTTP, finished with frames.
+        let (handed, handedLink) = try await Self.upload("handed.bin", size: bytes.count, on: device)
+        func patch(
+            _ transfer: UUID, _ bearer: String, from: Int, to: Int, complete: Bool, extra: [String: String] = [:]
+        )
+            -> [String: Any]
+        {
+            [
+                "method": "PATCH", "path": "/transfers/\(transfer)", "file": source.path, "from": from, "to": to,
+                "headers": [
+                    "Authorization": "Bearer \(bearer)", "Content-Type": "application/partial-upload",
+                    "Upload-Offset": "\(from)", "Upload-Complete": complete ? "?1" : "?0",
+                ].merging(extra) { $1 },
+            ]
+        }
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                patch(draft, draftLink.bearer, from: 0, to: 700_000, complete: false),
+                patch(
+                    draft, draftLink.bearer, from: 700_000, to: bytes.count, complete: true,
+                    extra: ["Upload-Checksum": checksum]),
+                patch(
+                    wrong, wrongLink.bearer, from: 0, to: bytes.count, complete: true,
+                    extra: [
+                        "Upload-Checksum": "sha256 " + Data(repeating: 7, count: 32).base64EncodedString()
+                    ]),
+                patch(handed, handedLink.bearer, from: 0, to: 900_000, complete: false),
+            ])
+        try #require(results.count == 4)
+        func headers(_ index: Int) -> [String: String] { results[index]["headers"] as? [String: String] ?? [:] }
+        #expect(results[0]["status"] as? Int == 204 && headers(0)["upload-offset"] == "700000")
+        #expect(headers(0)["upload-complete"] == "?0")
+        #expect(results[1]["status"] as? Int == 204 && headers(1)["upload-offset"] == "2000000")
+        #expect(headers(1)["upload-complete"] == "?1")
+        #expect(results[2]["status"] as? Int == 460, "\(results[2])")
+        #expect(results[3]["status"] as? Int == 204 && headers(3)["upload-offset"] == "900000")
+
+        // The upload begun over HTTP goes on with frames from the bytes the host holds.
+        let finished = try await UploadOperation(transfer: handed, source: source, connection: device).run()
+        #expect(finished.state == "completed", "\(finished)")
+
+        // Begun with frames (paused past 500 KB), finished over HTTP as tus resumes.
+        let (framed, framedLink) = try await Self.upload("framed.bin", size: bytes.count, on: device)
+        let operation = UploadOperation(transfer: framed, source: source, connection: device)
+        let watcher = Task {
+            for await step in operation.progress where step.bytes >= 500_000 { return await operation.pause() }
+        }
+        #expect(try await operation.run().state == "waiting")
+        await watcher.value
+        let resumed = try await Self.probe(
+            port: host.port,
+            [["resume": true, "path": "/transfers/\(framed)", "bearer": framedLink.bearer, "file": source.path]])
+        #expect(
+            (resumed.first?["from"] as? Int ?? 0) >= 500_000 && resumed.first?["status"] as? Int == 204, "\(resumed)")
+
+        var states: [UUID: TransferStateFrame] = [:]
+        for _ in 0..<100 {
+            states = Dictionary(try await device.transfers().transfers.map { ($0.transfer, $0) }) { $1 }
+            if [draft, handed, framed].allSatisfy({ states[$0]?.state == "completed" }) { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        for transfer in [draft, handed, framed] { #expect(states[transfer]?.state == "completed", "\(transfer)") }
+        #expect(states[wrong]?.state == "failed" && states[wrong]?.error == "digestMismatch")
+        for name in ["draft.bin", "handed.bin", "framed.bin"] {
+            #expect(try Data(contentsOf: folder.appendingPathComponent(name)) == bytes, "\(name)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("wrong.bin").path))
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func hostileUploadsAreAnsweredAndTheUploadIsLeftAsItWas() async throws {
+        let (_, manifests) = try TransferClientTests.served()
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-http-timeout", "1"])
+        let device = try await PairingTests.device(host)
+        let source = try Self.folder("http-up").appendingPathComponent("x.bin")
+        try TransferClientTests.random(200_000).write(to: source)
+        let (transfer, link) = try await Self.upload("x.bin", size: 100_000, on: device)
+        let (over, overLink) = try await Self.upload("over.bin", size: 100_000, on: device)
+        let path = "/transfers/\(transfer)"
+        func patch(_ headers: [String: String], to: Int = 1000, path: String = path, bearer: String = link.bearer)
+            -> [String: Any]
+        {
+            [
+                "method": "PATCH", "path": path, "file": source.path, "to": to,
+                "headers": [
+                    "Authorization": "Bearer \(bearer)", "Tus-Resumable": "1.0.0", "Upload-Offset": "0",
+                    "Content-Type": "application/offset+octet-stream",
+                ].merging(headers) { $1 },
+            ]
+        }
+        let trickle =
+            "PATCH \(path) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\nTus-Resumable: 1.0.0\r\n"
+            + "Upload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\nContent-Length: 1000\r\n\r\nab"
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                patch(["Content-Type": "text/plain"]),
+                patch(["Tus-Resumable": "0.2.2"]),
+                patch(["Upload-Offset": "x"]),
+                patch(["Upload-Checksum": "md5 abc"]),
+                // A body past the upload's length: the upload fails.
+                patch([:], to: 150_000, path: "/transfers/\(over)", bearer: overLink.bearer),
+                // A body that trickles: closed after the timeout, the upload still there.
+                ["raw": [["bytes": trickle]], "wait": 6],
+                ["method": "HEAD", "path": path, "headers": ["Authorization": "Bearer \(link.bearer)"]],
+            ])
+        try #require(results.count == 7)
+        #expect(results[0]["status"] as? Int == 415)
+        #expect(results[1]["status"] as? Int == 412)
+        #expect(results[2]["status"] as? Int == 400)
+        #expect(results[3]["status"] as? Int == 400)
+        #expect(results[4]["status"] as? Int == 413, "\(results[4])")
+        #expect(results[5]["text"] as? String == "" && results[5]["closed"] as? Bool == true, "\(results[5])")
+        #expect((results[5]["seconds"] as? Double ?? 99) < 5)
+        #expect(results[6]["status"] as? Int == 200)
+        #expect((results[6]["headers"] as? [String: String])?["upload-complete"] == "?0")
+        let states = Dictionary(try await device.transfers().transfers.map { ($0.transfer, $0) }) { $1 }
+        #expect(states[over]?.state == "failed" && states[over]?.error == "lengthExceeded")
+        #expect(states[transfer]?.state == "waiting")
         await device.close()
         #expect(await host.stop() == 0)
     }

@@ -32,9 +32,9 @@ final class ConnectionTransfers {
         guard let owner = connection.session.owner, let link = connection.link else { return }
         switch frame {
         case .attach(let attach):
-            let outcome = service.attach(attach, owner: owner, link: link, connection: connection.id)
+            let outcome = service.attach(attach, owner: owner, peer: TransferPeer(link), connection: connection.id)
             if let (other, state) = outcome.displaced {
-                other.run { $0.write(.transfer(.state(state))) }
+                other.tell(.state(state))
             }
             connection.write(.transfer(.attached(outcome.answer)))
             if outcome.sends { pump(on: connection) }
@@ -50,7 +50,7 @@ final class ConnectionTransfers {
             pump(on: connection)
         case .cancel(let transfer):
             let (answer, other) = service.cancel(transfer, owner: owner, connection: connection.id)
-            other?.run { $0.write(.transfer(.state(answer))) }
+            other?.tell(.state(answer))
             connection.write(.transfer(.state(answer)))
             pump(on: connection)
         case .transfers(let query):
@@ -58,7 +58,7 @@ final class ConnectionTransfers {
         case .link(let request, let transfer):
             service.link(
                 request: request, transfer: transfer, owner: owner, address: connection.httpsAddress
-            ) { frame in link.run { $0.write(.transfer(.link(frame))) } }
+            ) { frame in link.tell(.link(frame)) }
         case .chunk(let chunk):
             // Written and synced off the loop; the `ack` comes from there.
             if case .state(let state) = service.chunk(chunk, owner: owner, connection: connection.id) {
@@ -152,7 +152,7 @@ final class ConnectionTransfers {
                         ))
                 case .failure(let failure):
                     if let (link, state) = service.readFailed(next.id, changed: failure == .changed) {
-                        link.run { $0.write(.transfer(.state(state))) }
+                        link.tell(.state(state))
                     }
                 }
             }

@@ -222,8 +222,8 @@ public final class HostCore: BackendHost, @unchecked Sendable {
     }
 
     /// Tells each connection the state of a transfer of its that changed elsewhere.
-    func tell(_ states: [(link: ConnectionLink, state: TransferStateFrame)]) {
-        for (link, state) in states { link.run { $0.write(.transfer(.state(state))) } }
+    func tell(_ states: [(link: TransferPeer, state: TransferStateFrame)]) {
+        for (link, state) in states { link.tell(.state(state)) }
     }
 
     /// Removes the transfers whose callers may no longer open the service that made them (a

@@ -16,38 +16,49 @@ import NIOHTTP1
 /// for `--transfer-http-timeout` is closed.
 ///
 /// On the connection's event loop only.
-final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
+final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let core: HostCore
-    private var logger: Logger
-    private var service: TransferService { core.transfers }
-    private var context: ChannelHandlerContext?
+    let core: HostCore
+    var logger: Logger
+    var service: TransferService { core.transfers }
+    var context: ChannelHandlerContext?
+    /// What the transfers' table knows this connection as, while an upload is attached to it.
+    let connectionID: UInt64
+    /// The upload a PATCH is bringing the bytes of.
+    var upload: Receiving?
+    /// Whether reading the socket waits (an upload's window is full), and whether a read was
+    /// asked for meanwhile.
+    var holdingReads = false
+    var readWanted = false
 
     /// What the connection is doing.
-    private enum Phase {
+    enum Phase {
         /// Waiting for a request's head.
         case idle
         /// A request answered (or being answered) whose remaining parts are read and dropped.
         case answered
         /// A download's bytes going out.
         case sending
+        /// An upload's bytes coming in (a PATCH).
+        case receiving
         /// The connection is closing: what else arrives is dropped.
         case closing
     }
-    private var phase = Phase.idle
+    var phase = Phase.idle
     /// Whether the request being answered ended (its `.end` read).
-    private var requestEnded = false
+    var requestEnded = false
     /// Whether the response under way leaves the connection open after.
-    private var keepAlive = true
+    var keepAlive = true
     /// Whether this connection counts against `--transfer-http-connections`.
     private var counted = false
     /// The download being sent.
     private var download: Sending?
     private var timer: Scheduled<Void>?
     /// When the connection last moved: a request head arrived, or a response's bytes went out.
-    private var lastMoved = NIODeadline.now()
+    var lastMoved = NIODeadline.now()
 
     private struct Sending {
         var id: TransferID
@@ -68,6 +79,16 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
     init(core: HostCore, logger: Logger) {
         self.core = core
         self.logger = logger
+        connectionID = core.makeId()
+    }
+
+    /// Reads wait while an upload's window is full, and go on once the disk catches up.
+    func read(context: ChannelHandlerContext) {
+        guard !holdingReads else {
+            readWanted = true
+            return
+        }
+        context.read()
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -102,6 +123,10 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         timer?.cancel()
         timer = nil
         download = nil
+        if upload != nil {
+            upload = nil
+            service.connectionClosed(connectionID)
+        }
         phase = .closing
         if counted {
             counted = false
@@ -119,12 +144,13 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             requestEnded = false
             keepAlive = head.isKeepAlive
             answer(head)
-        case .body:
-            // No request this handler answers has a body it reads (a GET's is refused).
-            break
+        case .body(let bytes):
+            // Only an upload's PATCH has a body the host reads; others are refused before.
+            if phase == .receiving { received(bytes) }
         case .end:
             requestEnded = true
             if phase == .answered { phase = .idle }
+            if phase == .receiving { bodyEnded() }
         }
     }
 
@@ -181,30 +207,41 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         guard let bearer = Self.bearer(in: head.headers) else {
             return notFound("no bearer (Authorization: Bearer)", head)
         }
-        switch head.method {
-        case .GET, .HEAD:
-            // A body on a request that takes none: its end cannot be trusted to be read right.
-            if head.headers.contains(name: "transfer-encoding")
+        guard let record = service.httpAdmitted(transfer, bearer: bearer) else {
+            return notFound("no transfer that this bearer admits (wrong, expired or of another transfer)", head)
+        }
+        // A body on a request that takes none: its end cannot be trusted to be read right.
+        if head.method != .PATCH,
+            head.headers.contains(name: "transfer-encoding")
                 || (head.headers.first(name: "content-length").flatMap(Int.init) ?? 0) > 0
-            {
-                refused("a body on \(head.method)")
-                return respond(.badRequest, "a \(head.method) request has no body\n", close: true)
-            }
-            switch service.httpDownload(transfer, bearer: bearer) {
+        {
+            refused("a body on \(head.method)")
+            return respond(.badRequest, "a \(head.method) request has no body\n", close: true)
+        }
+        switch (record.direction, head.method) {
+        case (.download, .GET), (.download, .HEAD):
+            switch service.httpDownload(record) {
             case .failure(let refusal):
                 notFound("\(refusal)", head)
             case .success(let found):
                 serve(found, head)
             }
-        default:
-            switch service.httpDownload(transfer, bearer: bearer) {
-            case .failure(let refusal):
-                notFound("\(refusal)", head)
-            case .success:
-                respond(
-                    .methodNotAllowed, "a download answers GET and HEAD\n", headers: [("Allow", "GET, HEAD")],
-                    close: !requestEnded)
-            }
+        case (.download, .OPTIONS):
+            respond(.noContent, "", headers: [("Allow", "GET, HEAD, OPTIONS")], close: false)
+        case (.download, _):
+            respond(
+                .methodNotAllowed, "a download answers GET and HEAD\n", headers: [("Allow", "GET, HEAD, OPTIONS")],
+                close: !requestEnded)
+        case (.upload, .HEAD):
+            uploadHead(record)
+        case (.upload, .OPTIONS):
+            respond(.noContent, "", headers: Self.tusHeaders + [("Allow", "OPTIONS, HEAD, PATCH")], close: false)
+        case (.upload, .PATCH):
+            beginUpload(record, head)
+        case (.upload, _):
+            respond(
+                .methodNotAllowed, "an upload answers HEAD and PATCH (tus 1.0)\n",
+                headers: [("Allow", "OPTIONS, HEAD, PATCH")], close: !requestEnded)
         }
     }
 
@@ -224,7 +261,7 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         return String(parts[1])
     }
 
-    private func refused(_ why: String) {
+    func refused(_ why: String) {
         core.breaches.record(
             "HTTP request refused", level: .info, "HTTP request refused: \(why)",
             metadata: ["peer": "\(context?.remoteAddress.map { "\($0)" } ?? "?")"])
@@ -318,7 +355,7 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
                         if case .success(.failure(let failure)) = result,
                             let (link, state) = service.readFailed(sending.id, changed: failure == .changed)
                         {
-                            link.run { $0.write(.transfer(.state(state))) }
+                            link.tell(.state(state))
                         }
                         logger.notice("HTTP download of transfer \(sending.id) stopped: its file cannot be read")
                         return close()
@@ -356,7 +393,7 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
     // MARK: - Responses
 
     /// A whole response: `status`, a short text saying why, and `headers`.
-    private func respond(
+    func respond(
         _ status: HTTPResponseStatus, _ text: String, headers extra: [(String, String)] = [], close: Bool
     ) {
         guard let context else { return }
@@ -374,7 +411,7 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     /// Ends the response: the connection waits for the next request, or closes.
-    private func finish() {
+    func finish() {
         guard let context else { return }
         let keep = keepAlive
         phase = keep ? (requestEnded ? .idle : .answered) : .closing
@@ -385,9 +422,15 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         }
     }
 
-    private func close() {
+    func close() {
         phase = .closing
         download = nil
+        // An upload this connection had attached waits for its client from now, not from
+        // when the close completes.
+        if upload != nil {
+            upload = nil
+            service.connectionClosed(connectionID)
+        }
         context?.close(promise: nil)
     }
 
@@ -402,8 +445,16 @@ final class TransferHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
         timer = context.eventLoop.assumeIsolated().scheduleTask(in: step) { [self] in
             timer = nil
             guard phase != .closing, self.context != nil else { return }
-            if NIODeadline.now() - lastMoved > timeout {
-                let waiting = phase == .sending ? "its client to read a response" : "a request"
+            // A complete upload being checked (its SHA-256 read back, after a resume) is the
+            // host's wait, not the client's.
+            let checking = phase == .receiving && upload?.lastSent == true
+            if !checking, NIODeadline.now() - lastMoved > timeout {
+                let waiting =
+                    switch phase {
+                    case .sending: "its client to read a response"
+                    case .receiving: "an upload's bytes"
+                    default: "a request"
+                    }
                 logger.info(
                     "HTTP connection closed: no progress for \(service.limits.httpTimeout) waiting for \(waiting)")
                 return close()

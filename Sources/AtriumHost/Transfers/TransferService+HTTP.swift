@@ -80,13 +80,11 @@ extension TransferService {
     /// Why a request over HTTP gets no transfer: every reason is a 404 to the client (a wrong
     /// bearer must not tell that the transfer exists), and the log says which.
     enum HTTPRefusal: Error, CustomStringConvertible {
-        case noTransfer
         case ended(TransferPhase)
         case notADownload
         case changed(String)
         var description: String {
             switch self {
-            case .noTransfer: "no transfer that this bearer admits (wrong, expired or of another transfer)"
             case .ended(let phase): "the transfer has ended (\(phase.rawValue))"
             case .notADownload: "the transfer is an upload"
             case .changed(let why): "its file cannot be read: \(why)"
@@ -94,31 +92,31 @@ extension TransferService {
         }
     }
 
-    /// The download of `transfer` that `bearer` admits now: its record, and its file (the one
-    /// open for the transfer when it is attached, else opened again, only if unchanged).
-    func httpDownload(_ transfer: UUID, bearer: String, now: Date = Date()) -> Result<HTTPDownload, HTTPRefusal> {
-        let id = TransferID(transfer)
+    /// The transfer that `bearer` admits now, as it stands.
+    func httpAdmitted(_ transfer: UUID, bearer: String, now: Date = Date()) -> TransferRecord? {
         let digest = Self.digest(ofBearer: bearer)
-        let found = state.withLock { state -> Result<(TransferRecord, DownloadFile?), HTTPRefusal> in
-            guard let record = state.table.admitted(id, bearerDigest: digest, now: now) else {
-                return .failure(.noTransfer)
-            }
-            guard record.direction == .download else { return .failure(.notADownload) }
-            guard !record.phase.isEnded || record.phase == .completed else { return .failure(.ended(record.phase)) }
-            return .success((record, state.files[id]))
+        return state.withLock { $0.table.admitted(TransferID(transfer), bearerDigest: digest, now: now) }
+    }
+
+    /// The download `record` (one a bearer admitted): its file (the one open for the transfer
+    /// when it is attached, else opened again, only if unchanged).
+    func httpDownload(_ record: TransferRecord) -> Result<HTTPDownload, HTTPRefusal> {
+        let id = record.id
+        guard record.direction == .download else { return .failure(.notADownload) }
+        guard !record.phase.isEnded || record.phase == .completed else { return .failure(.ended(record.phase)) }
+        let found = state.withLock { state -> (TransferRecord, DownloadFile?) in
+            (state.table.record(id) ?? record, state.files[id])
         }
         switch found {
-        case .failure(let refusal):
-            return .failure(refusal)
-        case .success((let record, let open?)):
+        case (let record, let open?):
             return .success(HTTPDownload(record: record, file: open))
-        case .success((let record, nil)):
+        case (let record, nil):
             guard let source = record.source else { return .failure(.changed("it has no file")) }
             do {
                 return .success(HTTPDownload(record: record, file: try DownloadFile.reopen(source)))
             } catch {
                 if !record.phase.isEnded, let (link, state) = self.end(id, phase: .failed, error: .changed) {
-                    link.run { $0.write(.transfer(.state(state))) }
+                    link.tell(.state(state))
                 }
                 return .failure(.changed("\(error)"))
             }
@@ -131,7 +129,7 @@ extension TransferService {
     /// sent, or, when the request `resumes` (a range from a byte to the end, as `curl -C -`
     /// asks), from where the client says it holds. A connection that has it attached is told.
     func httpSent(_ id: TransferID, _ range: Range<Int64>, resumes: Bool, now: Date = Date()) {
-        let told = state.withLock { state -> (link: ConnectionLink, state: TransferStateFrame)? in
+        let told = state.withLock { state -> (link: TransferPeer, state: TransferStateFrame)? in
             guard let record = state.table.record(id), record.direction == .download, !record.phase.isEnded,
                 resumes || range.lowerBound <= record.offset, range.upperBound > record.offset
             else { return nil }
@@ -142,6 +140,6 @@ extension TransferService {
             logger.debug("transfer \(id) completed over HTTPS: \(record.size) bytes sent")
             return link.map { ($0, done.state) }
         }
-        if let told { told.link.run { $0.write(.transfer(.state(told.state))) } }
+        if let told { told.link.tell(.state(told.state)) }
     }
 }

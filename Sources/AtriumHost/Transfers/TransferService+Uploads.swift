@@ -295,7 +295,7 @@ extension TransferService {
     private func synced(_ id: TransferID, through offset: Int64, spool: UploadSpool, generation: UInt64) {
         let now = Date()
         let next = state.withLock {
-            state -> (link: ConnectionLink, ack: AckFrame, complete: (size: Int64, state: TransferStateFrame)?)? in
+            state -> (link: TransferPeer, ack: AckFrame, complete: (size: Int64, state: TransferStateFrame)?)? in
             if let moved = state.table.progressed(id, offset: offset, now: now) { unwrittenChange(moved, in: &state) }
             guard var attached = state.attached[id], attached.generation == generation, var window = attached.upload
             else { return nil }
@@ -333,9 +333,9 @@ extension TransferService {
                 tellEnded(id, phase: .failed, error: .insufficientStorage)
                 return
             }
-            next.link.run { $0.write(.transfer(.ack(next.ack))) }
+            next.link.tell(.ack(next.ack))
             if let (size, verifying) = next.complete {
-                next.link.run { $0.write(.transfer(.state(verifying))) }
+                next.link.tell(.state(verifying))
                 spool.queue.async { self.finish(id, size: size, spool: spool, link: next.link) }
             }
         }
@@ -345,7 +345,7 @@ extension TransferService {
 
     /// Every byte is in and synced: the size and digest are checked, and the file goes to its
     /// service. On the spool's queue; the upload is `verifying`, in ``State/finishing``.
-    private func finish(_ id: TransferID, size: Int64, spool: UploadSpool, link: ConnectionLink?) {
+    private func finish(_ id: TransferID, size: Int64, spool: UploadSpool, link: TransferPeer?) {
         guard let file = spool.file, let record = state.withLock({ $0.table.record(id) }), record.phase == .verifying
         else {
             _ = state.withLock { $0.finishing.remove(id) }
@@ -390,7 +390,7 @@ extension TransferService {
             if descriptor >= 0 { close(descriptor) } else { tellEnded(id, phase: .failed, error: .serviceFailed) }
             return
         }
-        if let link { link.run { $0.write(.transfer(.state(self.stateFrame(of: delivering)))) } }
+        if let link { link.tell(.state(self.stateFrame(of: delivering))) }
         deliver(delivering, descriptor: descriptor)
     }
 
@@ -513,7 +513,7 @@ extension TransferService {
     func delivered(
         _ delivery: UInt64, package: String, status: AppServiceResponseStatus, result: [UInt8]?, error: String?
     )
-        -> Result<(link: ConnectionLink, state: TransferStateFrame)?, BackendCallError>
+        -> Result<(link: TransferPeer, state: TransferStateFrame)?, BackendCallError>
     {
         state.withLock { state in
             guard let id = state.deliveries[delivery], state.table.record(id)?.package == package else {
@@ -540,7 +540,7 @@ extension TransferService {
     func tellEnded(_ id: TransferID, phase: TransferPhase, error: TransferErrorCode) {
         _ = state.withLock { $0.finishing.remove(id) }
         if let (link, state) = end(id, phase: phase, error: error) {
-            link.run { $0.write(.transfer(.state(state))) }
+            link.tell(.state(state))
         }
     }
 

@@ -45,7 +45,7 @@ final class TransferService: Sendable {
     /// A transfer attached to a connection, and its bytes' window there.
     struct Attached {
         var connection: UInt64
-        var link: ConnectionLink
+        var link: TransferPeer
         var download: DownloadWindow?
         var upload: UploadWindow?
         /// Which attachment this is: an upload's writes queued by an earlier one are dropped.
@@ -214,7 +214,7 @@ final class TransferService: Sendable {
     /// (to be told `attachedElsewhere`).
     struct AttachOutcome {
         var answer: AttachedFrame
-        var displaced: (link: ConnectionLink, state: TransferStateFrame)?
+        var displaced: (link: TransferPeer, state: TransferStateFrame)?
         /// Whether bytes may move now (a download to send).
         var sends = false
     }
@@ -226,7 +226,7 @@ final class TransferService: Sendable {
         case upload(held: Int64)
     }
 
-    func attach(_ frame: AttachFrame, owner: TransferOwner, link: ConnectionLink, connection: UInt64)
+    func attach(_ frame: AttachFrame, owner: TransferOwner, peer link: TransferPeer, connection: UInt64)
         -> AttachOutcome
     {
         let id = TransferID(frame.transfer)
@@ -275,7 +275,7 @@ final class TransferService: Sendable {
     }
 
     func attachLocked(
-        _ frame: AttachFrame, id: TransferID, owner: TransferOwner, link: ConnectionLink, connection: UInt64,
+        _ frame: AttachFrame, id: TransferID, owner: TransferOwner, link: TransferPeer, connection: UInt64,
         now: Date, _ state: inout State
     ) -> AttachOutcome {
         func refused(_ status: AppServiceResponseStatus, _ error: String, _ record: TransferRecord? = nil)
@@ -396,7 +396,7 @@ final class TransferService: Sendable {
     }
 
     /// A download's file could not be read, or changed: the transfer fails.
-    func readFailed(_ id: TransferID, changed: Bool) -> (link: ConnectionLink, state: TransferStateFrame)? {
+    func readFailed(_ id: TransferID, changed: Bool) -> (link: TransferPeer, state: TransferStateFrame)? {
         logger.notice("transfer \(id) fails: \(changed ? "its file changed" : "its file cannot be read")")
         return end(id, phase: .failed, error: changed ? .changed : .serviceFailed)
     }
@@ -499,7 +499,7 @@ final class TransferService: Sendable {
     /// The client cancels its transfer: its state after (a foreign or unknown one is
     /// `notFound`), and the connection that had it attached, if another, to be told.
     func cancel(_ transfer: UUID, owner: TransferOwner, connection: UInt64)
-        -> (answer: TransferStateFrame, other: ConnectionLink?)
+        -> (answer: TransferStateFrame, other: TransferPeer?)
     {
         let id = TransferID(transfer)
         return state.withLock { state in
@@ -559,7 +559,7 @@ final class TransferService: Sendable {
 
     /// Removes every transfer of `owner` (its device unpaired, its token revoked): the
     /// connections that had one attached, to be told it is gone.
-    func removeAll(of owner: TransferOwner) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+    func removeAll(of owner: TransferOwner) -> [(link: TransferPeer, state: TransferStateFrame)] {
         state.withLock { state in
             let removed = state.table.removeAll(of: owner)
             if !removed.isEmpty { logger.info("transfers: \(removed.count) of \(owner) removed (access revoked)") }
@@ -569,7 +569,7 @@ final class TransferService: Sendable {
 
     /// Removes every transfer `shouldGo` names (its caller may no longer open its service): the
     /// connections that had one attached, to be told it is gone.
-    func remove(where shouldGo: (TransferRecord) -> Bool) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+    func remove(where shouldGo: (TransferRecord) -> Bool) -> [(link: TransferPeer, state: TransferStateFrame)] {
         state.withLock { state in
             let removed = state.table.all.filter(shouldGo).compactMap { state.table.remove($0.id) }
             if !removed.isEmpty {
@@ -582,7 +582,7 @@ final class TransferService: Sendable {
     /// A transfer the table no longer has: its files and journal entry go, and the connection
     /// that had it attached is to be told it no longer exists (`notFound`).
     private func removedForGood(_ record: TransferRecord, _ state: inout State)
-        -> (link: ConnectionLink, state: TransferStateFrame)?
+        -> (link: TransferPeer, state: TransferStateFrame)?
     {
         let link = state.attached[record.id]?.link
         removedLocked(record, &state)
@@ -597,7 +597,7 @@ final class TransferService: Sendable {
     }
 
     /// Removes the transfers of every managed token not among `names` (revoked).
-    func removeTokens(notIn names: Set<String>) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+    func removeTokens(notIn names: Set<String>) -> [(link: TransferPeer, state: TransferStateFrame)] {
         let revoked = state.withLock { state in
             state.table.owners.filter {
                 guard case .token(let name) = $0 else { return false }
@@ -608,10 +608,10 @@ final class TransferService: Sendable {
     }
 
     /// Expires what made no progress for the expiry, and removes outcomes past the retention.
-    func sweep(now: Date = Date()) -> [(link: ConnectionLink, state: TransferStateFrame)] {
+    func sweep(now: Date = Date()) -> [(link: TransferPeer, state: TransferStateFrame)] {
         state.withLock { state in
             let sweep = state.table.sweep(now: now)
-            var told: [(ConnectionLink, TransferStateFrame)] = []
+            var told: [(TransferPeer, TransferStateFrame)] = []
             for record in sweep.expired {
                 if let attached = state.attached[record.id] { told.append((attached.link, stateFrame(of: record))) }
                 removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
@@ -635,7 +635,7 @@ final class TransferService: Sendable {
 
     /// Ends transfer `id` as `phase`: its state, and the connection that had it attached.
     func end(_ id: TransferID, phase: TransferPhase, error: TransferErrorCode?)
-        -> (link: ConnectionLink, state: TransferStateFrame)?
+        -> (link: TransferPeer, state: TransferStateFrame)?
     {
         state.withLock { state in
             let link = state.attached[id]?.link

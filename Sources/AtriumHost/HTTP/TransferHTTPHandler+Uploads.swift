@@ -1,0 +1,272 @@
+import AtriumProtocol
+import AtriumTransfers
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+// An upload over HTTP (CONTRACT section 8): tus 1.0's `HEAD` and `PATCH` with `Upload-Offset`,
+// or the IETF resumable-upload draft's `application/partial-upload` with `Upload-Complete`.
+// A PATCH is an attachment of the transfer, as a frames client's `attach` is: its body goes to
+// the spool as chunks under the host's window (reading the socket waits while the window is
+// full), with the same syncs, and the answer says the bytes the host holds on stable storage.
+
+extension TransferHTTPHandler {
+    /// An upload a PATCH is bringing the bytes of.
+    struct Receiving {
+        var record: TransferRecord
+        /// The next byte of the body goes at this offset.
+        var next: Int64
+        /// Bytes on stable storage (the host's last `ack`), and the bytes past them it takes.
+        var held: Int64
+        var window: Int64
+        /// Body bytes read and not yet handed over (the window was full).
+        var pending: [ByteBuffer] = []
+        /// Whether this PATCH ends the upload (`Upload-Complete: ?1`, or its bytes reach the
+        /// announced length), and the SHA-256 its client gave (`Upload-Checksum`).
+        var completes: Bool
+        var digest: [UInt8]?
+        /// Whether the body has been read to its end, and the last (empty) chunk handed over.
+        var bodyEnded = false
+        var lastSent = false
+        /// Whether the request uses the IETF draft (`Upload-Complete`) rather than tus.
+        var draft: Bool
+    }
+
+    /// What tus 1.0 asks every answer to carry.
+    static let tusHeaders: [(String, String)] = [
+        ("Tus-Resumable", "1.0.0"), ("Tus-Version", "1.0.0"), ("Tus-Extension", "checksum"),
+        ("Tus-Checksum-Algorithm", "sha256"),
+    ]
+
+    /// `HEAD` of an upload: the bytes the host holds on stable storage, and its length.
+    func uploadHead(_ record: TransferRecord) {
+        var headers: [(String, String)] = [
+            ("Upload-Offset", "\(record.offset)"), ("Tus-Resumable", "1.0.0"), ("Cache-Control", "no-store"),
+            ("Upload-Complete", record.phase == .waiting || record.phase == .running ? "?0" : "?1"),
+        ]
+        headers.append(record.size >= 0 ? ("Upload-Length", "\(record.size)") : ("Upload-Defer-Length", "1"))
+        respond(.ok, "", headers: headers, close: false)
+    }
+
+    /// A `PATCH`: checked, attached, then its body is taken as it comes.
+    func beginUpload(_ record: TransferRecord, _ head: HTTPRequestHead) {
+        let headers = head.headers
+        if let version = headers.first(name: "tus-resumable"), version != "1.0.0" {
+            return respond(
+                .preconditionFailed, "this host speaks tus 1.0.0\n", headers: [("Tus-Version", "1.0.0")],
+                close: !requestEnded)
+        }
+        let type = headers.first(name: "content-type")?.split(separator: ";").first.map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        guard type == "application/offset+octet-stream" || type == "application/partial-upload" else {
+            return respond(
+                .unsupportedMediaType,
+                "a PATCH's body is application/offset+octet-stream (tus 1.0) or application/partial-upload\n",
+                close: !requestEnded)
+        }
+        let draft = type == "application/partial-upload"
+        guard let offsetText = headers.first(name: "upload-offset"), let offset = Int64(offsetText), offset >= 0 else {
+            return respond(.badRequest, "a PATCH names the offset its body starts at (Upload-Offset)\n", close: true)
+        }
+        guard record.phase == .waiting || record.phase == .running else {
+            return respond(
+                .gone, "the upload has ended (\(record.phase.rawValue))\n",
+                headers: [("Upload-Offset", "\(record.offset)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded)
+        }
+        guard offset == record.offset else {
+            return conflict(held: record.offset, "the host holds \(record.offset) bytes, not \(offset)")
+        }
+        var digest: [UInt8]?
+        if let checksum = headers.first(name: "upload-checksum") {
+            let parts = checksum.split(separator: " ")
+            guard parts.count == 2, parts[0].lowercased() == "sha256",
+                let bytes = Data(base64Encoded: String(parts[1])), bytes.count == 32
+            else {
+                return respond(
+                    .badRequest, "Upload-Checksum is sha256 and the digest's 32 bytes in base64\n", close: true)
+            }
+            digest = Array(bytes)
+        }
+        let length = headers.first(name: "content-length").flatMap { Int64($0) }
+        let announced = record.size >= 0 ? record.size : headers.first(name: "upload-length").flatMap { Int64($0) }
+        let completes =
+            draft
+            ? headers.first(name: "upload-complete") == "?1"
+            : (length.map { offset + $0 == announced } ?? false)
+        // Attached as a frames client is: the latest attach wins.
+        let peer = TransferPeer {
+            [loop = context!.eventLoop, handler = NIOLoopBound(self, eventLoop: context!.eventLoop)] frame in
+            loop.execute { handler.value.told(frame) }
+        }
+        let outcome = service.attach(
+            AttachFrame(id: 0, transfer: record.id.uuid), owner: record.owner, peer: peer, connection: connectionID)
+        outcome.displaced.map { $0.link.tell(.state($0.state)) }
+        let attached = outcome.answer
+        guard attached.status == .success else {
+            if attached.status == .resourceLimitsExceeded {
+                return respond(
+                    .serviceUnavailable, "the host takes no more transfers at once: \(attached.error ?? "")\n",
+                    headers: [("Retry-After", "5")], close: true)
+            }
+            return respond(.gone, "the upload cannot go on: \(attached.error ?? "")\n", close: true)
+        }
+        guard Int64(attached.offset) == offset else {
+            service.detach(record.id.uuid, owner: record.owner, connection: connectionID)
+            return conflict(held: Int64(attached.offset), "the host holds \(attached.offset) bytes, not \(offset)")
+        }
+        upload = Receiving(
+            record: record, next: offset, held: offset, window: Int64(attached.window), completes: completes,
+            digest: digest, draft: draft)
+        phase = .receiving
+        logger.debug("HTTP PATCH transfer \(record.id): from \(offset)\(completes ? ", to the end" : "")")
+        if requestEnded { bodyEnded() }
+    }
+
+    /// 409: the offset is not the host's; the client goes on from the one given.
+    func conflict(held: Int64, _ why: String) {
+        refused("409: \(why)")
+        respond(
+            .conflict, "\(why): go on from Upload-Offset\n",
+            headers: [("Upload-Offset", "\(held)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded)
+    }
+
+    /// Body bytes of the PATCH.
+    func received(_ bytes: ByteBuffer) {
+        guard upload != nil else { return }
+        lastMoved = .now()
+        upload?.pending.append(bytes)
+        feed()
+    }
+
+    func bodyEnded() {
+        guard upload != nil else { return }
+        upload?.bodyEnded = true
+        feed()
+    }
+
+    /// Hands the read bytes over as chunks while the window has room; reading waits while it
+    /// has none. Once the body is all handed over: the last chunk, or the answer once synced.
+    func feed() {
+        guard var receiving = upload, phase == .receiving else { return }
+        let chunkBytes = Int64(service.limits.chunkBytes)
+        while var first = receiving.pending.first {
+            let room = receiving.window - (receiving.next - receiving.held)
+            guard room > 0 else { break }
+            let count = Int(min(Int64(first.readableBytes), chunkBytes, room))
+            let data = first.readSlice(length: count)!
+            if first.readableBytes == 0 {
+                receiving.pending.removeFirst()
+            } else {
+                receiving.pending[0] = first
+            }
+            if case .state(let state) = service.chunk(
+                ChunkFrame(transfer: receiving.record.id.uuid, offset: UInt64(receiving.next), data: data),
+                owner: receiving.record.owner, connection: connectionID)
+            {
+                upload = receiving
+                return stopped(state)
+            }
+            receiving.next += Int64(count)
+        }
+        // Reading waits while bytes wait for room.
+        holdingReads = !receiving.pending.isEmpty
+        if !holdingReads, readWanted, let context {
+            readWanted = false
+            context.read()
+        }
+        if receiving.bodyEnded, receiving.pending.isEmpty, receiving.completes, !receiving.lastSent {
+            receiving.lastSent = true
+            upload = receiving
+            if case .state(let state) = service.chunk(
+                ChunkFrame(
+                    transfer: receiving.record.id.uuid, offset: UInt64(receiving.next), data: ByteBuffer(), last: true,
+                    digest: receiving.digest),
+                owner: receiving.record.owner, connection: connectionID)
+            {
+                return stopped(state)
+            }
+            return
+        }
+        upload = receiving
+        // A PATCH that does not end the upload is answered once all it brought is synced.
+        if receiving.bodyEnded, receiving.pending.isEmpty, !receiving.completes, receiving.held == receiving.next {
+            answered(held: receiving.held, complete: false)
+        }
+    }
+
+    /// What the host tells the upload's attachment (on this connection's loop).
+    func told(_ frame: HostTransferFrame) {
+        guard var receiving = upload, phase == .receiving else { return }
+        switch frame {
+        case .ack(let ack):
+            lastMoved = .now()
+            receiving.held = Int64(ack.offset)
+            receiving.window = Int64(ack.window)
+            upload = receiving
+            feed()
+        case .state(let state):
+            switch state.state {
+            case "delivering", "completed":
+                // Every byte is in, synced, and checked (its size, its SHA-256): the upload
+                // goes to its service, whose answer is the transfer's result.
+                answered(held: Int64(state.offset), complete: true)
+            case "running", "verifying":
+                // Checked now: the answer says how that went.
+                lastMoved = .now()
+            default:
+                stopped(state)
+            }
+        default:
+            break
+        }
+    }
+
+    /// The PATCH is done: 204 with the bytes the host holds on stable storage.
+    func answered(held: Int64, complete: Bool) {
+        guard let receiving = upload else { return }
+        upload = nil
+        holdingReads = false
+        service.detach(receiving.record.id.uuid, owner: receiving.record.owner, connection: connectionID)
+        var headers: [(String, String)] = [("Upload-Offset", "\(held)"), ("Tus-Resumable", "1.0.0")]
+        if receiving.draft { headers.append(("Upload-Complete", complete ? "?1" : "?0")) }
+        logger.debug("HTTP PATCH transfer \(receiving.record.id): holds \(held)\(complete ? ", complete" : "")")
+        phase = .answered
+        respond(.noContent, "", headers: headers, close: !requestEnded)
+        if readWanted, let context {
+            readWanted = false
+            context.read()
+        }
+    }
+
+    /// The upload cannot go on with this PATCH: the answer its error calls for, and the
+    /// connection closes (what is left of the body is not read).
+    func stopped(_ state: TransferStateFrame) {
+        guard let receiving = upload else { return }
+        upload = nil
+        holdingReads = false
+        service.detach(receiving.record.id.uuid, owner: receiving.record.owner, connection: connectionID)
+        let error = state.error ?? state.state
+        let held = [("Upload-Offset", "\(state.offset)"), ("Tus-Resumable", "1.0.0")]
+        logger.info("HTTP PATCH transfer \(receiving.record.id) stopped: \(state.state), \(error)")
+        phase = .answered
+        switch error {
+        case TransferErrorCode.offsetMismatch.rawValue, TransferErrorCode.windowExceeded.rawValue,
+            TransferErrorCode.attachedElsewhere.rawValue:
+            respond(.conflict, "\(error): go on from Upload-Offset\n", headers: held, close: true)
+        case TransferErrorCode.lengthExceeded.rawValue:
+            respond(
+                .payloadTooLarge, "more bytes than the upload's length: it has failed\n", headers: held, close: true)
+        case TransferErrorCode.digestMismatch.rawValue:
+            respond(
+                HTTPResponseStatus(statusCode: 460, reasonPhrase: "Checksum Mismatch"),
+                "the file's SHA-256 is not the one given: the upload has failed\n", headers: held, close: true)
+        case TransferErrorCode.insufficientStorage.rawValue:
+            respond(
+                .insufficientStorage, "the host has no room for it: the upload has failed\n", headers: held, close: true
+            )
+        default:
+            respond(.gone, "the upload has ended (\(state.state), \(error))\n", headers: held, close: true)
+        }
+    }
+}
