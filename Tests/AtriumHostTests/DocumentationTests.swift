@@ -6,7 +6,8 @@ import Testing
 /// The code in README.md and docs/ compiles: every Swift and C block is marked with how it is
 /// compiled (`<!-- compiled: KIND -->` on the line before it), and each kind is compiled here
 /// (C) or in TemplateTests (Swift, in the projects `atrium new` writes, which depend on Atrium
-/// the way a reader's project does).
+/// the way a reader's project does). Code for Apple's systems (`swift-apple`: an iOS app's),
+/// whose frameworks are not on Linux, is parsed here, not type-checked.
 struct DocumentationTests {
     struct Block {
         var file: String
@@ -53,7 +54,7 @@ struct DocumentationTests {
         try files.flatMap { try blocks(in: $0) }.filter { $0.kind == kind }
     }
 
-    static let kinds: Set = ["swift-client", "swift-plugin", "swift-package", "c-plugin", "c-fragment"]
+    static let kinds: Set = ["swift-client", "swift-plugin", "swift-package", "c-plugin", "c-fragment", "swift-apple"]
 
     /// docs/ARCHITECTURE.md names, for every frame a client sends, the file of `Connection/`
     /// that handles it, and every source file it names is there (a file moved or renamed
@@ -155,6 +156,21 @@ struct DocumentationTests {
         for block in plugins {
             let result = try await Self.compileC(block.code, named: "plugin")
             #expect(result.status == 0, "\(block.file):\(block.line) does not compile:\n\(result.output)")
+        }
+    }
+
+    @Test func theCodeForApplesSystemsParses() async throws {
+        let blocks = try Self.blocks(ofKind: "swift-apple")
+        #expect(!blocks.isEmpty)
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "atrium-doc-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for (index, block) in blocks.enumerated() {
+            let file = folder.appendingPathComponent("apple\(index).swift")
+            try block.code.write(to: file, atomically: true, encoding: .utf8)
+            let result = try await runProgram("swiftc", ["-parse", file.path])
+            #expect(result.status == 0, "\(block.file):\(block.line) does not parse:\n\(result.output)")
         }
     }
 
