@@ -7,13 +7,15 @@
       and to files: the ceiling of this stack, and
   (b) nginx serving the same file over HTTPS to curl (Debian's packages): what a user would
       pick instead;
+- the same download with curl over atriumd's HTTPS (a transfer's link, the host's key pinned)
+  against curl from nginx, and an upload with curl's tus PATCH against that download;
 - 1,000 files of 100 KiB fetched one after another, against the single file's rate;
 - a download resumed at 90%: the bytes moved again;
 - the host's CPU seconds per GiB, and its memory while transfers are active;
 - the disk's own synced write rate (what an upload does: written into a reserved file, synced
   every half window), the ceiling of an upload that acknowledges only synced bytes.
 
-Every receiver writes into a file on the same disk. With --pinned the host, the servers and the
+Every receiver writes into tmpfs (/dev/shm) where there is one. With --pinned the host, the servers and the
 clients all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine; without, the
 scheduler places them. Each figure is the median of --rounds, the pairs measured alternately.
 
@@ -122,6 +124,34 @@ def curl(port, name, out, pin):
     return os.path.getsize(out), time.monotonic() - start_time
 
 
+def link(port, name, pin, size=None):
+    """A new transfer of `name` through Files (an upload of `size` bytes when given) and its
+    HTTPS link: (url, bearer, curl's pin of the host's key)."""
+    command = [BENCH, "link", str(port), name] + ([str(size)] if size is not None else []) + ["--tls"]
+    words = subprocess.run(pin + command, capture_output=True, text=True, check=True).stdout.split()
+    return words[words.index("url") + 1], words[words.index("bearer") + 1], words[words.index("pin") + 1]
+
+
+def curl_link(port, name, out, pin):
+    """curl fetching a download through its HTTPS link, the host's key pinned."""
+    url, bearer, key = link(port, name, pin)
+    start_time = time.monotonic()
+    subprocess.run(pin + ["curl", "-sSk", "--fail", "--pinnedpubkey", f"sha256//{key}", "-H",
+                          f"Authorization: Bearer {bearer}", "-o", out, url], check=True)
+    return os.path.getsize(out), time.monotonic() - start_time
+
+
+def curl_patch(port, source, size, pin):
+    """curl sending a file to an upload's HTTPS link in one tus PATCH (streamed, -T)."""
+    url, bearer, key = link(port, f"up-{os.urandom(4).hex()}", pin, size)
+    start_time = time.monotonic()
+    subprocess.run(pin + ["curl", "-sSk", "--fail", "--pinnedpubkey", f"sha256//{key}", "-X", "PATCH", "-T", source,
+                          "-H", f"Authorization: Bearer {bearer}", "-H", "Tus-Resumable: 1.0.0",
+                          "-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream",
+                          "-o", "/dev/null", url], check=True)
+    return size, time.monotonic() - start_time
+
+
 def synced_writes(path, size, batch=2 << 20):
     """This disk's own ceiling for what an upload does: `size` bytes written into a reserved
     file and synced every `batch` (the host's half window); returns (bytes, seconds)."""
@@ -181,7 +211,8 @@ def main():
     bare_tcp, bare_tcp_port = start([BENCH, "serve-bare", os.path.join(folder, "big.bin")], pin,
                                     lambda line: line.startswith("port") and int(line.split()[1]))
     web, web_port = nginx(folder, scratch, pin)
-    samples = {key: [] for key in ("tls", "tcp", "bare-tls", "bare-tcp", "nginx", "up-tls", "up-tcp", "disk")}
+    samples = {key: [] for key in ("tls", "tcp", "bare-tls", "bare-tcp", "nginx", "up-tls", "up-tcp", "disk",
+                                   "curl", "up-curl")}
     cpu = {"tls": [], "up-tls": []}
     peak = rss_bytes(host.pid)
     try:
@@ -206,6 +237,13 @@ def main():
                         os.unlink(os.path.join(folder, name))
             samples["nginx"].append(curl(web_port, "big.bin", out, pin))
             os.unlink(out)
+            # The same file over atriumd's HTTPS (a transfer's link), and curl's tus PATCH.
+            samples["curl"].append(curl_link(port, "big.bin", out, pin))
+            os.unlink(out)
+            samples["up-curl"].append(curl_patch(port, os.path.join(folder, "big.bin"), size, pin))
+            for name in os.listdir(folder):
+                if name.startswith("up-"):
+                    os.unlink(os.path.join(folder, name))
             samples["disk"].append(synced_writes(os.path.join(scratch, "synced.bin"), size))
         many_folder = os.path.join(received, "many")
         os.makedirs(many_folder)
@@ -245,8 +283,10 @@ def main():
 
     rate = {key: median_rate(value) for key, value in samples.items()}
     print(f"{'pinned' if pin else 'unpinned'}, {arguments.size_mib} MiB, median of {arguments.rounds}")
-    for key in ("tls", "bare-tls", "nginx", "tcp", "bare-tcp", "up-tls", "up-tcp", "disk"):
+    for key in ("tls", "bare-tls", "nginx", "curl", "tcp", "bare-tcp", "up-tls", "up-tcp", "up-curl", "disk"):
         print(f"  {key:9} {mib(rate[key]):8.1f} MiB/s")
+    print(f"  curl from atriumd (HTTPS) ÷ curl from nginx: {rate['curl'] / rate['nginx']:.2f}")
+    print(f"  curl PATCH upload ÷ curl download (HTTPS): {rate['up-curl'] / rate['curl']:.2f}")
     print(f"  TLS download ÷ bare TLS pair: {rate['tls'] / rate['bare-tls']:.2f}")
     print(f"  TLS download ÷ nginx + curl:  {rate['tls'] / rate['nginx']:.2f}")
     print(f"  TCP download ÷ bare TCP pair: {rate['tcp'] / rate['bare-tcp']:.2f}")

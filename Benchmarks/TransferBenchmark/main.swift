@@ -11,6 +11,8 @@
 //   put PORT FILE [--tls]            an upload through Files (UploadOperation)
 //   many PORT PREFIX COUNT OUT [--tls] downloads PREFIX0 … PREFIX(COUNT-1) one after another on
 //                                    one connection into the folder OUT
+//   link PORT NAME [SIZE] --tls      a download of NAME (an upload of SIZE bytes as NAME) and
+//                                    its HTTPS link; prints "url U bearer B pin P" (curl's pin)
 //
 // TLS is TLS 1.3 with a throwaway identity on both sides, as atrium's own.
 import AtriumClient
@@ -230,6 +232,25 @@ case "many":
     }
     print("bytes \(total) seconds \(seconds(since: start)) asking \(asking)")
     await connection.close()
+case "link":
+    guard words.count == 3 || words.count == 4, let port = Int(words[1]), tls else {
+        fail("link PORT NAME [SIZE] --tls")
+    }
+    let connection = try await connect(port)
+    let message: ValueSet =
+        words.count == 4
+        ? ["Command": "put", "Name": .string(words[2]), "Size": .int(Int64(words[3]) ?? 0)]
+        : ["Command": "get", "Name": .string(words[2])]
+    let id = try await transfer(message, on: connection)
+    let link = try await connection.transferLink(id)
+    guard link.status == .success, let identity = connection.hostIdentity else { fail("no link: \(link)") }
+    // curl's pin: the host's identity (the SHA-256 of its key's SubjectPublicKeyInfo) in base64.
+    let hex = Array(identity.utf8)
+    let digest = stride(from: 0, to: hex.count, by: 2).map {
+        UInt8(String(decoding: hex[$0..<$0 + 2], as: UTF8.self), radix: 16)!
+    }
+    print("url \(link.url) bearer \(link.bearer) pin \(Data(digest).base64EncodedString())")
+    await connection.close()
 default:
-    fail("serve-bare, fetch-bare, get, put or many (see the top of Benchmarks/TransferBenchmark/main.swift)")
+    fail("serve-bare, fetch-bare, get, put, many or link (see the top of Benchmarks/TransferBenchmark/main.swift)")
 }

@@ -545,6 +545,24 @@ struct TransferHTTPTests {
         #expect(results[5]["status"] as? Int == 200 && headers(5)["upload-offset"] == "3000000")
         #expect(headers(5)["upload-complete"] == "?1")
 
+        // A client that waits to be told to send its body (Expect: 100-continue, as curl
+        // sends for a large one) is told at once.
+        let (other, otherLink) = try await Self.upload("other.bin", size: 1000, on: device)
+        let expecting =
+            "PATCH /transfers/\(other) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(otherLink.bearer)\r\n"
+            + "Tus-Resumable: 1.0.0\r\nUpload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\n"
+            + "Content-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
+        let told = try await Self.probe(
+            port: host.port,
+            [
+                [
+                    "raw": [["bytes": expecting, "pause": 0.5], ["file": source.path, "to": 1000]], "wait": 5,
+                    "stopAfter": 60,
+                ]
+            ])
+        let text = told.first?["text"] as? String ?? ""
+        #expect(text.hasPrefix("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n"), "\(text)")
+
         // The outcome, over frames: completed, with Files' result; the file exact.
         var outcome: TransferStateFrame?
         for _ in 0..<100 {

@@ -120,6 +120,12 @@ extension TransferHTTPHandler {
             digest: digest, draft: draft)
         phase = .receiving
         logger.debug("HTTP PATCH transfer \(record.id): from \(offset)\(completes ? ", to the end" : "")")
+        // A client that waits to be told to send its body (curl does, for a large one) is told
+        // now, rather than sending it after a pause of its own.
+        if headers.first(name: "expect")?.lowercased() == "100-continue", let context {
+            context.writeAndFlush(
+                wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .continue))), promise: nil)
+        }
         if requestEnded { bodyEnded() }
     }
 
@@ -145,32 +151,36 @@ extension TransferHTTPHandler {
         feed()
     }
 
-    /// Hands the read bytes over as chunks while the window has room; reading waits while it
-    /// has none. Once the body is all handed over: the last chunk, or the answer once synced.
+    /// Hands the read bytes over in chunks of `chunkBytes` (the body arrives in TLS records of
+    /// 16 KiB at most: gathered, so that the spool writes and syncs as it does for frames)
+    /// while the window has room; reading waits while a whole chunk waits for room. Once the
+    /// body is all handed over: the last chunk, or the answer once synced.
     func feed() {
         guard var receiving = upload, phase == .receiving else { return }
         let chunkBytes = Int64(service.limits.chunkBytes)
-        while var first = receiving.pending.first {
-            let room = receiving.window - (receiving.next - receiving.held)
-            guard room > 0 else { break }
-            let count = Int(min(Int64(first.readableBytes), chunkBytes, room))
-            let data = first.readSlice(length: count)!
-            if first.readableBytes == 0 {
-                receiving.pending.removeFirst()
-            } else {
-                receiving.pending[0] = first
-            }
+        var waiting = receiving.pending.reduce(Int64(0)) { $0 + Int64($1.readableBytes) }
+        while waiting > 0 {
+            let want = min(chunkBytes, receiving.window - (receiving.next - receiving.held))
+            guard want > 0, waiting >= want || receiving.bodyEnded else { break }
+            let count = Int(min(want, waiting))
+            let data = Self.take(count, from: &receiving.pending)
+            waiting -= Int64(count)
+            // Whether the client's bytes stop here until this chunk is synced: the window is
+            // full after it, or the body has ended (with nothing past it).
+            let waits =
+                receiving.window - (receiving.next + Int64(count) - receiving.held) < chunkBytes
+                || (receiving.bodyEnded && waiting == 0)
             if case .state(let state) = service.chunk(
                 ChunkFrame(transfer: receiving.record.id.uuid, offset: UInt64(receiving.next), data: data),
-                owner: receiving.record.owner, connection: connectionID)
+                owner: receiving.record.owner, connection: connectionID, waits: waits)
             {
                 upload = receiving
                 return stopped(state)
             }
             receiving.next += Int64(count)
         }
-        // Reading waits while bytes wait for room.
-        holdingReads = !receiving.pending.isEmpty
+        // Reading waits while a whole chunk waits for room.
+        holdingReads = waiting >= chunkBytes
         if !holdingReads, readWanted, let context {
             readWanted = false
             context.read()
@@ -193,6 +203,25 @@ extension TransferHTTPHandler {
         if receiving.bodyEnded, receiving.pending.isEmpty, !receiving.completes, receiving.held == receiving.next {
             answered(held: receiving.held, complete: false)
         }
+    }
+
+    /// The first `count` bytes of `buffers` (which hold at least that many), as one buffer: a
+    /// slice of the first when it holds them all, else gathered.
+    static func take(_ count: Int, from buffers: inout [ByteBuffer]) -> ByteBuffer {
+        if buffers[0].readableBytes >= count {
+            let slice = buffers[0].readSlice(length: count)!
+            if buffers[0].readableBytes == 0 { buffers.removeFirst() }
+            return slice
+        }
+        var gathered = ByteBuffer()
+        gathered.reserveCapacity(count)
+        while gathered.readableBytes < count {
+            let part = min(count - gathered.readableBytes, buffers[0].readableBytes)
+            var slice = buffers[0].readSlice(length: part)!
+            gathered.writeBuffer(&slice)
+            if buffers[0].readableBytes == 0 { buffers.removeFirst() }
+        }
+        return gathered
     }
 
     /// What the host tells the upload's attachment (on this connection's loop).

@@ -177,7 +177,10 @@ extension TransferService {
         case state(TransferStateFrame)
     }
 
-    func chunk(_ frame: ChunkFrame, owner: TransferOwner, connection: UInt64) -> ChunkOutcome {
+    /// `waits`: whether the sender sends nothing more until this chunk is acknowledged (a
+    /// frames client may have sent its whole window; an HTTP request knows): the spool then
+    /// syncs as soon as it has written what it was sent, rather than at the next half window.
+    func chunk(_ frame: ChunkFrame, owner: TransferOwner, connection: UInt64, waits: Bool = true) -> ChunkOutcome {
         let id = TransferID(frame.transfer)
         let now = Date()
         return state.withLock { state in
@@ -222,7 +225,9 @@ extension TransferService {
                 let last = window.lastReceived
                 let unknownSize = record.size < 0
                 spool.queue.async { [self, data] in
-                    write(data, at: at, of: id, to: spool, generation: generation, last: last, unknownSize: unknownSize)
+                    write(
+                        data, at: at, of: id, to: spool, generation: generation, last: last, waits: waits,
+                        unknownSize: unknownSize)
                 }
                 return .none
             }
@@ -241,7 +246,7 @@ extension TransferService {
     /// nothing more, or it was the last: then acknowledges what is on stable storage.
     private func write(
         _ data: ByteBuffer, at offset: Int64, of id: TransferID, to spool: UploadSpool, generation: UInt64,
-        last: Bool, unknownSize: Bool
+        last: Bool, waits: Bool, unknownSize: Bool
     ) {
         let count = Int64(data.readableBytes)
         // Chunks of an attachment that is no longer the transfer's are not written: the
@@ -276,7 +281,7 @@ extension TransferService {
         }
         spool.unsynced += count
         let more = state.withLock { _ in spool.queued > 0 }
-        guard last || !more || spool.unsynced >= syncBatchBytes else { return }
+        guard last || (waits && !more) || spool.unsynced >= syncBatchBytes else { return }
         do {
             try file.sync()
         } catch {
