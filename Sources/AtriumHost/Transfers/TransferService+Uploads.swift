@@ -24,8 +24,13 @@ final class UploadSpool: @unchecked Sendable {
     /// is then read back from the file at the end.
     var hasher = SHA256()
     var hashed: Int64
-    /// Bytes written since the last sync.
+    /// Bytes written since the last sync, and where the last write ended and for which
+    /// attachment (what a sync that waited acknowledges).
     var unsynced: Int64 = 0
+    var writtenEnd: Int64 = 0
+    var writtenGeneration: UInt64 = 0
+    /// Whether a sync is due shortly, should nothing more come (``TransferService/syncDelay``).
+    var syncDue = false
     // Under the service's lock:
     /// Chunks handed to `queue` and not written yet, and their bytes (bounded: a client cannot
     /// make the host hold more than two windows of an upload, whatever it attaches).
@@ -177,10 +182,12 @@ extension TransferService {
         case state(TransferStateFrame)
     }
 
-    /// `waits`: whether the sender sends nothing more until this chunk is acknowledged (a
-    /// frames client may have sent its whole window; an HTTP request knows): the spool then
-    /// syncs as soon as it has written what it was sent, rather than at the next half window.
-    func chunk(_ frame: ChunkFrame, owner: TransferOwner, connection: UInt64, waits: Bool = true) -> ChunkOutcome {
+    /// `waits`: whether the sender sends nothing more until this chunk is acknowledged (an HTTP
+    /// request knows; for a frames client, nil: it has filled its window): the spool then syncs
+    /// as soon as it has written what it was sent. Otherwise it syncs each half window, or once
+    /// nothing more has come for ``syncDelay`` (a client that waits for each ack of its own
+    /// accord is acknowledged that much later, never left waiting).
+    func chunk(_ frame: ChunkFrame, owner: TransferOwner, connection: UInt64, waits: Bool? = nil) -> ChunkOutcome {
         let id = TransferID(frame.transfer)
         let now = Date()
         return state.withLock { state in
@@ -224,6 +231,7 @@ extension TransferService {
                 }
                 let last = window.lastReceived
                 let unknownSize = record.size < 0
+                let waits = waits ?? (window.window - (window.written - window.held) < Int64(limits.chunkBytes))
                 spool.queue.async { [self, data] in
                     write(
                         data, at: at, of: id, to: spool, generation: generation, last: last, waits: waits,
@@ -280,8 +288,44 @@ extension TransferService {
             spool.hashed = -1
         }
         spool.unsynced += count
+        spool.writtenEnd = offset + count
+        spool.writtenGeneration = generation
         let more = state.withLock { _ in spool.queued > 0 }
-        guard last || (waits && !more) || spool.unsynced >= syncBatchBytes else { return }
+        guard last || (waits && !more) || spool.unsynced >= syncBatchBytes else {
+            if !more { syncSoon(id, spool: spool) }
+            return
+        }
+        sync(id, spool: spool)
+    }
+
+    /// How long written bytes wait for more before they are synced and acknowledged anyway.
+    static let syncDelay = DispatchTimeInterval.milliseconds(2)
+
+    /// Syncs what was written once ``syncDelay`` has passed with nothing more written. On the
+    /// spool's queue.
+    private func syncSoon(_ id: TransferID, spool: UploadSpool) {
+        guard !spool.syncDue else { return }
+        spool.syncDue = true
+        let written = spool.writtenEnd
+        spool.queue.asyncAfter(deadline: .now() + Self.syncDelay) { [self] in
+            spool.syncDue = false
+            guard spool.unsynced > 0 else { return }
+            // More came meanwhile: its own write decides (or schedules) the next sync.
+            guard spool.writtenEnd == written, state.withLock({ _ in spool.queued == 0 }) else {
+                if spool.writtenEnd != written, state.withLock({ _ in spool.queued == 0 }) { syncSoon(id, spool: spool) }
+                return
+            }
+            let current = state.withLock { state in
+                state.attached[id]?.generation == spool.writtenGeneration && state.table.record(id)?.phase == .running
+            }
+            guard current else { return }
+            sync(id, spool: spool)
+        }
+    }
+
+    /// Syncs the spool file and acknowledges what it holds. On the spool's queue.
+    private func sync(_ id: TransferID, spool: UploadSpool) {
+        guard let file = spool.file else { return }
         do {
             try file.sync()
         } catch {
@@ -290,7 +334,7 @@ extension TransferService {
             return
         }
         spool.unsynced = 0
-        synced(id, through: offset + count, spool: spool, generation: generation)
+        synced(id, through: spool.writtenEnd, spool: spool, generation: spool.writtenGeneration)
     }
 
     /// Bytes through `offset` are on stable storage: the table's offset moves (and is
