@@ -47,6 +47,17 @@ public enum HTTPFileHeaders {
         return .part(start..<(end + 1))
     }
 
+    /// Whether `Range: value` asks for the file from a byte to its end (`bytes=A-`), as a
+    /// client that holds the bytes before asks (`curl -C -`): not a range that ends at a given
+    /// byte, nor the file's last bytes (`bytes=-N`).
+    public static func isOpenEnded(_ value: String?) -> Bool {
+        guard let value, case .part = range(value, size: Int64.max >> 1) else { return false }
+        let spec = value.trimmingCharacters(in: .whitespaces).dropFirst("bytes=".count)
+        guard let dash = spec.firstIndex(of: "-") else { return false }
+        return !spec[..<dash].trimmingCharacters(in: .whitespaces).isEmpty
+            && spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces).isEmpty
+    }
+
     /// The strong entity tag of a file as it was offered (its device, inode, size and
     /// modification time): it changes whenever the file does.
     public static func entityTag(of source: DownloadSource) -> String {

@@ -116,7 +116,12 @@ struct TransferHTTPTests {
             if "hold" in p:
                 # Connections that complete TLS and say nothing (or a request they never read).
                 for _ in range(p["hold"]):
-                    s = context().wrap_socket(socket.create_connection(("127.0.0.1", port)))
+                    plain = socket.socket()
+                    if "rcvbuf" in p:
+                        # A small receive buffer: what the client does not read stays with the host.
+                        plain.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, p["rcvbuf"])
+                    plain.connect(("127.0.0.1", port))
+                    s = context().wrap_socket(plain)
                     if "send" in p:
                         s.sendall(p["send"].encode("latin-1"))
                     held.append(s)
@@ -692,7 +697,7 @@ struct TransferHTTPTests {
                 patch(["Tus-Resumable": "0.2.2"]),
                 patch(["Upload-Offset": "x"]),
                 patch(["Upload-Checksum": "md5 abc"]),
-                // A body past the upload's length: the upload fails.
+                // A body declared longer than the upload: refused before any byte is taken.
                 patch([:], to: 150_000, path: "/transfers/\(over)", bearer: overLink.bearer),
                 // A body that trickles: closed after the timeout, the upload still there.
                 ["raw": [["bytes": trickle]], "wait": 6],
@@ -709,8 +714,143 @@ struct TransferHTTPTests {
         #expect(results[6]["status"] as? Int == 200)
         #expect((results[6]["headers"] as? [String: String])?["upload-complete"] == "?0")
         let states = Dictionary(try await device.transfers().transfers.map { ($0.transfer, $0) }) { $1 }
-        #expect(states[over]?.state == "failed" && states[over]?.error == "lengthExceeded")
+        #expect(states[over]?.state == "waiting" && states[over]?.offset == 0)
         #expect(states[transfer]?.state == "waiting")
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    /// What an attack review of the HTTP side found, each an attack that must now fail.
+    @Test func overflowsStaleFramesChecksumsAndBoundariesOfHTTPUploads() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        let host = try await TestHost.start(manifests: manifests)
+        let device = try await PairingTests.device(host)
+        let source = try Self.folder("http-up").appendingPathComponent("x.bin")
+        let bytes = TransferClientTests.random(1 << 20)
+        try bytes.write(to: source)
+        func patch(
+            _ transfer: UUID, _ bearer: String, from: Int = 0, to: Int,
+            type: String = "application/offset+octet-stream",
+            extra: [String: String] = [:]
+        ) -> [String: Any] {
+            [
+                "method": "PATCH", "path": "/transfers/\(transfer)", "file": source.path, "from": from, "to": to,
+                "headers": [
+                    "Authorization": "Bearer \(bearer)", "Tus-Resumable": "1.0.0", "Upload-Offset": "\(from)",
+                    "Content-Type": type,
+                ].merging(extra) { $1 },
+            ]
+        }
+        // A Content-Length past Int64's reach once added to what the host holds.
+        let (huge, hugeLink) = try await Self.upload("huge.bin", size: 1000, on: device)
+        let overflow =
+            "PATCH /transfers/\(huge) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(hugeLink.bearer)\r\n"
+            + "Tus-Resumable: 1.0.0\r\nUpload-Offset: 10\r\nContent-Type: application/offset+octet-stream\r\n"
+            + "Content-Length: 9223372036854775807\r\n\r\n"
+        // A wrong SHA-256 on an upload of known size.
+        let (sized, sizedLink) = try await Self.upload("sized.bin", size: bytes.count, on: device)
+        // A PATCH that does not end the upload, of whole chunks (1 MiB): answered at once.
+        let (boundary, boundaryLink) = try await Self.upload("boundary.bin", size: 2 << 20, on: device)
+        // Two PATCHes on one connection: the first reaches its size without saying it ends it
+        // (its check and delivery come later), the second is another upload's.
+        let (first, firstLink) = try await Self.upload("first.bin", size: 1000, on: device)
+        let (second, secondLink) = try await Self.upload("second.bin", size: 2000, on: device)
+        func raw(_ transfer: UUID, _ bearer: String, _ count: Int, draft: Bool) -> String {
+            "PATCH /transfers/\(transfer) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(bearer)\r\n"
+                + (draft
+                    ? "Content-Type: application/partial-upload\r\nUpload-Complete: ?0\r\n"
+                    : "Tus-Resumable: 1.0.0\r\nContent-Type: application/offset+octet-stream\r\n")
+                + "Upload-Offset: 0\r\nContent-Length: \(count)\r\n\r\n"
+        }
+        // An empty file, downloaded whole.
+        try Data().write(to: folder.appendingPathComponent("empty.txt"))
+        let empty = try await Self.download("empty.txt", on: device)
+        let emptyLink = try await device.transferLink(empty)
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                patch(huge, hugeLink.bearer, to: 10),
+                ["raw": [["bytes": overflow]], "wait": 5, "stopAfter": 40],
+                patch(
+                    sized, sizedLink.bearer, to: bytes.count,
+                    extra: [
+                        "Upload-Checksum": "sha256 " + Data(repeating: 1, count: 32).base64EncodedString()
+                    ]),
+                patch(boundary, boundaryLink.bearer, to: 1 << 20),
+                [
+                    "raw": [
+                        ["bytes": raw(first, firstLink.bearer, 1000, draft: true)],
+                        ["file": source.path, "to": 1000, "pause": 1],
+                        ["bytes": raw(second, secondLink.bearer, 1500, draft: false)],
+                        ["file": source.path, "to": 1500],
+                    ], "wait": 5, "stopAfter": 300,
+                ],
+                [
+                    "method": "GET", "path": "/transfers/\(empty)",
+                    "headers": ["Authorization": "Bearer \(emptyLink.bearer)"],
+                ],
+            ])
+        try #require(results.count == 6)
+        #expect(results[0]["status"] as? Int == 204)
+        let refused = results[1]["text"] as? String ?? ""
+        #expect(refused.hasPrefix("HTTP/1.1 413 Payload Too Large"), "\(refused)")
+        #expect(results[2]["status"] as? Int == 460, "\(results[2])")
+        #expect(results[3]["status"] as? Int == 204, "\(results[3])")
+        #expect((results[3]["headers"] as? [String: String])?["upload-offset"] == "1048576")
+        let answers = (results[4]["text"] as? String ?? "").components(separatedBy: "HTTP/1.1 ").dropFirst()
+        #expect(answers.count == 2, "\(results[4])")
+        #expect(answers.first?.contains("Upload-Offset: 1000") == true, "\(results[4])")
+        #expect(
+            answers.last?.hasPrefix("204") == true && answers.last?.contains("Upload-Offset: 1500") == true,
+            "\(results[4])")
+        #expect(results[5]["status"] as? Int == 200 && results[5]["length"] as? Int == 0)
+
+        var states: [UUID: TransferStateFrame] = [:]
+        for _ in 0..<100 {
+            states = Dictionary(try await device.transfers().transfers.map { ($0.transfer, $0) }) { $1 }
+            if states[first]?.state == "completed" { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(states[huge]?.state == "waiting" && states[huge]?.offset == 10, "the host took nothing of it")
+        #expect(states[sized]?.state == "failed" && states[sized]?.error == "digestMismatch")
+        #expect(
+            states[first]?.state == "completed" && states[second]?.offset == 1500 && states[second]?.state == "waiting")
+        #expect(states[empty]?.state == "completed")
+        #expect(try await device.ping() > .zero, "the host is alive")
+        await device.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aClientThatAsksWithoutReadingOrSaysNothingIsClosed() async throws {
+        let (folder, manifests) = try TransferClientTests.served()
+        try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
+        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-http-timeout", "2"])
+        let device = try await PairingTests.device(host)
+        let transfer = try await Self.download("small.txt", on: device)
+        let link = try await device.transferLink(transfer)
+        let head = "HEAD /transfers/\(transfer) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\n\r\n"
+        let results = try await Self.probe(
+            port: host.port,
+            [
+                // 20,000 requests (about 2.5 MB), their answers never read: the host stops
+                // reading once its unsent answers pass the high-water mark, and closes the
+                // connection once nothing has moved for the timeout.
+                ["hold": 1, "send": String(repeating: head, count: 20_000), "rcvbuf": 8192],
+                // Meanwhile, another client is answered.
+                [
+                    "method": "HEAD", "path": "/transfers/\(transfer)",
+                    "headers": ["Authorization": "Bearer \(link.bearer)"],
+                ],
+                ["sleep": 5],
+                ["drain": 10],
+            ])
+        try #require(results.count == 4)
+        #expect(results[1]["status"] as? Int == 200)
+        let drained = try #require((results[3]["drained"] as? [[String: Any]])?.first)
+        #expect(drained["closed"] as? Bool == true, "\(drained)")
+        // Each answer is about 250 bytes: 20,000 would be 5 MB. The host made those its unsent
+        // output held (its high-water mark, 1 MiB) and the sockets' small buffers.
+        #expect((drained["received"] as? Int ?? .max) < 2_500_000, "not every answer was made: \(drained)")
         await device.close()
         #expect(await host.stop() == 0)
     }

@@ -473,6 +473,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             closes.append(promise.futureResult)
         }
         for close in closes { try? await close.get() }
+        // Connections speaking HTTP (to transfers' links) are closed too: an upload's body
+        // stops going to the spool before the transfers stop.
+        let http = transfers.httpChannels.withLock { Array($0.values) }
+        for channel in http { try? await channel.close() }
     }
 
     /// Stops every package's backend, all at once, and the launch pool.

@@ -45,7 +45,21 @@ extension TransferHTTPHandler {
             ("Upload-Complete", record.phase == .waiting || record.phase == .running ? "?0" : "?1"),
         ]
         headers.append(record.size >= 0 ? ("Upload-Length", "\(record.size)") : ("Upload-Defer-Length", "1"))
-        respond(.ok, "", headers: headers, close: false)
+        respondOnceJournaled(.ok, "", headers: headers, close: false)
+    }
+
+    /// Answers once the journal holds every change made so far: an `Upload-Offset` told is one
+    /// the host resumes from after a crash, as an `ack` is.
+    func respondOnceJournaled(
+        _ status: HTTPResponseStatus, _ text: String, headers: [(String, String)], close: Bool
+    ) {
+        guard let context else { return }
+        phase = .answered
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let loop = context.eventLoop
+        service.afterJournal {
+            loop.execute { handler.value.respond(status, text, headers: headers, close: close) }
+        }
     }
 
     /// A `PATCH`: checked, attached, then its body is taken as it comes.
@@ -89,15 +103,31 @@ extension TransferHTTPHandler {
             digest = Array(bytes)
         }
         let length = headers.first(name: "content-length").flatMap { Int64($0) }
-        let announced = record.size >= 0 ? record.size : headers.first(name: "upload-length").flatMap { Int64($0) }
-        let completes =
-            draft
-            ? headers.first(name: "upload-complete") == "?1"
-            : (length.map { offset + $0 == announced } ?? false)
+        // Every number is the client's: compared without arithmetic that could overflow.
+        if record.size >= 0, let length, length > record.size - offset {
+            return respond(
+                .payloadTooLarge, "the body is longer than the \(record.size - offset) bytes the upload has left\n",
+                headers: [("Upload-Offset", "\(offset)"), ("Tus-Resumable", "1.0.0")], close: true)
+        }
+        let announced =
+            record.size >= 0
+            ? record.size : headers.first(name: "upload-length").flatMap { Int64($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        let completes: Bool
+        if draft {
+            completes = headers.first(name: "upload-complete") == "?1"
+        } else if let length, let announced, announced >= offset {
+            completes = length == announced - offset
+        } else {
+            completes = false
+        }
         // Attached as a frames client is: the latest attach wins.
+        // What the host tells this PATCH's attachment reaches it only while it is the one under
+        // way: an earlier PATCH's late frames (its check, its delivery) are dropped.
+        patches += 1
+        let patch = patches
         let peer = TransferPeer {
             [loop = context!.eventLoop, handler = NIOLoopBound(self, eventLoop: context!.eventLoop)] frame in
-            loop.execute { handler.value.told(frame) }
+            loop.execute { handler.value.told(frame, patch: patch) }
         }
         let outcome = service.attach(
             AttachFrame(id: 0, transfer: record.id.uuid), owner: record.owner, peer: peer, connection: connectionID)
@@ -132,7 +162,7 @@ extension TransferHTTPHandler {
     /// 409: the offset is not the host's; the client goes on from the one given.
     func conflict(held: Int64, _ why: String) {
         refused("409: \(why)")
-        respond(
+        respondOnceJournaled(
             .conflict, "\(why): go on from Upload-Offset\n",
             headers: [("Upload-Offset", "\(held)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded)
     }
@@ -170,8 +200,15 @@ extension TransferHTTPHandler {
             let waits =
                 receiving.window - (receiving.next + Int64(count) - receiving.held) < chunkBytes
                 || (receiving.bodyEnded && waiting == 0)
+            // The chunk that reaches an announced size is the last: it carries the digest given.
+            let last =
+                receiving.completes && receiving.record.size >= 0
+                && receiving.next + Int64(count) == receiving.record.size
+            if last { receiving.lastSent = true }
             if case .state(let state) = service.chunk(
-                ChunkFrame(transfer: receiving.record.id.uuid, offset: UInt64(receiving.next), data: data),
+                ChunkFrame(
+                    transfer: receiving.record.id.uuid, offset: UInt64(receiving.next), data: data, last: last,
+                    digest: last ? receiving.digest : nil),
                 owner: receiving.record.owner, connection: connectionID, waits: waits)
             {
                 upload = receiving
@@ -181,10 +218,7 @@ extension TransferHTTPHandler {
         }
         // Reading waits while a whole chunk waits for room.
         holdingReads = waiting >= chunkBytes
-        if !holdingReads, readWanted, let context {
-            readWanted = false
-            context.read()
-        }
+        resumeReading()
         if receiving.bodyEnded, receiving.pending.isEmpty, receiving.completes, !receiving.lastSent {
             receiving.lastSent = true
             upload = receiving
@@ -225,8 +259,15 @@ extension TransferHTTPHandler {
     }
 
     /// What the host tells the upload's attachment (on this connection's loop).
-    func told(_ frame: HostTransferFrame) {
-        guard var receiving = upload, phase == .receiving else { return }
+    func told(_ frame: HostTransferFrame, patch: UInt64) {
+        guard var receiving = upload, phase == .receiving, patch == patches else { return }
+        let transfer: UUID? =
+            switch frame {
+            case .ack(let ack): ack.transfer
+            case .state(let state): state.transfer
+            default: nil
+            }
+        guard transfer == receiving.record.id.uuid else { return }
         switch frame {
         case .ack(let ack):
             lastMoved = .now()
@@ -262,10 +303,7 @@ extension TransferHTTPHandler {
         logger.debug("HTTP PATCH transfer \(receiving.record.id): holds \(held)\(complete ? ", complete" : "")")
         phase = .answered
         respond(.noContent, "", headers: headers, close: !requestEnded)
-        if readWanted, let context {
-            readWanted = false
-            context.read()
-        }
+        resumeReading()
     }
 
     /// The upload cannot go on with this PATCH: the answer its error calls for, and the

@@ -27,8 +27,10 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var context: ChannelHandlerContext?
     /// What the transfers' table knows this connection as, while an upload is attached to it.
     let connectionID: UInt64
-    /// The upload a PATCH is bringing the bytes of.
+    /// The upload a PATCH is bringing the bytes of, and how many PATCHes this connection has
+    /// begun (the last is the one the host's frames are for).
     var upload: Receiving?
+    var patches: UInt64 = 0
     /// Whether reading the socket waits (an upload's window is full), and whether a read was
     /// asked for meanwhile.
     var holdingReads = false
@@ -59,6 +61,11 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var timer: Scheduled<Void>?
     /// When the connection last moved: a request head arrived, or a response's bytes went out.
     var lastMoved = NIODeadline.now()
+    /// When the connection began, whether a request head has come yet, and since when it has
+    /// been closing.
+    let began = NIODeadline.now()
+    var requested = false
+    var closingSince: NIODeadline?
 
     private struct Sending {
         var id: TransferID
@@ -75,6 +82,8 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// The most chunks of a download read ahead and written, not yet gone to the socket.
     static let maxChunksOut = 2
+    /// How long a new connection has for its TLS handshake and first request head.
+    static let firstRequestTimeout = TimeAmount.seconds(5)
 
     init(core: HostCore, logger: Logger) {
         self.core = core
@@ -82,17 +91,36 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         connectionID = core.makeId()
     }
 
-    /// Reads wait while an upload's window is full, and go on once the disk catches up.
+    /// Reads wait while an upload's window is full, and go on once the disk catches up; and
+    /// while answers wait to be sent (a client that sends requests and reads no answer is not
+    /// read from either).
     func read(context: ChannelHandlerContext) {
-        guard !holdingReads else {
+        guard !holdingReads, context.channel.isWritable else {
             readWanted = true
             return
         }
         context.read()
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, !holdingReads, readWanted {
+            readWanted = false
+            context.read()
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Reads again if they waited and may go on now.
+    func resumeReading() {
+        guard let context, !holdingReads, readWanted, context.channel.isWritable else { return }
+        readWanted = false
+        context.read()
+    }
+
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        let channel = context.channel
+        service.httpChannels.withLock { $0[ObjectIdentifier(channel)] = channel }
         if let remote = context.remoteAddress { logger[metadataKey: "peer"] = "\(remote)" }
         let open = service.httpConnections.wrappingAdd(1, ordering: .relaxed).newValue
         counted = true
@@ -123,6 +151,9 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         timer?.cancel()
         timer = nil
         download = nil
+        if let channel = context?.channel {
+            _ = service.httpChannels.withLock { $0.removeValue(forKey: ObjectIdentifier(channel)) }
+        }
         if upload != nil {
             upload = nil
             service.connectionClosed(connectionID)
@@ -141,6 +172,7 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .head(let head):
             guard phase == .idle else { return }
             lastMoved = .now()
+            requested = true
             requestEnded = false
             keepAlive = head.isKeepAlive
             answer(head)
@@ -314,9 +346,11 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
         // A request for the file from a byte to its end says the client holds what comes
         // before, as a frame's attach at that offset does; one for its last bytes does not.
-        let resumes = status == .ok || rangeValue.map { !$0.contains("=-") } ?? true
+        let resumes = status == .ok || HTTPFileHeaders.isOpenEnded(rangeValue)
         if head.method == .HEAD || range.isEmpty {
-            if head.method == .GET, range.upperBound == size { service.httpSent(record.id, range, resumes: resumes) }
+            if head.method == .GET, range.upperBound == size {
+                _ = service.httpSent(record.id, range, resumes: resumes)
+            }
             return finish()
         }
         phase = .sending
@@ -382,7 +416,11 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         written.futureResult.assumeIsolated().whenComplete { [self] result in
             guard case .success = result else { return close() }
             lastMoved = .now()
-            service.httpSent(id, range, resumes: resumes)
+            // A transfer removed meanwhile (revoked, forgotten, expired) is sent no further.
+            guard service.httpSent(id, range, resumes: resumes) else {
+                logger.info("HTTP download of transfer \(id) stopped: it is gone")
+                return close()
+            }
             guard download != nil else { return }
             download?.writing -= 1
             pump()
@@ -415,6 +453,7 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard let context else { return }
         let keep = keepAlive
         phase = keep ? (requestEnded ? .idle : .answered) : .closing
+        if !keep { closingSince = .now() }
         lastMoved = .now()
         context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { [self] result in
             if case .failure = result { return close() }
@@ -424,6 +463,7 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func close() {
         phase = .closing
+        closingSince = closingSince ?? .now()
         download = nil
         // An upload this connection had attached waits for its client from now, not from
         // when the close completes.
@@ -444,7 +484,20 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let step = min(TimeAmount.seconds(1), timeout)
         timer = context.eventLoop.assumeIsolated().scheduleTask(in: step) { [self] in
             timer = nil
-            guard phase != .closing, self.context != nil else { return }
+            guard let context = self.context else { return }
+            // A close that waits for its last answer to go out waits no longer than this.
+            if phase == .closing {
+                if let closingSince, NIODeadline.now() - closingSince > min(timeout, .seconds(2)) {
+                    return context.close(promise: nil)
+                }
+                return armTimer()
+            }
+            // The first request comes soon after the handshake, or the connection goes: a
+            // stranger holds a place among the HTTP connections for seconds, not the timeout.
+            if !requested, NIODeadline.now() - began > min(timeout, Self.firstRequestTimeout) {
+                logger.info("HTTP connection closed: no request within \(Self.firstRequestTimeout)")
+                return close()
+            }
             // A complete upload being checked (its SHA-256 read back, after a resume) is the
             // host's wait, not the client's.
             let checking = phase == .receiving && upload?.lastSent == true

@@ -128,18 +128,25 @@ extension TransferService {
     /// every byte completes it over frames. They count from no further than the bytes already
     /// sent, or, when the request `resumes` (a range from a byte to the end, as `curl -C -`
     /// asks), from where the client says it holds. A connection that has it attached is told.
-    func httpSent(_ id: TransferID, _ range: Range<Int64>, resumes: Bool, now: Date = Date()) {
-        let told = state.withLock { state -> (link: TransferPeer, state: TransferStateFrame)? in
-            guard let record = state.table.record(id), record.direction == .download, !record.phase.isEnded,
-                resumes || range.lowerBound <= record.offset, range.upperBound > record.offset
-            else { return nil }
+    ///
+    /// Returns whether the download may go on being sent: false once the transfer is gone, or
+    /// has ended otherwise than completed.
+    @discardableResult
+    func httpSent(_ id: TransferID, _ range: Range<Int64>, resumes: Bool, now: Date = Date()) -> Bool {
+        let (goesOn, told) = state.withLock { state -> (Bool, (link: TransferPeer, state: TransferStateFrame)?) in
+            guard let record = state.table.record(id), record.direction == .download else { return (false, nil) }
+            guard !record.phase.isEnded else { return (record.phase == .completed, nil) }
+            // An empty file is all sent once a response to it has gone out.
+            let reaches = range.upperBound > record.offset || record.size == 0
+            guard resumes || range.lowerBound <= record.offset, reaches else { return (true, nil) }
             _ = state.table.progressed(id, offset: range.upperBound, now: now)
-            guard range.upperBound == record.size else { return nil }
+            guard range.upperBound == record.size else { return (true, nil) }
             let link = state.attached[id]?.link
-            guard let done = endLocked(id, phase: .completed, error: nil, now: now, &state) else { return nil }
+            guard let done = endLocked(id, phase: .completed, error: nil, now: now, &state) else { return (true, nil) }
             logger.debug("transfer \(id) completed over HTTPS: \(record.size) bytes sent")
-            return link.map { ($0, done.state) }
+            return (true, link.map { ($0, done.state) })
         }
         if let told { told.link.tell(.state(told.state)) }
+        return goesOn
     }
 }

@@ -312,7 +312,9 @@ extension TransferService {
             guard spool.unsynced > 0 else { return }
             // More came meanwhile: its own write decides (or schedules) the next sync.
             guard spool.writtenEnd == written, state.withLock({ _ in spool.queued == 0 }) else {
-                if spool.writtenEnd != written, state.withLock({ _ in spool.queued == 0 }) { syncSoon(id, spool: spool) }
+                if spool.writtenEnd != written, state.withLock({ _ in spool.queued == 0 }) {
+                    syncSoon(id, spool: spool)
+                }
                 return
             }
             let current = state.withLock { state in

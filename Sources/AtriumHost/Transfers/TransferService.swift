@@ -32,8 +32,10 @@ final class TransferService: Sendable {
     /// What the host does for the service: hand it a finished upload, tell it a transfer ended.
     let hooks = Mutex<Hooks?>(nil)
     private let journalQueue = DispatchQueue(label: "atriumd.transfers.journal")
-    /// The connections speaking HTTP now (`--transfer-http-connections`).
+    /// The connections speaking HTTP now (`--transfer-http-connections`), and their channels
+    /// (closed at shutdown: they are not the core's connections).
     let httpConnections = Atomic<Int>(0)
+    let httpChannels = Mutex<[ObjectIdentifier: any Channel]>([:])
 
     /// Who made a transfer, and for whom: what a service's offer names.
     struct Maker: Sendable {
