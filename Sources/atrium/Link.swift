@@ -29,19 +29,7 @@ struct Link: AsyncParsableCommand {
     @OptionGroup var options: HostOptions
 
     func run() async throws {
-        let store = ClientTransferStore()
-        let found = store.find(id)
-        let transfer: UUID
-        var host = options.target
-        if found.count == 1 {
-            transfer = found[0].transfer
-            if options.host == HostOptions.defaultHost && !options.local { host = found[0].host }
-        } else if let uuid = UUID(uuidString: id) {
-            transfer = uuid
-        } else {
-            _ = try TransferCommand.record(id, in: store)
-            return
-        }
+        let (transfer, host, found) = try TransferCommand.named(id, in: ClientTransferStore(), options: options)
         let connection = try await options.connect(to: host, clientId: HostOptions.stableClientId)
         defer { Task { await connection.close() } }
         let link = try await reachable { try await connection.transferLink(transfer, timeout: options.duration) }
@@ -57,7 +45,7 @@ struct Link: AsyncParsableCommand {
             return
         }
         let name =
-            found.first.map { URL(fileURLWithPath: $0.path).lastPathComponent } ?? transfer.uuidString.lowercased()
+            found.map { URL(fileURLWithPath: $0.path).lastPathComponent } ?? transfer.uuidString.lowercased()
         print("")
         print("curl --fail --insecure --pinnedpubkey 'sha256//\(pin)' \\")
         print("  -H 'Authorization: Bearer \(link.bearer)' \\")

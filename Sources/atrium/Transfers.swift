@@ -216,22 +216,11 @@ struct TransfersCancel: AsyncParsableCommand {
 
     func run() async throws {
         let store = ClientTransferStore()
-        let found = store.find(id)
-        let transfer: UUID
-        var host = options.target
-        if found.count == 1 {
-            transfer = found[0].transfer
-            if options.host == HostOptions.defaultHost && !options.local { host = found[0].host }
-        } else if let uuid = UUID(uuidString: id) {
-            transfer = uuid
-        } else {
-            _ = try TransferCommand.record(id, in: store)
-            return
-        }
+        let (transfer, host, found) = try TransferCommand.named(id, in: store, options: options)
         let connection = try await options.connect(to: host, clientId: HostOptions.stableClientId)
         defer { Task { await connection.close() } }
         let state = try await reachable { try await connection.cancelTransfer(transfer, timeout: options.duration) }
-        if var record = found.first {
+        if var record = found {
             record.state = state.state
             record.error = state.error
             try? store.save(record)
@@ -334,6 +323,21 @@ enum TransferCommand {
             printError(error.message)
             throw exitStatus(for: error)
         }
+    }
+
+    /// The transfer `id` names: one this client started (by its id's first characters), with
+    /// its host unless HOST is given, or any transfer by its whole uuid, on HOST.
+    static func named(_ id: String, in store: ClientTransferStore, options: HostOptions) throws
+        -> (transfer: UUID, host: String, record: ClientTransferRecord?)
+    {
+        let found = store.find(id)
+        if found.count == 1 {
+            let host =
+                options.host == HostOptions.defaultHost && !options.local ? found[0].host : options.target
+            return (found[0].transfer, host, found[0])
+        }
+        if let uuid = UUID(uuidString: id) { return (uuid, options.target, nil) }
+        return (try record(id, in: store).transfer, options.target, nil)
     }
 
     static func record(_ id: String, in store: ClientTransferStore) throws -> ClientTransferRecord {

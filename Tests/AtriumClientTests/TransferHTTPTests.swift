@@ -465,14 +465,23 @@ struct TransferHTTPTests {
         #expect(await restarted.stop() == 0)
     }
 
-    @Test func moreHTTPConnectionsThanAllowedAreAnswered503UntilOnesClose() async throws {
+    /// A host started with `arguments`, a device, a download of a one-byte file, its link, and
+    /// a raw HEAD request of it.
+    static func smallDownload(_ arguments: [String]) async throws
+        -> (TestHost, AtriumConnection, UUID, TransferLinkFrame, String)
+    {
         let (folder, manifests) = try TransferClientTests.served()
         try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
-        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-http-connections", "3"])
+        let host = try await TestHost.start(manifests: manifests, arguments: arguments)
         let device = try await PairingTests.device(host)
         let transfer = try await Self.download("small.txt", on: device)
         let link = try await device.transferLink(transfer)
         let head = "HEAD /transfers/\(transfer) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\n\r\n"
+        return (host, device, transfer, link, head)
+    }
+
+    @Test func moreHTTPConnectionsThanAllowedAreAnswered503UntilOnesClose() async throws {
+        let (host, device, _, _, head) = try await Self.smallDownload(["--transfer-http-connections", "3"])
         let results = try await Self.probe(
             port: host.port,
             [
@@ -822,13 +831,7 @@ struct TransferHTTPTests {
     }
 
     @Test func aClientThatAsksWithoutReadingOrSaysNothingIsClosed() async throws {
-        let (folder, manifests) = try TransferClientTests.served()
-        try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
-        let host = try await TestHost.start(manifests: manifests, arguments: ["--transfer-http-timeout", "2"])
-        let device = try await PairingTests.device(host)
-        let transfer = try await Self.download("small.txt", on: device)
-        let link = try await device.transferLink(transfer)
-        let head = "HEAD /transfers/\(transfer) HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer \(link.bearer)\r\n\r\n"
+        let (host, device, transfer, link, head) = try await Self.smallDownload(["--transfer-http-timeout", "2"])
         let results = try await Self.probe(
             port: host.port,
             [
