@@ -121,6 +121,9 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         self.context = context
         let channel = context.channel
         service.httpChannels.withLock { $0[ObjectIdentifier(channel)] = channel }
+        // One read of the socket at a time: what a client that sends requests and reads no
+        // answer gets answered past the high-water mark is what one read holds, not several.
+        try? channel.syncOptions?.setOption(.maxMessagesPerRead, value: 1)
         if let remote = context.remoteAddress { logger[metadataKey: "peer"] = "\(remote)" }
         let open = service.httpConnections.wrappingAdd(1, ordering: .relaxed).newValue
         counted = true
