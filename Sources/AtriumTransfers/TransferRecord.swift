@@ -25,8 +25,10 @@ public struct TransferRecord: Sendable, Codable, Equatable {
     /// Why it failed, or why it waits.
     public var error: TransferErrorCode?
     /// What the service answered once it took the finished upload (a ValueSet's CBOR bytes;
-    /// base64 in the journal, so that a result of a whole message fits a record).
-    public var result: Data?
+    /// base64 in the journal, so that a result of a whole message fits a record). Bytes, not
+    /// `Data`: a `Data` of more than a few bytes keeps its storage behind a pointer with an
+    /// enum's tag bits in it, which LeakSanitizer cannot follow.
+    @Base64Bytes public var result: [UInt8]?
     /// The SHA-256 an upload's client sent with its last chunk, kept from then until the file is
     /// checked against it (also across a restart).
     public var clientDigest: [UInt8]?
@@ -80,5 +82,33 @@ public struct TransferLink: Sendable, Codable, Equatable {
     public init(digest: [UInt8], expires: Date) {
         self.digest = digest
         self.expires = expires
+    }
+}
+
+/// Optional bytes kept as base64 text when encoded (as `Data` is), and read back from base64
+/// text, `null` or a missing key.
+@propertyWrapper
+public struct Base64Bytes: Codable, Sendable, Equatable {
+    public var wrappedValue: [UInt8]?
+
+    public init(wrappedValue: [UInt8]?) {
+        self.wrappedValue = wrappedValue
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        wrappedValue = container.decodeNil() ? nil : Array(try container.decode(Data.self))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        if let wrappedValue { try container.encode(Data(wrappedValue)) } else { try container.encodeNil() }
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// A record from before the key existed, or written without it, has no bytes.
+    public func decode(_ type: Base64Bytes.Type, forKey key: Key) throws -> Base64Bytes {
+        try decodeIfPresent(type, forKey: key) ?? Base64Bytes(wrappedValue: nil)
     }
 }

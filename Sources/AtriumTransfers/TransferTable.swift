@@ -290,7 +290,7 @@ public struct TransferTable: Sendable {
         if let clientDigest { record.clientDigest = clientDigest }
         record.phase = phase
         record.error = error
-        if let result { record.result = Data(result) }
+        if let result { record.result = result }
         if let size { record.size = size }
         if let digest { record.digest = digest }
         if phase.isEnded {

@@ -44,16 +44,29 @@ struct Link: AsyncParsableCommand {
             print("(over plain TCP the host's key is not known here: connect with TLS for a curl command that pins it)")
             return
         }
-        let name =
-            found.map { URL(fileURLWithPath: $0.path).lastPathComponent } ?? transfer.uuidString.lowercased()
+        let curl = "curl --fail --insecure --pinnedpubkey 'sha256//\(pin)' -H 'Authorization: Bearer \(link.bearer)'"
         print("")
-        print("curl --fail --insecure --pinnedpubkey 'sha256//\(pin)' \\")
-        print("  -H 'Authorization: Bearer \(link.bearer)' \\")
-        print("  -C - -o '\(name.replacingOccurrences(of: "'", with: "'\\''"))' '\(link.url)'")
+        if let found, found.direction == "upload" {
+            // An upload (tus 1.0): what the host holds, then the file from the start.
+            print(
+                "\(curl) \\\n  -H 'Tus-Resumable: 1.0.0' -I '\(link.url)'     # Upload-Offset: the bytes the host holds"
+            )
+            print("\(curl) \\\n  -H 'Tus-Resumable: 1.0.0' -H 'Content-Type: application/offset+octet-stream' \\")
+            print("  -H 'Upload-Offset: 0' -X PATCH -T \(Self.quoted(found.path)) '\(link.url)'")
+            print("")
+            print("(after a cut, send the rest of the file from the Upload-Offset the first command shows)")
+        } else {
+            let name = found.map { URL(fileURLWithPath: $0.path).lastPathComponent } ?? transfer.uuidString.lowercased()
+            print("\(curl) \\\n  -C - -o \(Self.quoted(name)) '\(link.url)'")
+            if found == nil { print("\n(for a download; an upload takes tus PATCH requests: docs/TRANSFERS.md)") }
+        }
         print("")
         print("(--insecure skips certificate authorities, which the host's own certificate has none of;")
         print(" --pinnedpubkey refuses any key but this host's.)")
     }
+
+    /// `text` in single quotes for a shell.
+    static func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
 
     /// curl's pin of a public key (base64 of the SHA-256 of its SubjectPublicKeyInfo) from the
     /// host's identity (the same hash in hex).

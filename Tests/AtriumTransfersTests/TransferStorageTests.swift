@@ -24,7 +24,7 @@ struct TransferStorageTests {
         try journal.write(record)
         record.offset = 4096
         record.phase = .completed
-        record.result = Data([0xa1, 0x61, 0x61, 0x01])
+        record.result = [0xa1, 0x61, 0x61, 0x01]
         record.ended = now + 5
         try journal.write(record)
         let read = journal.readAll()
@@ -141,7 +141,7 @@ struct TransferStorageTests {
         var record = TransferRecord(
             owner: .client("c"), direction: .upload, package: "p", service: "s", size: 1, now: Date())
         record.phase = .completed
-        record.result = Data(repeating: 0x41, count: 1 << 20)
+        record.result = [UInt8](repeating: 0x41, count: 1 << 20)
         try journal.write(record)
         let read = journal.readAll()
         #expect(read.problems.isEmpty, "\(read.problems)")
