@@ -171,6 +171,14 @@ struct TransferHTTPTests {
         print(json.dumps(results))
         """#
 
+    /// The `Transfer` uuid in what `atrium send` printed (`37(h'…')`).
+    static func transfer(printedIn output: String) -> UUID? {
+        guard let hex = output.firstMatch(of: /37\(h'([0-9a-f]{32})'\)/).map({ Array($0.1) }) else { return nil }
+        return UUID(
+            uuidString: [hex[0..<8], hex[8..<12], hex[12..<16], hex[16..<20], hex[20...]].map { String($0) }
+                .joined(separator: "-"))
+    }
+
     /// A device's connection over TLS (its transfers are its identity's), and a download it
     /// asked Files for.
     static func download(_ name: String, on device: AtriumConnection) async throws -> UUID {
@@ -195,11 +203,7 @@ struct TransferHTTPTests {
                 "Command=get", "Name=photo.jpg",
             ])
         #expect(sent.status == 0, "\(sent.output)")
-        let hex = Array(try #require(sent.output.firstMatch(of: /37\(h'([0-9a-f]{32})'\)/)?.1))
-        let transfer = try #require(
-            UUID(
-                uuidString: [hex[0..<8], hex[8..<12], hex[12..<16], hex[16..<20], hex[20...]].map { String($0) }
-                    .joined(separator: "-")))
+        let transfer = try #require(Self.transfer(printedIn: sent.output))
         let link = try await atrium(["link", transfer.uuidString, address])
         #expect(link.status == 0, "\(link.output)")
         #expect(
@@ -251,11 +255,7 @@ struct TransferHTTPTests {
                 "Command=put", "Name=up.bin", "Size=\(bytes.count)",
             ])
         #expect(sent.status == 0, "\(sent.output)")
-        let hex = Array(try #require(sent.output.firstMatch(of: /37\(h'([0-9a-f]{32})'\)/)?.1))
-        let transfer = try #require(
-            UUID(
-                uuidString: [hex[0..<8], hex[8..<12], hex[12..<16], hex[16..<20], hex[20...]].map { String($0) }
-                    .joined(separator: "-")))
+        let transfer = try #require(Self.transfer(printedIn: sent.output))
         try ClientTransferStore(folder: toolStateHome.appendingPathComponent("atrium/client-transfers")).save(
             ClientTransferRecord(
                 transfer: transfer, direction: "upload", host: address, package: TransferClientTests.package,
