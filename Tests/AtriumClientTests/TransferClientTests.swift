@@ -240,16 +240,41 @@ struct TransferClientTests {
         let upload = try await Self.transfer(["Command": "put", "Name": "new.bin", "Size": 100_000], on: device)
         let spool = host.stateFolder.appendingPathComponent("transfers/spool")
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.path).count == 1)
-        let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-\(UUID())")
-        let operation = DownloadOperation(
-            transfer: download, destination: destination, connection: device,
-            partialFolder: FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-partials-\(UUID())")
-        )
-        let running = Task { try await operation.run(window: 64 << 10) }
+        // The download is attached with a 64 KiB window the device never acknowledges: its
+        // first bytes have come, the rest wait at the host however slow the host runs.
+        let (attached, events) = try await device.attachTransfer(download, offset: 0, window: 64 << 10)
+        #expect(attached.status == .success && attached.size == 2_000_000)
+        var received: UInt64 = 0
+        for await event in events {
+            if case .chunk(let chunk) = event { received = chunk.offset + UInt64(chunk.data.readableBytes) }
+            if received > 0 { break }
+        }
+        #expect(received > 0 && received <= 64 << 10)
 
         let fingerprint = try #require(device.clientIdentity)
         _ = try await admin.admin("devices.revoke", ["device": .string(String(fingerprint.prefix(8)))])
-        await #expect(throws: AtriumClientError.self) { _ = try await running.value }
+        // The device is cut off: its download's frames end without its completing, and a
+        // download operation on the connection fails.
+        let ending = Task {
+            var states: [String] = []
+            for await event in events { if case .state(let state) = event { states.append(state.state) } }
+            return Task.isCancelled ? nil : states
+        }
+        let bound = Task {
+            try await Task.sleep(for: .seconds(30))
+            ending.cancel()
+        }
+        let states = await ending.value
+        bound.cancel()
+        #expect(states != nil, "the download's frames did not end within 30 s of the revocation")
+        #expect(states?.contains("completed") == false, "\(states ?? [])")
+        let operation = DownloadOperation(
+            transfer: download,
+            destination: FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-\(UUID())"),
+            connection: device,
+            partialFolder: FileManager.default.temporaryDirectory.appendingPathComponent("atrium-rv-partials-\(UUID())")
+        )
+        await #expect(throws: AtriumClientError.self) { _ = try await operation.run(window: 64 << 10) }
         // Gone at once: the upload's reserved bytes too.
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.path).isEmpty)
         #expect(await host.waitForLog("transfers: 2 of device"), "\(host.log)")
