@@ -89,6 +89,8 @@ public final class DownloadOperation: Sendable {
             return try complete(last)
         }
         for await event in events {
+            // Paused: what is written stays, and the host keeps the rest.
+            if control.isPaused { break }
             switch event {
             case .chunk(let chunk):
                 guard chunk.offset == UInt64(held) else { continue }

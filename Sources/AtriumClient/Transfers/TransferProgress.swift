@@ -54,6 +54,9 @@ final class TransferControl: Sendable {
     /// A run begins: not paused.
     func begin() { paused.store(false, ordering: .relaxed) }
 
+    /// ``pause()`` was called during this run: the run stops at its next step.
+    var isPaused: Bool { paused.load(ordering: .relaxed) }
+
     func tell(_ step: TransferProgress) { sink.yield(step) }
 
     func finish(_ last: TransferProgress) -> TransferProgress {

@@ -69,7 +69,7 @@ public final class UploadOperation: Sendable {
         var finished = false
         while true {
             // Within the window the host granted, never past it.
-            while !finished, sent < edge || (sent == size && size == held) {
+            while !finished, !control.isPaused, sent < edge || (sent == size && size == held) {
                 let count = min(chunkBytes, size - sent, edge - sent)
                 buffer.clear()
                 let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: Int(max(count, 1))) { memory in
@@ -88,7 +88,7 @@ public final class UploadOperation: Sendable {
                 sent += count
                 if isLast { finished = true }
             }
-            guard let event = await iterator.next() else { break }
+            guard !control.isPaused, let event = await iterator.next() else { break }
             switch event {
             case .ack(let ack):
                 held = Int64(ack.offset)
