@@ -13,7 +13,9 @@
 - a download resumed at 90%: the bytes moved again;
 - the host's CPU seconds per GiB, and its memory while transfers are active;
 - the disk's own synced write rate (what an upload does: written into a reserved file, synced
-  every half window), the ceiling of an upload that acknowledges only synced bytes.
+  every half window), the ceiling of an upload that acknowledges only synced bytes;
+- the same uploads to a second host whose spool and folder are in tmpfs, where a sync costs
+  nothing: what uploads do when the disk is not their bound.
 
 Every receiver writes into tmpfs (/dev/shm) where there is one. With --pinned the host, the servers and the
 clients all run on core 0 (taskset -c 0), for repeatable ratios on a noisy machine; without, the
@@ -206,13 +208,19 @@ def main():
     received = tempfile.mkdtemp(prefix="atrium-received-", dir="/dev/shm" if os.path.isdir("/dev/shm") else scratch)
     out = os.path.join(received, "out.bin")
     host, port = start_host(folder, scratch, pin)
+    # A second host whose state (its spool) and served folder are in tmpfs, where a sync costs
+    # nothing: what an upload does when the disk is not its bound.
+    memory_state = os.path.join(received, "host-in-memory")
+    memory_folder = os.path.join(memory_state, "served")
+    os.makedirs(memory_folder)
+    memory_host, memory_port = start_host(memory_folder, memory_state, pin)
     bare_tls, bare_tls_port = start([BENCH, "serve-bare", os.path.join(folder, "big.bin"), "--tls"], pin,
                                     lambda line: line.startswith("port") and int(line.split()[1]))
     bare_tcp, bare_tcp_port = start([BENCH, "serve-bare", os.path.join(folder, "big.bin")], pin,
                                     lambda line: line.startswith("port") and int(line.split()[1]))
     web, web_port = nginx(folder, scratch, pin)
     samples = {key: [] for key in ("tls", "tcp", "bare-tls", "bare-tcp", "nginx", "up-tls", "up-tcp", "disk",
-                                   "curl", "up-curl")}
+                                   "curl", "up-curl", "up-tls-mem", "up-curl-mem")}
     cpu = {"tls": [], "up-tls": []}
     peak = rss_bytes(host.pid)
     try:
@@ -224,6 +232,7 @@ def main():
                 ("tcp", [BENCH, "get", str(port), "big.bin", out]),
                 ("up-tls", [BENCH, "put", str(port), os.path.join(folder, "big.bin"), "--tls"]),
                 ("up-tcp", [BENCH, "put", str(port), os.path.join(folder, "big.bin")]),
+                ("up-tls-mem", [BENCH, "put", str(memory_port), os.path.join(folder, "big.bin"), "--tls"]),
             ):
                 before = cpu_seconds(host.pid)
                 samples[key].append(run(command, pin))
@@ -232,18 +241,21 @@ def main():
                 peak = max(peak, rss_bytes(host.pid))
                 if os.path.exists(out):
                     os.unlink(out)
-                for name in os.listdir(folder):
-                    if name.startswith("up-"):
-                        os.unlink(os.path.join(folder, name))
+                for place in (folder, memory_folder):
+                    for name in os.listdir(place):
+                        if name.startswith("up-"):
+                            os.unlink(os.path.join(place, name))
             samples["nginx"].append(curl(web_port, "big.bin", out, pin))
             os.unlink(out)
             # The same file over atriumd's HTTPS (a transfer's link), and curl's tus PATCH.
             samples["curl"].append(curl_link(port, "big.bin", out, pin))
             os.unlink(out)
             samples["up-curl"].append(curl_patch(port, os.path.join(folder, "big.bin"), size, pin))
-            for name in os.listdir(folder):
-                if name.startswith("up-"):
-                    os.unlink(os.path.join(folder, name))
+            samples["up-curl-mem"].append(curl_patch(memory_port, os.path.join(folder, "big.bin"), size, pin))
+            for place in (folder, memory_folder):
+                for name in os.listdir(place):
+                    if name.startswith("up-"):
+                        os.unlink(os.path.join(place, name))
             samples["disk"].append(synced_writes(os.path.join(scratch, "synced.bin"), size))
         many_folder = os.path.join(received, "many")
         os.makedirs(many_folder)
@@ -273,7 +285,7 @@ def main():
             time.sleep(0.02)
         per_transfer = (busiest - idle) / 4
     finally:
-        for process in (host, bare_tls, bare_tcp, web):
+        for process in (host, memory_host, bare_tls, bare_tcp, web):
             process.kill()
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(received, ignore_errors=True)
@@ -283,8 +295,9 @@ def main():
 
     rate = {key: median_rate(value) for key, value in samples.items()}
     print(f"{'pinned' if pin else 'unpinned'}, {arguments.size_mib} MiB, median of {arguments.rounds}")
-    for key in ("tls", "bare-tls", "nginx", "curl", "tcp", "bare-tcp", "up-tls", "up-tcp", "up-curl", "disk"):
-        print(f"  {key:9} {mib(rate[key]):8.1f} MiB/s")
+    for key in ("tls", "bare-tls", "nginx", "curl", "tcp", "bare-tcp", "up-tls", "up-tcp", "up-curl", "disk",
+                "up-tls-mem", "up-curl-mem"):
+        print(f"  {key:11} {mib(rate[key]):8.1f} MiB/s")
     print(f"  curl from atriumd (HTTPS) ÷ curl from nginx: {rate['curl'] / rate['nginx']:.2f}")
     print(f"  curl PATCH upload ÷ curl download (HTTPS): {rate['up-curl'] / rate['curl']:.2f}")
     print(f"  TLS download ÷ bare TLS pair: {rate['tls'] / rate['bare-tls']:.2f}")
@@ -293,6 +306,8 @@ def main():
     print(f"  TLS upload ÷ TLS download:    {rate['up-tls'] / rate['tls']:.2f}")
     print(f"  TCP upload ÷ TCP download:    {rate['up-tcp'] / rate['tcp']:.2f}")
     print(f"  TLS upload ÷ the disk's own synced writes: {rate['up-tls'] / rate['disk']:.2f}")
+    print(f"  spool in tmpfs: TLS upload ÷ TLS download: {rate['up-tls-mem'] / rate['tls']:.2f}, "
+          f"curl PATCH ÷ curl download: {rate['up-curl-mem'] / rate['curl']:.2f}")
     many_rate = many[0] / many[1]
     print(f"  {arguments.many} × 100 KiB, one after another (TLS): {mib(many_rate):.1f} MiB/s, "
           f"{many_rate / rate['tls']:.2f} of the single file's rate")

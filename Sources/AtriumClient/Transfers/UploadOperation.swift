@@ -41,7 +41,6 @@ public final class UploadOperation: Sendable {
         var status = stat()
         fstat(descriptor, &status)
         let size = Int64(status.st_size)
-        let digest = try await Self.digest(of: descriptor, size: size, path: source.path)
         let (attached, events) = try await connection.attachTransfer(transfer)
         guard attached.status == .success else {
             throw AtriumClientError(
@@ -59,6 +58,14 @@ public final class UploadOperation: Sendable {
                 "the service accepted \(attached.size) bytes, and \(source.path) has \(size): it changed since")
         }
         var held = Int64(attached.offset)
+        guard held <= size else {
+            try? await connection.sendTransfer(.detach(transfer: transfer))
+            throw AtriumClientError(
+                .transferFailed, "the host holds \(held) bytes, and \(source.path) has \(size): it changed since")
+        }
+        // The file's SHA-256 goes with its last chunk: the bytes the host holds already are
+        // read for it now, and the rest as they are sent, so the first byte goes at once.
+        var hasher = try await Self.hasher(of: descriptor, upTo: held, path: source.path)
         var edge = held + Int64(attached.window)
         var sent = held
         let chunkBytes = Int64(max(attached.chunkBytes, 1))
@@ -79,12 +86,13 @@ public final class UploadOperation: Sendable {
                     try? await connection.sendTransfer(.detach(transfer: transfer))
                     throw AtriumClientError(.localFile, "cannot read \(source.path) at \(sent): it changed, or shrank")
                 }
+                buffer.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
                 let isLast = sent + count == size
                 try await connection.sendTransfer(
                     .chunk(
                         ChunkFrame(
                             transfer: transfer, offset: UInt64(sent), data: buffer, last: isLast,
-                            digest: isLast ? digest : nil)))
+                            digest: isLast ? Array(hasher.finalize()) : nil)))
                 sent += count
                 if isLast { finished = true }
             }
@@ -111,9 +119,10 @@ public final class UploadOperation: Sendable {
     @discardableResult
     public func cancel() async throws -> TransferProgress { try await control.cancel() }
 
-    /// The SHA-256 of the file's `size` bytes, read off the cooperative threads.
-    static func digest(of descriptor: Int32, size: Int64, path: String) async throws -> [UInt8] {
-        try await withCheckedThrowingContinuation { continuation in
+    /// A SHA-256 of the file's first `size` bytes, read off the cooperative threads.
+    static func hasher(of descriptor: Int32, upTo size: Int64, path: String) async throws -> SHA256 {
+        if size == 0 { return SHA256() }
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<SHA256, any Error>) in
             DispatchQueue.global().async {
                 var hasher = SHA256()
                 var buffer = [UInt8](repeating: 0, count: 1 << 20)
@@ -132,7 +141,7 @@ public final class UploadOperation: Sendable {
                     }
                     offset += Int64(got)
                 }
-                continuation.resume(returning: Array(hasher.finalize()))
+                continuation.resume(returning: hasher)
             }
         }
     }
