@@ -31,6 +31,8 @@ if [ $# -eq 0 ]; then
     # packages (minutes on two cores), which would slow the tests that watch the clock.
     swift test --skip TemplateTests 2>&1 | tee "$log" || status=$?
     swift test --skip-build --filter TemplateTests 2>&1 | tee -a "$log" || status=$?
+    # The Python client (clients/python), against the atriumd just built.
+    Scripts/test-python.sh 2>&1 | tee -a "$log" || status=$?
 else
     swift test "$@" 2>&1 | tee "$log" || status=$?
 fi
