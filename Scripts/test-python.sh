@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pip=(python3 -m pip install --quiet --disable-pip-version-check)
 [ "$(id -u)" -ne 0 ] || pip+=(--root-user-action=ignore)
-"${pip[@]}" ./clients/python pytest mypy
+"${pip[@]}" "./clients/python[test]"
 python3 -m mypy --strict clients/python/src
 python3 -m pytest -q -p no:cacheprovider clients/python/tests "$@"

@@ -1,18 +1,17 @@
 """CBOR as Atrium's host writes it (docs/PROTOCOL.md section 3): definite lengths, the
 shortest head for every integer, length and tag, doubles in the shortest of float16,
 float32 and float64 that holds them exactly (every NaN as ``f97e00``), dates as tag 1 over
-an integer when whole, keys in the order given. Reading is cbor2's, which takes any
-well-formed encoding."""
+an integer when whole, keys in the order given. Reading takes any well-formed encoding
+(indefinite lengths, half floats, longer heads) of the kinds a frame or a ValueSet holds,
+and refuses everything else with the path of what it refused."""
 from __future__ import annotations
 
 import datetime
-import io
+import json
 import math
 import struct
 import uuid
-from typing import Any, List
-
-import cbor2
+from typing import Any, Dict, List
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -101,14 +100,177 @@ def dumps(value: Any) -> bytes:
     return b"".join(out)
 
 
-def loads(data: bytes) -> Any:
-    """One CBOR data item, exactly: anything after it, or anything not well-formed, raises
-    ``ValueError``."""
-    stream = io.BytesIO(data)
+class _Break:
+    """The break code of an indefinite-length item (only ever read inside one)."""
+
+
+_BREAK = _Break()
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+
+
+class _Reader:
+    """Reads one data item of RFC 8949, strictly: well-formed (section 5.3.1, Appendix F),
+    and of the kinds a frame or ValueSet can hold (text keys, no duplicate keys, no null,
+    undefined or other simple values, tags 1 and 37 only). Errors name the path."""
+
+    def __init__(self, data: bytes, max_depth: int) -> None:
+        self.data = data
+        self.offset = 0
+        self.max_depth = max_depth
+
+    def fail(self, path: str, reason: str) -> ValueError:
+        return ValueError(f"{path}: {reason}")
+
+    def take(self, count: int, path: str) -> bytes:
+        if count > len(self.data) - self.offset:
+            raise self.fail(path, f"the data ends {count - (len(self.data) - self.offset)} bytes short (at byte "
+                                  f"{self.offset})")
+        taken = self.data[self.offset:self.offset + count]
+        self.offset += count
+        return taken
+
+    def head(self, path: str) -> "tuple[int, int, int | None]":
+        """(major, additional information, argument); the argument is None for an
+        indefinite length (additional information 31)."""
+        initial = self.take(1, path)[0]
+        major, info = initial >> 5, initial & 0x1F
+        if info < 24:
+            return major, info, info
+        if info <= 27:
+            return major, info, int.from_bytes(self.take(1 << (info - 24), path), "big")
+        if info == 31:
+            return major, info, None
+        raise self.fail(path, f"reserved additional information {info} in initial byte 0x{initial:02x} (at byte "
+                              f"{self.offset - 1})")
+
+    def item(self, path: str, depth: int) -> Any:
+        """The item at `path`; `depth` counts the maps, arrays and tags around it, itself
+        included when it is one."""
+        start = self.offset
+        major, info, argument = self.head(path)
+        if major in (4, 5, 6) and depth > self.max_depth:
+            raise self.fail(path, f"maps and arrays nest deeper than {self.max_depth} levels")
+        if major == 0:
+            if argument is None:
+                raise self.fail(path, "an integer cannot have an indefinite length")
+            return argument
+        if major == 1:
+            if argument is None:
+                raise self.fail(path, "an integer cannot have an indefinite length")
+            return -1 - argument
+        if major in (2, 3):
+            if argument is None:
+                chunks = []
+                while True:
+                    if self.peek_break():
+                        break
+                    chunk_major, _, chunk_length = self.head(path)
+                    if chunk_major != major or chunk_length is None:
+                        raise self.fail(path, "a chunk of an indefinite-length string is not a definite string "
+                                              "of the same type")
+                    chunks.append(self.take(chunk_length, path))
+                raw = b"".join(chunks)
+            else:
+                raw = self.take(argument, path)
+            if major == 2:
+                return raw
+            try:
+                return raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise self.fail(path, "text that is not valid UTF-8") from None
+        if major == 4:
+            if argument is not None and argument > len(self.data) - self.offset:
+                raise self.fail(path, f"an array of {argument} items in {len(self.data) - self.offset} bytes")
+            elements = []
+            index = 0
+            while argument is None or index < argument:
+                if argument is None and self.peek_break():
+                    break
+                elements.append(self.item(f"{path}[{index}]", depth + 1))
+                index += 1
+            return elements
+        if major == 5:
+            if argument is not None and argument * 2 > len(self.data) - self.offset:
+                raise self.fail(path, f"a map of {argument} pairs in {len(self.data) - self.offset} bytes")
+            found: Dict[str, Any] = {}
+            index = 0
+            while argument is None or index < argument:
+                if argument is None and self.peek_break():
+                    break
+                key = self.item(path, depth + 1)
+                if not isinstance(key, str):
+                    raise self.fail(path, f"a key that is not text ({type(key).__name__})")
+                if key in found:
+                    raise self.fail(path, f"duplicate key {json.dumps(key, ensure_ascii=False)}")
+                found[key] = self.item(_key_path(path, key), depth + 1)
+                index += 1
+            return found
+        if major == 6:
+            if argument is None:
+                raise self.fail(path, "a tag cannot have an indefinite length")
+            if argument == 1:
+                seconds = self.item(path, depth + 1)
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                    raise self.fail(path, f"tag 1 (date) must hold a number, not {type(seconds).__name__}")
+                return _date(seconds, path)
+            if argument == 37:
+                raw = self.item(path, depth + 1)
+                if not isinstance(raw, bytes) or len(raw) != 16:
+                    size = f"{len(raw)}" if isinstance(raw, bytes) else "no"
+                    raise self.fail(path, f"tag 37 (uuid) must hold 16 bytes, not {size}")
+                return uuid.UUID(bytes=raw)
+            raise self.fail(path, f"tag {argument} is not a ValueSet kind")
+        # Major type 7: simple values and floats.
+        if info == 20:
+            return False
+        if info == 21:
+            return True
+        if info == 25:
+            return struct.unpack(">e", self.data[start + 1:start + 3])[0]
+        if info == 26:
+            return struct.unpack(">f", self.data[start + 1:start + 5])[0]
+        if info == 27:
+            return struct.unpack(">d", self.data[start + 1:start + 9])[0]
+        if info == 31:
+            raise self.fail(path, f"a break code where no indefinite-length item is open (at byte {start})")
+        if info == 24 and argument is not None and argument < 32:
+            raise self.fail(path, f"simple value {argument} in two bytes is not well-formed")
+        if info == 22:
+            raise self.fail(path, "null is not a ValueSet kind")
+        if info == 23:
+            raise self.fail(path, "undefined is not a ValueSet kind")
+        raise self.fail(path, f"simple value {argument} is not a ValueSet kind")
+
+    def peek_break(self) -> bool:
+        if self.offset >= len(self.data):
+            raise self.fail("", f"the data ends inside an indefinite-length item (at byte {self.offset})")
+        if self.data[self.offset] == 0xFF:
+            self.offset += 1
+            return True
+        return False
+
+
+def _date(seconds: "int | float", path: str) -> datetime.datetime:
     try:
-        item = cbor2.CBORDecoder(stream).decode()
-    except Exception as error:  # cbor2 raises CBORDecodeError and, on odd input, others
-        raise ValueError(f"not well-formed CBOR: {error}") from error
-    if stream.tell() != len(data):
-        raise ValueError(f"not well-formed CBOR: {len(data) - stream.tell()} bytes after the item")
+        if isinstance(seconds, int):
+            return EPOCH + datetime.timedelta(seconds=seconds)
+        if math.isnan(seconds) or math.isinf(seconds):
+            raise OverflowError
+        whole = math.floor(seconds)
+        return EPOCH + datetime.timedelta(seconds=whole, microseconds=round((seconds - whole) * 1_000_000))
+    except OverflowError:
+        raise ValueError(f"{path}: date {seconds} is outside the years Python can hold") from None
+
+
+def loads(data: bytes, root: str = "value", max_depth: int = 512) -> Any:
+    """One CBOR data item, exactly, read strictly (see :class:`_Reader`): anything not
+    well-formed, not of a ValueSet's kinds, or followed by more bytes raises ``ValueError``
+    naming the path from `root`."""
+    reader = _Reader(bytes(data), max_depth)
+    item = reader.item(root, 1)
+    if reader.offset != len(reader.data):
+        raise ValueError(f"{root}: {len(reader.data) - reader.offset} bytes after the item")
     return item

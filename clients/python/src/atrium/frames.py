@@ -31,9 +31,10 @@ def decode(body: bytes) -> Frame:
     if not body:
         raise AtriumError("protocol_error", "the host sent an empty frame")
     try:
-        item = _cbor.loads(body)
+        item = _cbor.loads(body, root="frame")
     except ValueError as error:
-        raise AtriumError("protocol_error", f"the host sent a frame that is {error}") from error
+        raise AtriumError("protocol_error", f"the host sent a frame that is not well-formed or not "
+                                            f"of the contract's kinds: {error}") from error
     if not isinstance(item, dict):
         raise AtriumError("protocol_error", f"the host sent a frame that is a {type(item).__name__}, not a map")
     if not all(isinstance(key, str) for key in item):

@@ -21,9 +21,11 @@ sent, with an :class:`~atrium.errors.InvalidValueError` naming the key.
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from typing import Any, Dict, Mapping
 
+from . import _cbor
 from .errors import InvalidValueError
 
 #: What a message is: text keys, values of the kinds above.
@@ -35,9 +37,7 @@ MAX_DEPTH = 32
 
 
 def _key_path(path: str, key: str) -> str:
-    if key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{key!r}]"
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def kind_of(value: Any) -> str:
@@ -113,6 +113,22 @@ def _check_value(value: Any, path: str, depth: int) -> Any:
     if value is None:
         raise InvalidValueError(path, "None is not a ValueSet kind")
     raise InvalidValueError(path, f"{type(value).__name__} is not a ValueSet kind")
+
+
+def decode(data: bytes, path: str = "message") -> ValueSet:
+    """A ValueSet from its CBOR (any well-formed encoding of its kinds); anything else raises
+    :class:`~atrium.errors.InvalidValueError` naming the path."""
+    try:
+        item = _cbor.loads(data, root=path, max_depth=MAX_DEPTH)
+    except ValueError as error:
+        where, _, reason = str(error).partition(": ")
+        raise InvalidValueError(where or path, reason or str(error)) from None
+    return from_wire(item, path)
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """The CBOR of a message, as the host writes it, after :func:`check`."""
+    return _cbor.dumps(check(message))
 
 
 def from_wire(message: Any, path: str = "message") -> ValueSet:
