@@ -55,7 +55,7 @@ def test_frames_the_contract_does_not_allow_are_refused() -> None:
 def test_what_the_host_sends_is_checked_as_a_valueset() -> None:
     assert values.decode(bytes.fromhex("a16161f97c00")) == {"a": float("inf")}
     for hex_text, reason in [("a16161f6", "message.a: null is not a ValueSet kind"),
-                             ("a161618201616b", "message.a: array mixes int and string"),
+                             ("a161618201616b", "message.a[1]: array mixes int and string"),
                              ("a16161c249" + "01" + "00" * 8, "message.a: tag 2 is not a ValueSet kind"),
                              ("a161611b8000000000000000", "message.a: integer 9223372036854775808 is outside"),
                              ("a16161d9ffff00", "message.a: tag 65535 is not a ValueSet kind")]:

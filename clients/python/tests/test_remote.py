@@ -61,12 +61,12 @@ def test_values_that_are_not_valueset_kinds_are_refused_before_sending(host: Hos
             assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
             refusals = [
                 ({"a": None}, "message.a: None is not a ValueSet kind"),
-                ({"list": [1, "x"]}, "message.list: array mixes int and string"),
+                ({"list": [1, "x"]}, "message.list[1]: array mixes int and string"),
                 ({"big": 2 ** 63}, "message.big: integer 9223372036854775808 is outside the Int64 range"),
                 ({"small": -(2 ** 63) - 1}, "outside the Int64 range"),
                 ({"x": {"inner key": {1: 2}}}, 'message.x["inner key"]: key 1 is a int, not text'),
                 ({"naive": datetime.datetime(2026, 1, 1)}, "message.naive: a datetime without a time zone"),
-                ({"lists": [[1], [2]]}, "message.lists: an array of arrays"),
+                ({"lists": [[1], [2]]}, "message.lists[0]: an array may not hold arrays"),
                 ({"set": {1, 2}}, "message.set: set is not a ValueSet kind"),
             ]
             deep: dict = {}

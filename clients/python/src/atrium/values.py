@@ -104,11 +104,7 @@ def _check_value(value: Any, path: str, depth: int) -> Any:
     if kind == "array":
         if depth + 1 > MAX_DEPTH:
             raise InvalidValueError(path, f"maps and arrays nest deeper than {MAX_DEPTH} levels")
-        kinds = {kind_of(element) for element in value}
-        if "array" in kinds:
-            raise InvalidValueError(path, "an array of arrays is not a ValueSet kind")
-        if len(kinds) > 1:
-            raise InvalidValueError(path, "array mixes " + " and ".join(sorted(kinds)))
+        _check_kinds(value, path)
         return [_check_value(element, f"{path}[{index}]", depth + 1) for index, element in enumerate(value)]
     if value is None:
         raise InvalidValueError(path, "None is not a ValueSet kind")
@@ -149,16 +145,25 @@ def _from_wire_map(value: Dict[Any, Any], path: str, depth: int) -> ValueSet:
     return read
 
 
+def _check_kinds(elements: Any, path: str) -> None:
+    """An array holds scalars of one kind, or maps; the first element that breaks it is
+    named."""
+    first = None
+    for index, element in enumerate(elements):
+        kind = kind_of(element)
+        if kind == "array":
+            raise InvalidValueError(f"{path}[{index}]", "an array may not hold arrays")
+        if first is not None and kind != first:
+            raise InvalidValueError(f"{path}[{index}]", f"array mixes {first} and {kind}")
+        first = first or kind
+
+
 def _from_wire_value(value: Any, path: str, depth: int) -> Any:
     if isinstance(value, dict):
         return _from_wire_map(value, path, depth + 1)
     if isinstance(value, list):
         elements = [_from_wire_value(element, f"{path}[{index}]", depth + 1) for index, element in enumerate(value)]
-        kinds = {kind_of(element) for element in elements}
-        if "array" in kinds:
-            raise InvalidValueError(path, "an array of arrays is not a ValueSet kind")
-        if len(kinds) > 1:
-            raise InvalidValueError(path, "array mixes " + " and ".join(sorted(kinds)))
+        _check_kinds(elements, path)
         return elements
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
