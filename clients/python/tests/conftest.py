@@ -4,6 +4,7 @@ another build). Each test gets a client state folder of its own."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from atrium.connection import Connection
 ROOT = Path(__file__).resolve().parents[3]
 ATRIUMD = Path(os.environ.get("ATRIUMD", ROOT / ".build" / "debug" / "atriumd"))
 TEST_PACKAGE = "atrium.tests.python"
+FILES = ("atrium.files", "atrium.examples.files")
 
 MANIFESTS: Dict[str, Dict[str, Any]] = {
     "test.json": {"manifestVersion": 1, "package": TEST_PACKAGE, "library": "libAtriumTestService.so",
@@ -41,7 +43,14 @@ class Host:
         for name in ("echo.json", "roman-ping.json"):
             shutil.copy(ROOT / "manifests" / name, manifests / name)
         for name, manifest in MANIFESTS.items():
-            (manifests / name).write_text(__import__("json").dumps(manifest))
+            (manifests / name).write_text(json.dumps(manifest))
+        # Files (the transfers' reference service) serving a folder of the test's.
+        self.served = self.folder / "served"
+        self.served.mkdir()
+        (manifests / "files.json").write_text(json.dumps(
+            {"manifestVersion": 1, "package": FILES[1], "library": "libFiles.so",
+             "services": [{"name": FILES[0], "supportsRemoteSystems": True}],
+             "config": {"folder": str(self.served)}}))
         self.state = state or self.folder / "state"
         self.socket = str(self.folder / "atriumd.sock")
         self.log: List[str] = []

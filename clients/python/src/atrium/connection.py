@@ -73,9 +73,10 @@ class Connection:
         self.welcome: wire.Frame = {}
         self._frames = wire.FrameReader()
         self._numbers = itertools.count(1)
-        self._waiting: Dict[Tuple[str, int], "asyncio.Future[wire.Frame]"] = {}
+        self._waiting: Dict[Tuple[str, Any], "asyncio.Future[wire.Frame]"] = {}
         self._queues: Dict[Tuple[str, int], "asyncio.Queue[wire.Frame]"] = {}
         self._channels: Dict[int, _Channel] = {}
+        self._transfers: Dict[uuid.UUID, "asyncio.Queue[Optional[wire.Frame]]"] = {}
         self._ended: Optional[AtriumError] = None
         self._task: Optional["asyncio.Task[None]"] = None
 
@@ -253,6 +254,8 @@ class Connection:
             queue.put_nowait({"type": "_ended"})
         for channel in self._channels.values():
             channel.requests.put_nowait(None)
+        for events in self._transfers.values():
+            events.put_nowait(None)
         self._writer.close()
 
     def _dispatch(self, frame: wire.Frame) -> Optional[AtriumError]:
@@ -278,11 +281,22 @@ class Connection:
             else:
                 channel.requests.put_nowait(frame)
             return None
+        if kind in ("chunk", "ack", "transferState"):
+            events = self._transfers.get(frame.get("transfer"))  # type: ignore[arg-type]
+            if events is not None:
+                events.put_nowait(frame)
+            # The state that answers cancelTransfer: an end, or a refusal (notFound).
+            if kind == "transferState" and (frame.get("error") or frame.get("state") in (
+                    "completed", "failed", "canceled", "expired")):
+                waiting = self._waiting.pop(("cancel", frame.get("transfer")), None)
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(frame)
+            return None
         if kind in ("pairNonce", "paired") and ("pair", frame.get("id", -1)) in self._queues:
             self._queues[("pair", frame["id"])].put_nowait(frame)
             return None
         if kind == "response":
-            key: Tuple[str, int] = (f"response:{frame.get('channel')}", frame.get("id", -1))
+            key: Tuple[str, Any] = (f"response:{frame.get('channel')}", frame.get("id", -1))
         elif kind in ("opened",):
             key = ("opened", frame.get("channel", -1))
         else:
@@ -304,7 +318,7 @@ class Connection:
         self._writer.write(wire.encode(frame))
         await self._writer.drain()
 
-    async def call(self, frame: wire.Frame, answer: Tuple[str, int], timeout: Optional[float]) -> wire.Frame:
+    async def call(self, frame: wire.Frame, answer: Tuple[str, Any], timeout: Optional[float]) -> wire.Frame:
         """Sends `frame` and waits for the frame that answers it (`answer`: its type and id,
         or ``("response:CHANNEL", id)``, or ``("opened", channel)``)."""
         self._check_open()
@@ -331,6 +345,24 @@ class Connection:
             if self._ended is not None:
                 channel.requests.put_nowait(None)
         return channel
+
+    def transfer_events(self, transfer: uuid.UUID) -> "asyncio.Queue[Optional[wire.Frame]]":
+        """The frames of `transfer` from now on (``chunk``, ``ack``, ``transferState``); None
+        once the connection ended or :meth:`stop_transfer_events` was called. An earlier
+        queue of the same transfer ends."""
+        earlier = self._transfers.get(transfer)
+        if earlier is not None:
+            earlier.put_nowait(None)
+        events: "asyncio.Queue[Optional[wire.Frame]]" = asyncio.Queue()
+        if self._ended is not None:
+            events.put_nowait(None)
+        self._transfers[transfer] = events
+        return events
+
+    def stop_transfer_events(self, transfer: uuid.UUID) -> None:
+        events = self._transfers.pop(transfer, None)
+        if events is not None:
+            events.put_nowait(None)
 
     def forget_channel(self, number: int) -> None:
         self._channels.pop(number, None)
