@@ -135,7 +135,7 @@ async def paired_system(host: Host, state: Path, device_name: str = "python test
     system = await atrium.RemoteSystem.find(host.address, state_folder=state)
     codes: List[str] = []
     pairing = asyncio.ensure_future(atrium.pair(system, device_name=device_name, show_code=codes.append))
-    await host.accept_next_pairing()
+    accepted = await host.accept_next_pairing()
     assert await pairing == atrium.PairingStatus.PAIRED
-    assert len(codes) == 1 and len(codes[0]) == 6 and codes[0].isdigit()
+    assert codes == [accepted["code"]], "the code shown here is the one the operator sees"
     return system

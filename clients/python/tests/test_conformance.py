@@ -40,7 +40,7 @@ def value_of(typed: Any) -> Any:
         return bytes.fromhex(text)
     if kind == "date":
         seconds = float(text) if "." in text or "e" in text else int(text)
-        return _cbor._date(seconds, "vector")
+        return _cbor._date(seconds)
     if kind == "uuid":
         return uuid.UUID(text)
     if kind == "array":

@@ -11,7 +11,7 @@ import json
 import math
 import struct
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
@@ -100,31 +100,60 @@ def dumps(value: Any) -> bytes:
     return b"".join(out)
 
 
-class _Break:
-    """The break code of an indefinite-length item (only ever read inside one)."""
+class Unsupported:
+    """A value a frame may carry in a key this client does not use, but that no ValueSet
+    holds (null, undefined, another simple value, another tag, a date Python cannot hold):
+    what a lenient read gives in its place, refused only where a ValueSet is read."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"Unsupported({self.reason!r})"
 
 
-_BREAK = _Break()
+# A path from the root, built only when something is refused: (parent, key or index).
+_Path = Optional[Tuple[Any, Union[str, int]]]
 
 
 def _key_path(path: str, key: str) -> str:
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
-class _Reader:
-    """Reads one data item of RFC 8949, strictly: well-formed (section 5.3.1, Appendix F),
-    and of the kinds a frame or ValueSet can hold (text keys, no duplicate keys, no null,
-    undefined or other simple values, tags 1 and 37 only). Errors name the path."""
+def path_text(root: str, path: _Path) -> str:
+    parts: List[Union[str, int]] = []
+    while path is not None:
+        path, part = path
+        parts.append(part)
+    text = root
+    for part in reversed(parts):
+        text = f"{text}[{part}]" if isinstance(part, int) else _key_path(text, part)
+    return text
 
-    def __init__(self, data: bytes, max_depth: int) -> None:
+
+class _Reader:
+    """Reads one data item of RFC 8949: well-formed (section 5.3.1, Appendix F), text keys,
+    no key twice, maps and arrays no deeper than `max_depth`, at most `max_items` items in
+    all. Strictly (a ValueSet), what no ValueSet holds is refused; leniently (a frame), it is
+    read as an :class:`Unsupported` in its place. Errors name the path from `root`."""
+
+    def __init__(self, data: bytes, root: str, max_depth: int, max_items: int, strict: bool) -> None:
         self.data = data
         self.offset = 0
+        self.root = root
         self.max_depth = max_depth
+        self.items_left = max_items
+        self.strict = strict
 
-    def fail(self, path: str, reason: str) -> ValueError:
-        return ValueError(f"{path}: {reason}")
+    def fail(self, path: _Path, reason: str) -> ValueError:
+        return ValueError(f"{path_text(self.root, path)}: {reason}")
 
-    def take(self, count: int, path: str) -> bytes:
+    def unsupported(self, path: _Path, reason: str) -> Unsupported:
+        if self.strict:
+            raise self.fail(path, reason)
+        return Unsupported(reason)
+
+    def take(self, count: int, path: _Path) -> bytes:
         if count > len(self.data) - self.offset:
             raise self.fail(path, f"the data ends {count - (len(self.data) - self.offset)} bytes short (at byte "
                                   f"{self.offset})")
@@ -132,10 +161,13 @@ class _Reader:
         self.offset += count
         return taken
 
-    def head(self, path: str) -> "tuple[int, int, int | None]":
+    def head(self, path: _Path) -> "tuple[int, int, int | None]":
         """(major, additional information, argument); the argument is None for an
         indefinite length (additional information 31)."""
-        initial = self.take(1, path)[0]
+        if self.offset >= len(self.data):
+            raise self.fail(path, f"the data ends where an item should begin (at byte {self.offset})")
+        initial = self.data[self.offset]
+        self.offset += 1
         major, info = initial >> 5, initial & 0x1F
         if info < 24:
             return major, info, info
@@ -146,12 +178,14 @@ class _Reader:
         raise self.fail(path, f"reserved additional information {info} in initial byte 0x{initial:02x} (at byte "
                               f"{self.offset - 1})")
 
-    def item(self, path: str, depth: int) -> Any:
-        """The item at `path`; `depth` counts the maps, arrays and tags around it, itself
-        included when it is one."""
+    def item(self, path: _Path, depth: int) -> Any:
+        """The item at `path`; `depth` counts the maps and arrays around it."""
+        self.items_left -= 1
+        if self.items_left < 0:
+            raise self.fail(path, "more items than a frame may hold")
         start = self.offset
         major, info, argument = self.head(path)
-        if major in (4, 5, 6) and depth > self.max_depth:
+        if major in (4, 5) and depth + 1 > self.max_depth:
             raise self.fail(path, f"maps and arrays nest deeper than {self.max_depth} levels")
         if major == 0:
             if argument is None:
@@ -164,9 +198,7 @@ class _Reader:
         if major in (2, 3):
             if argument is None:
                 chunks = []
-                while True:
-                    if self.peek_break():
-                        break
+                while not self.at_break(path):
                     chunk_major, _, chunk_length = self.head(path)
                     if chunk_major != major or chunk_length is None:
                         raise self.fail(path, "a chunk of an indefinite-length string is not a definite string "
@@ -184,45 +216,42 @@ class _Reader:
         if major == 4:
             if argument is not None and argument > len(self.data) - self.offset:
                 raise self.fail(path, f"an array of {argument} items in {len(self.data) - self.offset} bytes")
-            elements = []
-            index = 0
-            while argument is None or index < argument:
-                if argument is None and self.peek_break():
+            elements: List[Any] = []
+            while argument is None or len(elements) < argument:
+                if argument is None and self.at_break(path):
                     break
-                elements.append(self.item(f"{path}[{index}]", depth + 1))
-                index += 1
+                elements.append(self.item((path, len(elements)), depth + 1))
             return elements
         if major == 5:
             if argument is not None and argument * 2 > len(self.data) - self.offset:
                 raise self.fail(path, f"a map of {argument} pairs in {len(self.data) - self.offset} bytes")
             found: Dict[str, Any] = {}
-            index = 0
-            while argument is None or index < argument:
-                if argument is None and self.peek_break():
+            while argument is None or len(found) < argument:
+                if argument is None and self.at_break(path):
                     break
                 key = self.item(path, depth + 1)
                 if not isinstance(key, str):
                     raise self.fail(path, f"a key that is not text ({type(key).__name__})")
                 if key in found:
                     raise self.fail(path, f"duplicate key {json.dumps(key, ensure_ascii=False)}")
-                found[key] = self.item(_key_path(path, key), depth + 1)
-                index += 1
+                found[key] = self.item((path, key), depth + 1)
             return found
         if major == 6:
             if argument is None:
                 raise self.fail(path, "a tag cannot have an indefinite length")
+            content = self.item(path, depth)
             if argument == 1:
-                seconds = self.item(path, depth + 1)
-                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-                    raise self.fail(path, f"tag 1 (date) must hold a number, not {type(seconds).__name__}")
-                return _date(seconds, path)
+                if isinstance(content, bool) or not isinstance(content, (int, float)):
+                    return self.unsupported(path, f"tag 1 (date) must hold a number, not {type(content).__name__}")
+                moment = _date(content)
+                return moment if moment is not None else self.unsupported(
+                    path, f"date {content} is outside the years Python can hold")
             if argument == 37:
-                raw = self.item(path, depth + 1)
-                if not isinstance(raw, bytes) or len(raw) != 16:
-                    size = f"{len(raw)}" if isinstance(raw, bytes) else "no"
-                    raise self.fail(path, f"tag 37 (uuid) must hold 16 bytes, not {size}")
-                return uuid.UUID(bytes=raw)
-            raise self.fail(path, f"tag {argument} is not a ValueSet kind")
+                if not isinstance(content, bytes) or len(content) != 16:
+                    size = f"{len(content)}" if isinstance(content, bytes) else "no"
+                    return self.unsupported(path, f"tag 37 (uuid) must hold 16 bytes, not {size}")
+                return uuid.UUID(bytes=content)
+            return self.unsupported(path, f"tag {argument} is not a ValueSet kind")
         # Major type 7: simple values and floats.
         if info == 20:
             return False
@@ -239,38 +268,40 @@ class _Reader:
         if info == 24 and argument is not None and argument < 32:
             raise self.fail(path, f"simple value {argument} in two bytes is not well-formed")
         if info == 22:
-            raise self.fail(path, "null is not a ValueSet kind")
+            return self.unsupported(path, "null is not a ValueSet kind")
         if info == 23:
-            raise self.fail(path, "undefined is not a ValueSet kind")
-        raise self.fail(path, f"simple value {argument} is not a ValueSet kind")
+            return self.unsupported(path, "undefined is not a ValueSet kind")
+        return self.unsupported(path, f"simple value {argument} is not a ValueSet kind")
 
-    def peek_break(self) -> bool:
+    def at_break(self, path: _Path) -> bool:
         if self.offset >= len(self.data):
-            raise self.fail("", f"the data ends inside an indefinite-length item (at byte {self.offset})")
+            raise self.fail(path, f"the data ends inside an indefinite-length item (at byte {self.offset})")
         if self.data[self.offset] == 0xFF:
             self.offset += 1
             return True
         return False
 
 
-def _date(seconds: "int | float", path: str) -> datetime.datetime:
+def _date(seconds: "int | float") -> Optional[datetime.datetime]:
+    """An aware datetime `seconds` after 1970-01-01 UTC, or None where Python has none."""
     try:
         if isinstance(seconds, int):
             return EPOCH + datetime.timedelta(seconds=seconds)
         if math.isnan(seconds) or math.isinf(seconds):
-            raise OverflowError
+            return None
         whole = math.floor(seconds)
         return EPOCH + datetime.timedelta(seconds=whole, microseconds=round((seconds - whole) * 1_000_000))
     except OverflowError:
-        raise ValueError(f"{path}: date {seconds} is outside the years Python can hold") from None
+        return None
 
 
-def loads(data: bytes, root: str = "value", max_depth: int = 512) -> Any:
-    """One CBOR data item, exactly, read strictly (see :class:`_Reader`): anything not
-    well-formed, not of a ValueSet's kinds, or followed by more bytes raises ``ValueError``
-    naming the path from `root`."""
-    reader = _Reader(bytes(data), max_depth)
-    item = reader.item(root, 1)
+def loads(data: bytes, root: str = "value", max_depth: int = 512, max_items: int = 1 << 20,
+          strict: bool = True) -> Any:
+    """One CBOR data item, exactly, read as :class:`_Reader` says: anything not
+    well-formed, over the limits, (strictly) not of a ValueSet's kinds, or followed by more
+    bytes raises ``ValueError`` naming the path from `root`."""
+    reader = _Reader(bytes(data), root, max_depth, max_items, strict)
+    item = reader.item(None, 0)
     if reader.offset != len(reader.data):
         raise ValueError(f"{root}: {len(reader.data) - reader.offset} bytes after the item")
     return item

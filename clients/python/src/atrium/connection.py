@@ -8,6 +8,7 @@ import asyncio
 import ipaddress
 import itertools
 import ssl
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
@@ -16,6 +17,9 @@ from . import frames as wire
 from .errors import AtriumError
 from .identity import ClientIdentity, fingerprint_of_certificate
 
+#: Requests from a service that this client holds unread, per channel; more are answered
+#: ResourceLimitsExceeded.
+MAX_WAITING_REQUESTS = 1024
 #: The ALPN protocol of frames over TLS.
 ALPN = "atrium/1"
 DEFAULT_PORT = 7340
@@ -28,6 +32,14 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @dataclass(frozen=True)
@@ -99,10 +111,18 @@ class Connection:
                 "cannot_connect",
                 f"a token is sent only to a host whose identity this client knows, and {address} is not one: "
                 "pair with it first (atrium.pair), or pass the identity atriumd prints at start")
+        context: Optional[ssl.SSLContext] = None
+        if tls is not None:
+            try:
+                context = tls.context()
+            except (ssl.SSLError, OSError) as error:
+                raise AtriumError("identity", f"cannot use this client's identity ({tls.identity.key_file}) for "
+                                  f"TLS: {error}") from error
+        started = time.monotonic()
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=tls.context() if tls else None,
-                                        server_hostname="" if tls else None, limit=1 << 20),
+                asyncio.open_connection(host, port, ssl=context, server_hostname="" if tls else None,
+                                        limit=1 << 20),
                 timeout)
         except asyncio.TimeoutError:
             raise AtriumError("timed_out", f"{address} did not answer within {timeout:g} s") from None
@@ -125,9 +145,10 @@ class Connection:
                     "host_identity_changed",
                     f"{address} is not the host you know: it presented the identity {proven}, but was known as "
                     f"{expected}. If the host made a new key on purpose, pair again and forget the old one "
-                    "(atrium pair HOST --forget); otherwise someone may be in between")
+                    "(atrium.pair(system, ..., forget=True), or atrium pair HOST --forget); otherwise someone may "
+                    "be in between")
         connection = cls(reader, writer, address, proven, tls.identity.fingerprint if tls else None)
-        await connection._hello(client_id, client_name, token, timeout)
+        await connection._hello(client_id, client_name, token, max(timeout - (time.monotonic() - started), 0.001))
         return connection
 
     @classmethod
@@ -152,8 +173,8 @@ class Connection:
             hello["clientName"] = client_name
         if token is not None:
             hello["token"] = token
-        self._writer.write(wire.encode(hello))
         try:
+            self._writer.write(wire.encode(hello))
             welcome = await asyncio.wait_for(self._next_frame(), timeout)
         except asyncio.TimeoutError:
             self._writer.close()
@@ -161,6 +182,10 @@ class Connection:
         except AtriumError:
             self._writer.close()
             raise
+        except (OSError, ssl.SSLError) as error:
+            self._writer.close()
+            raise AtriumError("cannot_connect", f"{self.address} ended the connection before welcome: {error} "
+                              "(a host that takes only paired devices, or TLS, may refuse this way)") from error
         if welcome["type"] == "error":
             self._writer.close()
             raise AtriumError("cannot_connect" if welcome.get("code") != "notAuthorized" else "not_authorized",
@@ -178,8 +203,9 @@ class Connection:
                 f"{welcome.get('hostIdentity', 'nothing')}: something between you and the host ends TLS with a "
                 "certificate of its own; the connection was closed")
         limits = welcome.get("limits")
-        if isinstance(limits, dict) and isinstance(limits.get("maxFrameBytes"), int):
-            self._frames.max_frame_bytes = limits["maxFrameBytes"]
+        announced = limits.get("maxFrameBytes") if isinstance(limits, dict) else None
+        if isinstance(announced, int) and not isinstance(announced, bool) and announced > 0:
+            self._frames.max_frame_bytes = min(announced, wire.MAX_FRAME_BYTES)
         self.welcome = welcome
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -206,13 +232,15 @@ class Connection:
 
     @property
     def response_timeout(self) -> float:
-        """How long the host waits for a service before it answers itself, in seconds."""
-        if isinstance(self.welcome.get("responseTimeoutMs"), int):
-            return float(self.welcome["responseTimeoutMs"]) / 1000
+        """How long the host waits for a service before it answers itself, in seconds (as
+        the host says, within 0 to 600)."""
+        seconds = 30.0
         limits = self.welcome.get("limits")
-        if isinstance(limits, dict) and isinstance(limits.get("responseTimeoutSeconds"), int):
-            return float(limits["responseTimeoutSeconds"])
-        return 30.0
+        if _is_number(self.welcome.get("responseTimeoutMs")):
+            seconds = float(self.welcome["responseTimeoutMs"]) / 1000
+        elif isinstance(limits, dict) and _is_number(limits.get("responseTimeoutSeconds")):
+            seconds = float(limits["responseTimeoutSeconds"])
+        return min(max(seconds, 0.0), 600.0)
 
     @property
     def is_open(self) -> bool:
@@ -239,6 +267,8 @@ class Connection:
             ending = AtriumError("host_went_away", f"the connection to {self.address} failed: {error}")
         except asyncio.CancelledError:
             ending = AtriumError("host_went_away", f"the connection to {self.address} was closed")
+        except Exception as error:  # a defect here must end the connection with a reason, not vanish
+            ending = AtriumError("protocol_error", f"reading from {self.address} failed: {error!r}")
         finally:
             self._end(ending)
 
@@ -259,6 +289,9 @@ class Connection:
         self._writer.close()
 
     def _dispatch(self, frame: wire.Frame) -> Optional[AtriumError]:
+        """Hands a frame to what waits for it. An `error` frame is returned: the reason the
+        connection ends, when the host then closes it. A frame that breaks the contract
+        raises, and ends the connection at once."""
         kind = frame["type"]
         if kind == "error":
             code = str(frame.get("code", ""))
@@ -271,24 +304,42 @@ class Connection:
                     "pair first, with atrium.pair() or `atrium pair HOST`", host_code=code))
                 return None
             return AtriumError("protocol_error", f"{self.address} said: {message} ({code})", host_code=code)
+        # What breaks the contract ends the connection (raised to _run), as the host does.
+        for name in ("id", "channel", "status", "offset", "window", "size"):
+            if name in frame and not (_is_id(frame[name]) or (name == "size" and frame[name] == -1)):
+                raise AtriumError("protocol_error", f"{self.address} sent a {kind} frame whose {name} is "
+                                  f"{frame[name]!r}, not an unsigned integer")
+        if kind in ("chunk", "ack", "transferState") or (kind in ("attached",) and "transfer" in frame):
+            if not isinstance(frame.get("transfer"), uuid.UUID):
+                raise AtriumError("protocol_error", f"{self.address} sent a {kind} frame without a transfer uuid")
         if kind in ("request", "closed"):
-            channel = self._channels.get(frame.get("channel", -1))
-            if channel is None:
-                return None
+            if not _is_id(frame.get("channel")) or (kind == "request" and not _is_id(frame.get("id"))):
+                raise AtriumError("protocol_error", f"{self.address} sent a {kind} frame without its ids")
+            channel = self._channels.get(frame["channel"])
             if kind == "closed":
-                channel.closed_status = int(frame.get("status", 3))
-                channel.requests.put_nowait(None)
+                if channel is not None:
+                    channel.closed_status = int(frame.get("status", 3))
+                    channel.requests.put_nowait(None)
+            elif channel is None or channel.closed_status is not None:
+                # No one here will answer it: the service hears so at once.
+                self._writer.write(wire.encode({
+                    "type": "response", "channel": frame["channel"], "id": frame["id"], "status": 1,
+                    "message": {}, "error": "no open channel of this client has that number"}))
+            elif channel.requests.qsize() >= MAX_WAITING_REQUESTS:
+                self._writer.write(wire.encode({
+                    "type": "response", "channel": frame["channel"], "id": frame["id"], "status": 2,
+                    "message": {}, "error": f"the client holds {MAX_WAITING_REQUESTS} requests it has not read"}))
             else:
                 channel.requests.put_nowait(frame)
             return None
         if kind in ("chunk", "ack", "transferState"):
-            events = self._transfers.get(frame.get("transfer"))  # type: ignore[arg-type]
+            events = self._transfers.get(frame["transfer"])
             if events is not None:
                 events.put_nowait(frame)
             # The state that answers cancelTransfer: an end, or a refusal (notFound).
             if kind == "transferState" and (frame.get("error") or frame.get("state") in (
                     "completed", "failed", "canceled", "expired")):
-                waiting = self._waiting.pop(("cancel", frame.get("transfer")), None)
+                waiting = self._waiting.pop(("cancel", frame["transfer"]), None)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(frame)
             return None
@@ -297,7 +348,7 @@ class Connection:
             return None
         if kind == "response":
             key: Tuple[str, Any] = (f"response:{frame.get('channel')}", frame.get("id", -1))
-        elif kind in ("opened",):
+        elif kind == "opened":
             key = ("opened", frame.get("channel", -1))
         else:
             key = (kind, frame.get("id", -1))
@@ -312,22 +363,33 @@ class Connection:
         if self._ended is not None:
             raise self._ended
 
-    async def send(self, frame: wire.Frame) -> None:
-        """Sends a frame that has no answer, waiting while the host is not reading."""
+    async def send(self, frame: wire.Frame, timeout: Optional[float] = 30.0) -> None:
+        """Sends a frame that has no answer, waiting (at most `timeout`) while the host is not
+        reading."""
         self._check_open()
-        self._writer.write(wire.encode(frame))
-        await self._writer.drain()
+        try:
+            self._writer.write(wire.encode(frame))
+            await asyncio.wait_for(self._writer.drain(), timeout)
+        except asyncio.TimeoutError:
+            raise AtriumError("timed_out", f"{self.address} read nothing for {timeout:g} s") from None
+        except (OSError, ssl.SSLError) as error:
+            raise AtriumError("host_went_away", f"the connection to {self.address} failed: {error}") from error
 
     async def call(self, frame: wire.Frame, answer: Tuple[str, Any], timeout: Optional[float]) -> wire.Frame:
         """Sends `frame` and waits for the frame that answers it (`answer`: its type and id,
-        or ``("response:CHANNEL", id)``, or ``("opened", channel)``)."""
+        or ``("response:CHANNEL", id)``, or ``("opened", channel)``), sending and waiting
+        within `timeout` together."""
         self._check_open()
         future: "asyncio.Future[wire.Frame]" = asyncio.get_running_loop().create_future()
         self._waiting[answer] = future
-        try:
+
+        async def exchange() -> wire.Frame:
             self._writer.write(wire.encode(frame))
             await self._writer.drain()
-            return await asyncio.wait_for(future, timeout)
+            return await future
+
+        try:
+            return await asyncio.wait_for(exchange(), timeout)
         except asyncio.TimeoutError:
             raise AtriumError(
                 "timed_out", f"{self.address} did not answer {frame['type']} within {timeout:g} s") from None

@@ -13,6 +13,8 @@ Frame = Dict[str, Any]
 
 #: The host's default hard frame limit; a host announces its own in ``welcome``.
 DEFAULT_MAX_FRAME_BYTES = 4 << 20
+#: The most this client takes in one frame, whatever a host announces.
+MAX_FRAME_BYTES = 64 << 20
 
 
 def encode(frame: Frame) -> bytes:
@@ -31,7 +33,9 @@ def decode(body: bytes) -> Frame:
     if not body:
         raise AtriumError("protocol_error", "the host sent an empty frame")
     try:
-        item = _cbor.loads(body, root="frame")
+        # Leniently: a value no ValueSet holds, in a key this client does not use, is no
+        # error (a newer host may send one); where a message is read, it is refused there.
+        item = _cbor.loads(body, root="frame", strict=False)
     except ValueError as error:
         raise AtriumError("protocol_error", f"the host sent a frame that is not well-formed or not "
                                             f"of the contract's kinds: {error}") from error
@@ -48,7 +52,7 @@ class FrameReader:
     """Whole frames out of bytes as they arrive, none over `max_frame_bytes`."""
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self.max_frame_bytes = max_frame_bytes
+        self.max_frame_bytes = min(max_frame_bytes, MAX_FRAME_BYTES)
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> List[Frame]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -142,8 +143,9 @@ class ClientIdentity:
         text = _read_private(key_file)
         try:
             key = serialization.load_pem_private_key(text, password=None)
-        except ValueError as error:
-            raise AtriumError("identity", f"{key_file} is not a private key in PEM: {error}") from error
+        except (ValueError, TypeError, UnsupportedAlgorithm) as error:
+            raise AtriumError("identity", f"{key_file} is not an unencrypted private key in PEM ({error}): "
+                              "remove it to make a new identity") from error
         if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
             raise AtriumError("identity", f"{key_file} is not a P-256 private key")
         spki = key.public_key().public_bytes(

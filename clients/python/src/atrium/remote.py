@@ -31,9 +31,15 @@ def parse_address(text: str) -> Tuple[str, int]:
         raise AtriumError("cannot_connect", f"'{text}' is not a host: use HOST, HOST:PORT or [IPv6]:PORT")
     if not port_text:
         return host, DEFAULT_PORT
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise AtriumError("cannot_connect", f"'{text}' has no port from 1 to 65535")
     return host, int(port_text)
+
+
+def _reason(frame: Dict[str, Any]) -> Optional[str]:
+    """A frame's `error` text, when it has one."""
+    error = frame.get("error")
+    return error if isinstance(error, str) and error else None
 
 
 @dataclass
@@ -96,11 +102,13 @@ class RemoteSystem:
     def known_hosts(self) -> KnownHosts:
         return KnownHosts(self.state_folder)
 
-    def tls_settings(self) -> Optional[TLSSettings]:
-        """This client's identity, expecting the identity this host proved at pairing (by its
-        address, else by its id)."""
+    def tls_settings(self, expecting: bool = True) -> Optional[TLSSettings]:
+        """This client's identity, expecting (unless not `expecting`) the identity this host
+        proved at pairing (by its address, else by its id)."""
         if self.insecure:
             return None
+        if not expecting:
+            return TLSSettings(ClientIdentity.load_or_create(self.state_folder))
         known = self.known_hosts()
         expected = known.identity_of(self.host, self.port)
         if expected is None and self.id:
@@ -108,10 +116,11 @@ class RemoteSystem:
         return TLSSettings(ClientIdentity.load_or_create(self.state_folder), expected)
 
     async def connect(self, *, client_name: Optional[str] = "atrium Python client",
-                      timeout: float = 10.0) -> Connection:
+                      timeout: float = 10.0, expecting: bool = True) -> Connection:
         """A connection of its own to this host (close it when done)."""
-        return await Connection.open(self.host, self.port, tls=self.tls_settings(), client_name=client_name,
-                                     token=self.token, timeout=timeout)
+        return await Connection.open(self.host, self.port, tls=self.tls_settings(expecting),
+                                     client_name=client_name, token=self.token if expecting else None,
+                                     timeout=timeout)
 
     async def ping(self, timeout: float = 10.0) -> float:
         """Pings the host (``ping``/``pong``); the round trip in seconds, connecting not counted."""
@@ -126,15 +135,20 @@ class RemoteSystem:
         async with await self.connect(timeout=timeout) as connection:
             number = connection.make_number()
             answer = await connection.call({"type": "apps", "id": number}, ("apps", number), timeout)
-        found = []
-        for app in answer.get("apps", []):
-            if not isinstance(app, dict):
-                continue
-            found.append(AppInfo(
-                package=str(app.get("package", "")), display_name=str(app.get("displayName", "")),
-                services=[str(s) for s in app.get("services", [])], schemes=[str(s) for s in app.get("schemes", [])],
-                state=app.get("state"), reason=app.get("reason")))
-        return found
+        listed = answer.get("apps")
+        if not isinstance(listed, list):
+            raise AtriumError("protocol_error", f"{self.address} answered apps without a list of apps")
+
+        def texts(value: Any) -> List[str]:
+            return [str(text) for text in value] if isinstance(value, list) else []
+
+        def text(value: Any) -> Optional[str]:
+            return value if isinstance(value, str) else None
+
+        return [AppInfo(package=str(app.get("package", "")), display_name=str(app.get("displayName", "")),
+                        services=texts(app.get("services")), schemes=texts(app.get("schemes")),
+                        state=text(app.get("state")), reason=text(app.get("reason")) or text(app.get("error")))
+                for app in listed if isinstance(app, dict)]
 
 
 @dataclass
@@ -212,7 +226,7 @@ class AppServiceConnection:
             self._channel = number
         else:
             self._connection.forget_channel(number)
-            self.open_error = str(answer.get("error", "")) or None
+            self.open_error = _reason(answer)
         return status
 
     async def send_message(self, message: Dict[str, Any], timeout: Optional[float] = None) -> AppServiceResponse:
@@ -230,7 +244,7 @@ class AppServiceConnection:
             received = values.from_wire(answer.get("message", {}))
         except AtriumError as error:
             raise AtriumError("protocol_error", f"the host's answer is not a ValueSet: {error}") from error
-        return AppServiceResponse(status, received, answer.get("error"))
+        return AppServiceResponse(status, received, _reason(answer))
 
     async def requests(self) -> AsyncIterator[AppServiceRequest]:
         """The messages the service sends to this client, until the channel or connection
@@ -245,10 +259,12 @@ class AppServiceConnection:
             try:
                 message = values.from_wire(frame.get("message", {}))
             except AtriumError as error:
-                await connection.send({"type": "response", "channel": channel, "id": frame.get("id", 0),
-                                       "status": int(AppServiceResponseStatus.FAILURE), "message": {}})
-                raise AtriumError("protocol_error", f"the service sent a message that is not a ValueSet: {error}")
-            yield AppServiceRequest(connection, channel, int(frame.get("id", 0)), message)
+                # Answered with the reason, as the host answers a client's: the next one may be fine.
+                await connection.send({"type": "response", "channel": channel, "id": frame["id"],
+                                       "status": int(AppServiceResponseStatus.FAILURE), "message": {},
+                                       "error": f"the client cannot read this message: {error}"})
+                continue
+            yield AppServiceRequest(connection, channel, frame["id"], message)
 
     @property
     def closed_status(self) -> Union[AppServiceClosedStatus, int, None]:
@@ -324,20 +340,35 @@ class RemoteLauncher:
             number = connection.make_number()
             frame["id"] = number
             answer = await connection.call(frame, ("launched", number), timeout)
-        return LaunchResult(status_of(RemoteLaunchUriStatus, int(answer.get("status", 0))), answer.get("error"))
+        return LaunchResult(status_of(RemoteLaunchUriStatus, int(answer.get("status", 0))), _reason(answer))
 
 
 async def pair(remote_system: RemoteSystem, *, device_name: str,
-               show_code: Callable[[str], None] = lambda code: None,
+               show_code: Callable[[str], None] = lambda code: None, forget: bool = False,
                timeout: float = 130.0) -> Union[PairingStatus, int]:
     """Asks the host's operator to pair this device, and remembers the host's identity when
     they accept (in ``known-hosts.json``, as ``atrium pair`` does). `show_code` is given the
-    six digits to compare with the ones the operator sees, as soon as they are known."""
+    six digits to compare with the ones the operator sees, as soon as they are known (on the
+    event loop: it must not block).
+
+    A host this client paired with before must prove the same identity, by address and by
+    id; `forget=True` pairs anyway with a host that made a new key on purpose, and replaces
+    what was remembered."""
     if remote_system.insecure:
         raise AtriumError("cannot_connect", "pairing needs TLS: find the host without insecure=True")
-    async with await remote_system.connect(timeout=min(timeout, 10.0)) as connection:
+    async with await remote_system.connect(timeout=min(timeout, 10.0), expecting=not forget) as connection:
         host, client = connection.host_identity, connection.client_identity
         assert host is not None and client is not None
+        known = remote_system.known_hosts()
+        pinned = known.identity_of_host_id(connection.host_id) if connection.host_id else None
+        if pinned is not None and pinned != host and not forget:
+            raise AtriumError(
+                "host_identity_changed",
+                f"{connection.address} says it is the host {connection.host_id}, which proved the identity {pinned} "
+                f"when this client paired with it, but it proved {host} now. If that host made a new key on "
+                "purpose, pair with forget=True; otherwise someone may be in between")
+        already_known = known.is_paired(host)
+        shown = False
         nonce = codes.make_nonce()
         number = connection.make_number()
         exchange = await connection.pairing(
@@ -351,6 +382,7 @@ async def pair(remote_system: RemoteSystem, *, device_name: str,
                 if not codes.is_well_formed(host_nonce):
                     raise AtriumError("protocol_error", "the host's pairing nonce is not 64 hex digits")
                 show_code(codes.code(host, client, nonce, host_nonce))
+                shown = True
                 await connection.send({"type": "pairReveal", "id": number, "nonce": nonce})
                 outcome = await exchange.next()
         finally:
@@ -359,7 +391,12 @@ async def pair(remote_system: RemoteSystem, *, device_name: str,
             raise AtriumError("protocol_error", f"the host answered pair with {outcome['type']!r}")
         status = status_of(PairingStatus, int(outcome.get("status", 3)))
         if status == PairingStatus.PAIRED:
-            remote_system.known_hosts().remember(host, remote_system.host, remote_system.port, connection.host_id)
+            if not shown and not already_known:
+                raise AtriumError(
+                    "protocol_error",
+                    f"{connection.address} answered that this device is paired without a verification code to "
+                    "compare, so nothing proves it is the host you mean; it was not remembered")
+            known.remember(host, remote_system.host, remote_system.port, connection.host_id or None)
             remote_system.identity = host
             remote_system.is_paired = True
             remote_system.id = connection.host_id

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, TypeVar, Union
 
 from . import remote
+from .errors import AtriumError
 from .remote import AppInfo, AppServiceResponse, LaunchResult
 from .status import (AppServiceClosedStatus, AppServiceConnectionStatus, AppServiceResponseStatus,
                      PairingStatus, RemoteLaunchUriStatus)
@@ -40,6 +41,9 @@ def _run(coroutine: Awaitable[T]) -> T:
             _loop = asyncio.new_event_loop()
             threading.Thread(target=_loop.run_forever, name="atrium client", daemon=True).start()
         loop = _loop
+    if threading.current_thread().name == "atrium client":
+        raise RuntimeError("atrium.sync is called from its own event loop (from show_code?): that would wait "
+                           "forever; call it from another thread")
 
     async def wrapped() -> T:
         return await coroutine
@@ -91,6 +95,7 @@ class AppServiceConnection:
         self.connection = remote.AppServiceConnection(
             app_service_name=app_service_name, package_id=package_id, remote_system=remote_system.system)
         self._requests: Optional[Any] = None
+        self._pending: "Optional[asyncio.Future[remote.AppServiceRequest]]" = None
 
     @property
     def open_error(self) -> Optional[str]:
@@ -103,15 +108,25 @@ class AppServiceConnection:
         return _run(self.connection.send_message(message, timeout))
 
     def next_request(self, timeout: Optional[float] = None) -> Optional[remote.AppServiceRequest]:
-        """The next message the service sends, or None once the channel closed."""
+        """The next message the service sends, or None once the channel closed; waits at
+        most `timeout` seconds (AtriumError ``timed_out``), forever without it."""
         async def take() -> Optional[remote.AppServiceRequest]:
             if self._requests is None:
                 self._requests = self.connection.requests().__aiter__()
+            if self._pending is None:
+                self._pending = asyncio.ensure_future(self._requests.__anext__())
+            # The wait is shielded: a timeout leaves it pending for the next call, so no
+            # request is lost and the stream goes on.
             try:
-                request: remote.AppServiceRequest = await asyncio.wait_for(self._requests.__anext__(), timeout)
-                return request
+                request: remote.AppServiceRequest = await asyncio.wait_for(asyncio.shield(self._pending), timeout)
+            except asyncio.TimeoutError:
+                raise AtriumError("timed_out", f"the service sent nothing within {timeout:g} s") from None
             except StopAsyncIteration:
                 return None
+            finally:
+                if self._pending.done():
+                    self._pending = None
+            return request
         return _run(take())
 
     def respond(self, request: remote.AppServiceRequest, message: Optional[Dict[str, Any]] = None,
@@ -138,6 +153,10 @@ def launch_uri(uri: str, remote_system: RemoteSystem, *, package: Optional[str] 
 
 
 def pair(remote_system: RemoteSystem, *, device_name: str, show_code: Callable[[str], None] = lambda code: None,
-         timeout: float = 130.0) -> Union[PairingStatus, int]:
-    return _run(remote.pair(remote_system.system, device_name=device_name, show_code=show_code,
+         forget: bool = False, timeout: float = 130.0) -> Union[PairingStatus, int]:
+    """Pairs with the host (see :func:`atrium.pair`); `show_code` runs on a thread of its
+    own, so it may block (``input()`` to confirm, say)."""
+    def shown(code: str) -> None:
+        threading.Thread(target=show_code, args=(code,), name="atrium pairing code", daemon=True).start()
+    return _run(remote.pair(remote_system.system, device_name=device_name, show_code=shown, forget=forget,
                             timeout=timeout))

@@ -162,6 +162,10 @@ def _from_wire_value(value: Any, path: str, depth: int) -> Any:
     if isinstance(value, dict):
         return _from_wire_map(value, path, depth + 1)
     if isinstance(value, list):
+        if depth + 1 > MAX_DEPTH:
+            raise InvalidValueError(path, f"maps and arrays nest deeper than {MAX_DEPTH} levels")
+        if any(isinstance(element, list) for element in value):
+            _check_kinds(value, path)
         elements = [_from_wire_value(element, f"{path}[{index}]", depth + 1) for index, element in enumerate(value)]
         _check_kinds(elements, path)
         return elements
@@ -174,6 +178,8 @@ def _from_wire_value(value: Any, path: str, depth: int) -> Any:
         raise InvalidValueError(path, f"integer {value} is outside the Int64 range")
     if kind in ("bool", "int", "double", "string", "bytes", "uuid"):
         return value
+    if isinstance(value, _cbor.Unsupported):
+        raise InvalidValueError(path, value.reason)
     if value is None:
         raise InvalidValueError(path, "null is not a ValueSet kind")
-    raise InvalidValueError(path, f"{type(value).__name__} ({value!r:.40}) is not a ValueSet kind")
+    raise InvalidValueError(path, f"{type(value).__name__} is not a ValueSet kind")
