@@ -16,17 +16,36 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
-def _head(major: int, number: int, out: List[bytes]) -> None:
+def _head_bytes(major: int, number: int) -> bytes:
     if number < 24:
-        out.append(bytes([major << 5 | number]))
-    elif number < 1 << 8:
-        out.append(bytes([major << 5 | 24, number]))
-    elif number < 1 << 16:
-        out.append(bytes([major << 5 | 25]) + number.to_bytes(2, "big"))
-    elif number < 1 << 32:
-        out.append(bytes([major << 5 | 26]) + number.to_bytes(4, "big"))
-    else:
-        out.append(bytes([major << 5 | 27]) + number.to_bytes(8, "big"))
+        return bytes((major << 5 | number,))
+    if number < 1 << 8:
+        return bytes((major << 5 | 24, number))
+    if number < 1 << 16:
+        return bytes((major << 5 | 25,)) + number.to_bytes(2, "big")
+    if number < 1 << 32:
+        return bytes((major << 5 | 26,)) + number.to_bytes(4, "big")
+    return bytes((major << 5 | 27,)) + number.to_bytes(8, "big")
+
+
+def _head(major: int, number: int, out: List[bytes]) -> None:
+    out.append(_head_bytes(major, number))
+
+
+# The encodings of small integers, and of the short texts seen most (keys, frame types),
+# made once.
+_SMALL_INTS = [_head_bytes(0, number) for number in range(256)]
+_TEXTS: Dict[str, bytes] = {}
+
+
+def _text(value: str) -> bytes:
+    cached = _TEXTS.get(value)
+    if cached is None:
+        data = value.encode("utf-8")
+        cached = _head_bytes(3, len(data)) + data
+        if len(data) <= 32 and len(_TEXTS) < 4096:
+            _TEXTS[value] = cached
+    return cached
 
 
 def _float(value: float, out: List[bytes]) -> None:
@@ -54,21 +73,31 @@ def seconds_since_epoch(moment: datetime.datetime) -> "int | float":
 
 
 def _encode(value: Any, out: List[bytes]) -> None:
-    if value is True:
+    kind = type(value)
+    if kind is str:
+        out.append(_text(value))
+    elif kind is int:
+        if 0 <= value < 256:
+            out.append(_SMALL_INTS[value])
+        elif value >= 0:
+            _head(0, value, out)
+        else:
+            _head(1, -1 - value, out)
+    elif kind is dict:
+        _head(5, len(value), out)
+        for key, element in value.items():
+            _encode(key, out)
+            _encode(element, out)
+    elif value is True:
         out.append(b"\xf5")
     elif value is False:
         out.append(b"\xf4")
     elif isinstance(value, int):
-        if value >= 0:
-            _head(0, value, out)
-        else:
-            _head(1, -1 - value, out)
+        _encode(int(value), out)
     elif isinstance(value, float):
         _float(value, out)
     elif isinstance(value, str):
-        data = value.encode("utf-8")
-        _head(3, len(data), out)
-        out.append(data)
+        out.append(_text(str(value)))
     elif isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
         _head(2, len(data), out)
@@ -184,6 +213,18 @@ class _Reader:
         if self.items_left < 0:
             raise self.fail(path, "more items than a frame may hold")
         start = self.offset
+        # The items seen most, read at once: small unsigned integers and short texts.
+        if start < len(self.data):
+            initial = self.data[start]
+            if initial < 0x18:
+                self.offset = start + 1
+                return initial
+            if 0x60 <= initial < 0x78 and start + 1 + initial - 0x60 <= len(self.data):
+                self.offset = start + 1 + initial - 0x60
+                try:
+                    return self.data[start + 1:self.offset].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise self.fail(path, "text that is not valid UTF-8") from None
         major, info, argument = self.head(path)
         if major in (4, 5) and depth + 1 > self.max_depth:
             raise self.fail(path, f"maps and arrays nest deeper than {self.max_depth} levels")

@@ -11,7 +11,7 @@ import ssl
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import frames as wire
 from .errors import AtriumError
@@ -20,6 +20,8 @@ from .identity import ClientIdentity, fingerprint_of_certificate
 #: Requests from a service that this client holds unread, per channel; more are answered
 #: ResourceLimitsExceeded.
 MAX_WAITING_REQUESTS = 1024
+#: Bytes written and not yet read by the host past which a call waits for it to read.
+WRITE_HIGH_WATER = 1 << 20
 #: The ALPN protocol of frames over TLS.
 ALPN = "atrium/1"
 DEFAULT_PORT = 7340
@@ -89,6 +91,9 @@ class Connection:
         self._queues: Dict[Tuple[str, int], "asyncio.Queue[wire.Frame]"] = {}
         self._channels: Dict[int, _Channel] = {}
         self._transfers: Dict[uuid.UUID, "asyncio.Queue[Optional[wire.Frame]]"] = {}
+        self._outgoing: List[bytes] = []
+        self._outgoing_bytes = 0
+        self._flush_scheduled = False
         self._ended: Optional[AtriumError] = None
         self._task: Optional["asyncio.Task[None]"] = None
 
@@ -275,6 +280,7 @@ class Connection:
     def _end(self, error: AtriumError) -> None:
         if self._ended is not None:
             return
+        self._flush()  # what was sent before the end goes out first (a `close`, say)
         self._ended = error
         for future in self._waiting.values():
             if not future.done():
@@ -322,11 +328,11 @@ class Connection:
                     channel.requests.put_nowait(None)
             elif channel is None or channel.closed_status is not None:
                 # No one here will answer it: the service hears so at once.
-                self._writer.write(wire.encode({
+                self._write(wire.encode({
                     "type": "response", "channel": frame["channel"], "id": frame["id"], "status": 1,
                     "message": {}, "error": "no open channel of this client has that number"}))
             elif channel.requests.qsize() >= MAX_WAITING_REQUESTS:
-                self._writer.write(wire.encode({
+                self._write(wire.encode({
                     "type": "response", "channel": frame["channel"], "id": frame["id"], "status": 2,
                     "message": {}, "error": f"the client holds {MAX_WAITING_REQUESTS} requests it has not read"}))
             else:
@@ -363,41 +369,70 @@ class Connection:
         if self._ended is not None:
             raise self._ended
 
-    async def send(self, frame: wire.Frame, timeout: Optional[float] = 30.0) -> None:
-        """Sends a frame that has no answer, waiting (at most `timeout`) while the host is not
-        reading."""
-        self._check_open()
+    def _write(self, data: bytes) -> None:
+        """Queues `data`; what is queued in one turn of the event loop goes out in one write
+        (64 pipelined requests are one system call, not 64)."""
+        self._outgoing.append(data)
+        self._outgoing_bytes += len(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._outgoing and self._ended is None:
+            self._writer.write(b"".join(self._outgoing))
+        self._outgoing.clear()
+        self._outgoing_bytes = 0
+
+    async def _backpressure(self, timeout: Optional[float]) -> None:
+        """Waits (at most `timeout`) while the host has not read what was written, once that
+        is over a megabyte."""
+        if self._outgoing_bytes + self._writer.transport.get_write_buffer_size() <= WRITE_HIGH_WATER:
+            return
+        self._flush()
         try:
-            self._writer.write(wire.encode(frame))
             await asyncio.wait_for(self._writer.drain(), timeout)
         except asyncio.TimeoutError:
             raise AtriumError("timed_out", f"{self.address} read nothing for {timeout:g} s") from None
         except (OSError, ssl.SSLError) as error:
             raise AtriumError("host_went_away", f"the connection to {self.address} failed: {error}") from error
 
+    async def send(self, frame: wire.Frame, timeout: Optional[float] = 30.0) -> None:
+        """Sends a frame that has no answer, waiting (at most `timeout`) while the host is not
+        reading."""
+        self._check_open()
+        self._write(wire.encode(frame))
+        await self._backpressure(timeout)
+
     async def call(self, frame: wire.Frame, answer: Tuple[str, Any], timeout: Optional[float]) -> wire.Frame:
         """Sends `frame` and waits for the frame that answers it (`answer`: its type and id,
         or ``("response:CHANNEL", id)``, or ``("opened", channel)``), sending and waiting
         within `timeout` together."""
         self._check_open()
-        future: "asyncio.Future[wire.Frame]" = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[wire.Frame]" = loop.create_future()
         self._waiting[answer] = future
-
-        async def exchange() -> wire.Frame:
-            self._writer.write(wire.encode(frame))
-            await self._writer.drain()
-            return await future
-
+        timer = None
+        if timeout is not None:
+            timer = loop.call_later(timeout, self._expire, answer, future, frame["type"], timeout)
         try:
-            return await asyncio.wait_for(exchange(), timeout)
-        except asyncio.TimeoutError:
-            raise AtriumError(
-                "timed_out", f"{self.address} did not answer {frame['type']} within {timeout:g} s") from None
-        except (OSError, ssl.SSLError) as error:
-            raise AtriumError("host_went_away", f"the connection to {self.address} failed: {error}") from error
+            self._write(wire.encode(frame))
+            await self._backpressure(timeout)
+            return await future
         finally:
+            if timer is not None:
+                timer.cancel()
             if self._waiting.get(answer) is future:
                 del self._waiting[answer]
+
+    def _expire(self, answer: Tuple[str, Any], future: "asyncio.Future[wire.Frame]", kind: str,
+                timeout: float) -> None:
+        if not future.done():
+            future.set_exception(AtriumError("timed_out", f"{self.address} did not answer {kind} within "
+                                              f"{timeout:g} s"))
+        if self._waiting.get(answer) is future:
+            del self._waiting[answer]
 
     def channel(self, number: int) -> _Channel:
         """The frames the service of channel `number` sends (made when first asked for)."""
