@@ -76,14 +76,17 @@ def examples() -> list:
 
 
 def test_the_readme_examples_run(host: Host, state: Path) -> None:
-    pair, message, launch = examples()
+    pair, message, launch, transfer = examples()
+    (host.served / "report.pdf").write_bytes(bytes(range(256)) * 4000)
+    state.parent.mkdir(parents=True, exist_ok=True)
     environment = dict(os.environ, XDG_STATE_HOME=str(state.parent),
                        PYTHONPATH=os.pathsep.join(filter(None, [str(Path(atrium.__file__).parents[1]),
                                                                 os.environ.get("PYTHONPATH")])))
 
     def run(source: str) -> "subprocess.Popen[str]":
         return subprocess.Popen([sys.executable, "-c", source.replace("192.168.1.20", host.address)],
-                                env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                cwd=state.parent)
 
     pairing = run(pair)
     accepted = asyncio.run(host.accept_next_pairing())
@@ -91,7 +94,10 @@ def test_the_readme_examples_run(host: Host, state: Path) -> None:
     assert pairing.returncode == 0 and output.endswith("PAIRED\n"), output
     assert f"the host should show {accepted['code']}" in output, (accepted, output)
     for source, expected in ((message, r"^SUCCESS \{'Type': 'pong', 'CreationDate': "),
-                             (launch, r"^SUCCESS\n[0-9.]+ ms\n(.|\n)*atrium.examples.echo \['atrium.echo'\] \[\]")):
+                             (launch, r"^SUCCESS\n[0-9.]+ ms\n(.|\n)*atrium.examples.echo \['atrium.echo'\] \[\]"),
+                             (transfer, r"^0 of 1024000 bytes\n(.|\n)*1024000 of 1024000 bytes\ncompleted\n"
+                                        r"\[\(UUID\('[0-9a-f-]+'\), 'completed'\)\]\n$")):
         example = run(source)
         output, _ = example.communicate(timeout=30)
         assert example.returncode == 0 and re.search(expected, output), output
+    assert (state.parent / "report.pdf").read_bytes() == (host.served / "report.pdf").read_bytes()
