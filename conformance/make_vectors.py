@@ -123,6 +123,9 @@ REFUSALS: List[Tuple[str, str, str]] = [
     ("33 levels of maps", _cbor.dumps(nested(33)).hex(), "message" + ".v" * 32),
 ]
 
+TRANSFER = uuid.UUID("6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9")
+DIGEST = bytes.fromhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+
 CLIENT_FRAMES: List[Tuple[str, dict]] = [
     ("hello", {"type": "hello", "version": 1, "clientId": "phone-1", "clientName": "Ana's phone"}),
     ("hello with a token", {"type": "hello", "version": 1, "clientId": "script", "token": "atr_0123456789abcdef"}),
@@ -142,6 +145,18 @@ CLIENT_FRAMES: List[Tuple[str, dict]] = [
               "commitment": pairing.commitment("01" * 32)}),
     ("pairReveal", {"type": "pairReveal", "id": 8, "nonce": "01" * 32}),
     ("admin", {"type": "admin", "id": 9, "command": "pairing.accept", "arguments": {"request": 1}}),
+    # Transfers (CONTRACT section 8).
+    ("attach", {"type": "attach", "id": 10, "transfer": TRANSFER, "offset": 1048576, "window": 4194304}),
+    ("attach, an upload", {"type": "attach", "id": 11, "transfer": TRANSFER}),
+    ("chunk of an upload", {"type": "chunk", "transfer": TRANSFER, "offset": 0, "data": bytes(range(16))}),
+    ("last chunk of an upload", {"type": "chunk", "transfer": TRANSFER, "offset": 16, "data": b"end", "last": True,
+                                 "digest": DIGEST}),
+    ("ack of a download", {"type": "ack", "transfer": TRANSFER, "offset": 2097152, "window": 4194304}),
+    ("detach", {"type": "detach", "transfer": TRANSFER}),
+    ("cancelTransfer", {"type": "cancelTransfer", "transfer": TRANSFER}),
+    ("transfers", {"type": "transfers", "id": 12, "since": 41, "forget": [TRANSFER]}),
+    ("transfers, all", {"type": "transfers", "id": 13}),
+    ("transferLink", {"type": "transferLink", "id": 14, "transfer": TRANSFER}),
 ]
 
 HOST_FRAMES: List[Tuple[str, dict]] = [
@@ -171,6 +186,32 @@ HOST_FRAMES: List[Tuple[str, dict]] = [
     ("paired, refused", {"type": "paired", "id": 9, "status": 1, "error": "the operator refused"}),
     ("adminResult", {"type": "adminResult", "id": 9, "status": 0, "result": {"accepted": True}}),
     ("error", {"type": "error", "code": "unknownType", "message": "unknown frame type \"nope\""}),
+    # Transfers (CONTRACT section 8).
+    ("attached, a download", {"type": "attached", "id": 10, "transfer": TRANSFER, "status": 0,
+                              "direction": "download", "size": 5000000, "offset": 1048576, "chunkBytes": 262144,
+                              "window": 4194304, "expires": date(2026, 12, 3, 9, 0), "name": "report.pdf",
+                              "digest": DIGEST}),
+    ("attached, an upload of unknown size", {"type": "attached", "id": 11, "transfer": TRANSFER, "status": 0,
+                                             "direction": "upload", "size": -1, "offset": 0, "chunkBytes": 262144,
+                                             "window": 4194304, "expires": date(2026, 12, 3, 9, 0)}),
+    ("attached, refused", {"type": "attached", "id": 12, "transfer": TRANSFER, "status": 1, "direction": "download",
+                           "size": 0, "offset": 0, "chunkBytes": 0, "window": 0,
+                           "expires": date(2026, 12, 3, 9, 0), "error": "notFound"}),
+    ("chunk of a download", {"type": "chunk", "transfer": TRANSFER, "offset": 1048576, "data": b"bytes"}),
+    ("ack of an upload", {"type": "ack", "transfer": TRANSFER, "offset": 16, "window": 4194304}),
+    ("transferState", {"type": "transferState", "transfer": TRANSFER, "state": "running", "offset": 2097152,
+                       "size": 5000000}),
+    ("transferState, completed with the service's result",
+     {"type": "transferState", "transfer": TRANSFER, "state": "completed", "offset": 19, "size": 19,
+      "result": {"Stored": "c.bin"}}),
+    ("transferState, failed", {"type": "transferState", "transfer": TRANSFER, "state": "failed", "offset": 19,
+                               "size": 19, "error": "digestMismatch"}),
+    ("transfers", {"type": "transfers", "id": 13, "transfers": [
+        {"transfer": TRANSFER, "state": "completed", "offset": 19, "size": 19, "result": {"Stored": "c.bin"}}],
+        "cursor": 42}),
+    ("transferLink", {"type": "transferLink", "id": 14, "status": 0,
+                      "url": "https://192.168.1.20:7340/transfers/6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
+                      "bearer": "q" * 43, "expires": date(2026, 12, 3, 9, 0)}),
 ]
 
 PAIRINGS = [
@@ -273,7 +314,7 @@ def main() -> None:
         "refusals": refusals,
     })
     write("frames.json", {
-        "about": "Frames (CONTRACT sections 1, 2 and 7) as Atrium writes them: `bytes` is the frame on the "
+        "about": "Frames (CONTRACT sections 1, 2, 7 and 8) as Atrium writes them: `bytes` is the frame on the "
                  "wire, its 4-byte length included; `frame` its map. A client reads `bytes` as `frame`; what it "
                  "writes for a client frame may order keys otherwise (the host reads any order), but Atrium's "
                  "own clients write exactly `bytes`.",
