@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,26 @@ def _reason(frame: Dict[str, Any]) -> Optional[str]:
     return error if isinstance(error, str) and error else None
 
 
+async def _is_name(text: str) -> bool:
+    """Whether `text` names a host to find on the network rather than an address to connect
+    to as it is (an IP address, a port, or a name the resolver knows), as atrium decides."""
+    text = text.strip()
+    if ":" in text or text.lower() == "localhost" or not text:
+        return False
+    try:
+        ipaddress.ip_address(text)
+        return False
+    except ValueError:
+        pass
+    if any(character in text for character in "/="):
+        return False
+    try:
+        await asyncio.get_running_loop().getaddrinfo(text, None, type=socket.SOCK_STREAM)
+        return False
+    except (OSError, UnicodeError):
+        return True
+
+
 @dataclass
 class AppInfo:
     """A package the host serves (``apps``)."""
@@ -79,6 +101,23 @@ class RemoteSystem:
         and closes. Over TLS with this client's identity; plain TCP only with
         ``insecure=True``, and only to loopback. A host this client paired with must prove
         the identity it proved then (:class:`AtriumError` ``host_identity_changed``)."""
+        if await _is_name(address):
+            # A name advertised on the network (DNS-SD): found there, then held to what it proves.
+            from .discovery import find_by_name
+            found = await find_by_name(address, state_folder=state_folder, token=token, within=min(timeout, 5.0))
+            if insecure and not is_loopback(found.host):
+                raise AtriumError("cannot_connect", f"insecure=True speaks plain TCP, allowed only to a loopback "
+                                  f"host, and \"{address}\" is at {found.address}")
+            found.insecure = insecure
+            advertised = found.id
+            connection = await found.connect(timeout=timeout)
+            await connection.close()
+            if connection.host_id != advertised:
+                raise AtriumError("host_identity_changed", f"\"{address}\" was advertised as host {advertised}, but "
+                                  f"{found.address} says it is {connection.host_id}: not the host announced")
+            found.identity = connection.host_identity
+            found.is_paired = found.identity is not None and found.known_hosts().is_paired(found.identity)
+            return found
         host, port = parse_address(address)
         if insecure and not is_loopback(host):
             raise AtriumError("cannot_connect",
