@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Dict
 import pytest
 
 import atrium
-from atrium import AtriumError, RemoteSystem
+from atrium import AtriumError, RemoteSystem, discovery
 
 from conftest import Host, paired_system
 
@@ -67,7 +67,7 @@ def test_a_host_found_by_its_advertised_name(host: Host, state: Path) -> None:
                                                                            "desktop")
             assert found.is_paired and found.display_name == "Python Test Host"
             assert any(app.package == "atrium.examples.echo" for app in await found.apps())
-            listed = await atrium.discovery.discover(1.5, state_folder=state)
+            listed = await discovery.discover(1.5, state_folder=state)
             assert any(item.display_name == "Python Test Host" for item in listed)
         finally:
             await advertiser.close()
