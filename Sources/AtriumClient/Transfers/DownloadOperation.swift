@@ -125,6 +125,15 @@ public final class DownloadOperation: Sendable {
                     throw error
                 }
                 guard completed else { continue }
+                guard held == size else {
+                    // Completed elsewhere (over HTTPS, say) before these bytes came: they can
+                    // never be whole here.
+                    unlink(partialFile.path)
+                    throw AtriumClientError(
+                        .transferFailed,
+                        "transfer \(transfer) was completed elsewhere (over HTTPS?) with \(held) of \(size) bytes here; those were removed"
+                    )
+                }
                 return try complete(last)
             case .ack:
                 continue

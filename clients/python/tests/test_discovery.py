@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict
 
@@ -87,6 +88,18 @@ def test_a_record_is_only_a_hint(host: Host, state: Path) -> None:
             with pytest.raises(AtriumError) as refused:
                 await RemoteSystem.find("Kitchen PC", state_folder=state)
             assert refused.value.code == "host_identity_changed"
+            # The same id in capitals is the same id.
+            await advertiser.advertise("Shouting", other.port, keys_of(system, id=system.id.upper()))
+            with pytest.raises(AtriumError) as shouted:
+                await RemoteSystem.find("Shouting", state_folder=state)
+            assert shouted.value.code == "host_identity_changed"
+            # An address from the network is not this machine's to trust: no plain TCP, and no
+            # token to a host whose identity this client does not know.
+            with pytest.raises(AtriumError, match="not to a host found by its name"):
+                await RemoteSystem.find("Kitchen PC", insecure=True, state_folder=state)
+            await advertiser.advertise("Stranger", other.port, {"txtvers": "1", "id": str(uuid.uuid4())})
+            with pytest.raises(AtriumError, match="a token is sent only to a host whose identity this client knows"):
+                await RemoteSystem.find("Stranger", state_folder=state, token="secret")
             # Records that are not an Atrium host's are left out.
             await advertiser.advertise("No Id", host.port, {"txtvers": "1"})
             await advertiser.advertise("Newer Layout", host.port, keys_of(system, txtvers="2"))

@@ -162,3 +162,67 @@ def test_what_fails_says_why(host: Host, state: Path, tmp_path: Path) -> None:
         await second.close()
         await connection.close()
     run(exchange())
+
+
+RESTARTING_SCRIPT = """
+import asyncio, os, sys
+from pathlib import Path
+import atrium
+from atrium import AppServiceConnection
+from atrium.transfers import DownloadOperation
+
+async def main(address, state, destination, transfer, stop_after):
+    system = await atrium.RemoteSystem.find(address, state_folder=Path(state))
+    async with await system.connect() as connection:
+        if transfer == "new":
+            files = AppServiceConnection(app_service_name="atrium.files", package_id="atrium.examples.files",
+                                         connection=connection)
+            await files.open_remote()
+            transfer = (await files.send_message({"Command": "get", "Name": "big.bin"})).message["Transfer"]
+            print("transfer", transfer, flush=True)
+        download = DownloadOperation(transfer, Path(destination), connection,
+                                     partial_folder=Path(state) / "client-transfers")
+
+        async def die_past():
+            async for step in download.progress():
+                print("at", step.bytes, flush=True)
+                if stop_after and step.bytes >= stop_after:
+                    os._exit(9)  # as a script killed mid-download: nothing cleaned up
+
+        watching = asyncio.ensure_future(die_past())
+        await asyncio.sleep(0)
+        done = await download.run(window=128 << 10)
+        print("done", done.state, done.bytes, flush=True)
+
+asyncio.run(main(*sys.argv[1:5], int(sys.argv[5])))
+"""
+
+
+def test_a_download_resumed_by_the_script_run_again_after_it_was_killed(host: Host, state: Path,
+                                                                         tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    data = os.urandom(4_000_000)
+    (host.served / "big.bin").write_bytes(data)
+    destination = tmp_path / "big.bin"
+    asyncio.run(paired_system(host, state))
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH")])))
+
+    def script(transfer: str, stop_after: int) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run([sys.executable, "-c", RESTARTING_SCRIPT, host.address, str(state), str(destination),
+                               transfer, str(stop_after)], env=environment, capture_output=True, text=True,
+                              timeout=60)
+
+    first = script("new", 1_000_000)
+    assert first.returncode == 9, first.stdout + first.stderr
+    transfer = first.stdout.split()[1]
+    partial = state / "client-transfers" / f"{transfer}.part"
+    held = partial.stat().st_size
+    assert 1_000_000 <= held < len(data) and not destination.exists()
+    second = script(transfer, 0)
+    assert second.returncode == 0, second.stdout + second.stderr
+    steps = [int(line.split()[1]) for line in second.stdout.splitlines() if line.startswith("at ")]
+    assert steps[0] == held, "the second run goes on from the bytes the first one left"
+    assert f"done completed {len(data)}" in second.stdout.splitlines(), second.stdout
+    assert destination.read_bytes() == data and not partial.exists()

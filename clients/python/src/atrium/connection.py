@@ -102,16 +102,19 @@ class Connection:
     @classmethod
     async def open(cls, host: str, port: int = DEFAULT_PORT, *, tls: Optional[TLSSettings] = None,
                    client_id: Optional[str] = None, client_name: Optional[str] = None,
-                   token: Optional[str] = None, timeout: float = 10.0) -> "Connection":
+                   token: Optional[str] = None, timeout: float = 10.0, discovered: bool = False) -> "Connection":
         """Connects to `host`:`port`, over TLS with `tls`; plain TCP (no `tls`) only to a
         loopback address. Raises :class:`AtriumError` (``cannot_connect``, ``timed_out``,
         ``host_identity_changed``, ``protocol_error``)."""
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        if tls is None and not is_loopback(host):
+        # An address from a network advertisement is never trusted as loopback: anyone can
+        # announce 127.0.0.1, and whatever listens there locally would get the token.
+        local = is_loopback(host) and not discovered
+        if tls is None and not local:
             raise AtriumError(
                 "cannot_connect",
                 f"plain TCP is allowed only to a loopback host, not {address}: connect over TLS (the default)")
-        if token is not None and tls is not None and tls.expected_host_identity is None and not is_loopback(host):
+        if token is not None and tls is not None and tls.expected_host_identity is None and not local:
             raise AtriumError(
                 "cannot_connect",
                 f"a token is sent only to a host whose identity this client knows, and {address} is not one: "
@@ -456,10 +459,15 @@ class Connection:
         self._transfers[transfer] = events
         return events
 
-    def stop_transfer_events(self, transfer: uuid.UUID) -> None:
-        events = self._transfers.pop(transfer, None)
-        if events is not None:
-            events.put_nowait(None)
+    def stop_transfer_events(self, transfer: uuid.UUID,
+                             events: "Optional[asyncio.Queue[Optional[wire.Frame]]]" = None) -> None:
+        """Ends the frames of `transfer` (only when they still go to `events`, when given: a
+        newer attachment's are left alone)."""
+        current = self._transfers.get(transfer)
+        if current is None or (events is not None and current is not events):
+            return
+        del self._transfers[transfer]
+        current.put_nowait(None)
 
     def forget_channel(self, number: int) -> None:
         self._channels.pop(number, None)

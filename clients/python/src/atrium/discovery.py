@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -57,17 +58,23 @@ async def discover(within: float = 3.0, *, state_folder: Optional[Path] = None,
         await asyncio.sleep(within)
         known = KnownHosts(state_folder)
         found: List[RemoteSystem] = []
-        for name in list(names):
-            info = zeroconf_asyncio.AsyncServiceInfo(SERVICE_TYPE, name)
-            if not await info.async_request(instance.zeroconf, 1000):
+        infos = [zeroconf_asyncio.AsyncServiceInfo(SERVICE_TYPE, name) for name in list(names)]
+        # Resolved together, within a second in all.
+        resolved = await asyncio.gather(*(info.async_request(instance.zeroconf, 1000) for info in infos),
+                                        return_exceptions=True)
+        for name, info, answered in zip(list(names), infos, resolved):
+            if answered is not True:
                 continue
             keys: Dict[str, Optional[str]] = {}
             for key, value in (info.properties or {}).items():
                 text = _text(key)
                 if text is not None:
                     keys[text.lower()] = _text(value)
-            host_id = keys.get("id")
-            if keys.get("txtvers") != "1" or not host_id or not info.port:
+            try:
+                host_id = str(uuid.UUID(keys.get("id") or ""))
+            except ValueError:
+                continue  # an Atrium host's id is a UUID
+            if keys.get("txtvers") != "1" or not info.port:
                 continue
             addresses = sorted(info.parsed_addresses(), key=lambda text: ipaddress.ip_address(text).version)
             if not addresses:
@@ -75,10 +82,11 @@ async def discover(within: float = 3.0, *, state_folder: Optional[Path] = None,
             identity = keys.get("identity")
             paired = known.identity_of_host_id(host_id) is not None or (
                 identity is not None and known.is_paired(identity))
+            shown = name[:-len(SERVICE_TYPE) - 1] if name.endswith("." + SERVICE_TYPE) else name
             found.append(RemoteSystem(
-                id=host_id, display_name=name[:-len(SERVICE_TYPE) - 1] if name.endswith("." + SERVICE_TYPE) else name,
+                id=host_id, display_name="".join(character for character in shown if character.isprintable()),
                 host=addresses[0], port=int(info.port), identity=identity, is_paired=paired,
-                kind=keys.get("kind") or "unknown", state_folder=state_folder))
+                kind=keys.get("kind") or "unknown", state_folder=state_folder, discovered=True))
         return found
     finally:
         await browser.async_cancel()
@@ -95,6 +103,11 @@ async def find_by_name(name: str, *, state_folder: Optional[Path] = None, token:
         raise AtriumError("cannot_connect", f"no host named \"{name}\" was found on the network within {within:g} s "
                           "(atrium discover lists the hosts it finds)")
     ids = {system.id for system in matching}
+    if len(ids) > 1:
+        # Several hosts under one name: the one this client paired with, if it is one of them.
+        paired = [system for system in matching if system.is_paired]
+        if len({system.id for system in paired}) == 1:
+            matching, ids = paired, {paired[0].id}
     if len(ids) > 1:
         raise AtriumError("cannot_connect", f"{len(ids)} hosts call themselves \"{name}\" on the network: use an "
                           "address, or a host's id")

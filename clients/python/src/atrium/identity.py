@@ -249,8 +249,14 @@ class KnownHosts:
         return self.all().get(address_key(host, port))
 
     def identity_of_host_id(self, host_id: str) -> Optional[str]:
-        """The identity the host with this id (``welcome.hostId``) proved at pairing."""
-        return self.all().get("id:" + host_id)
+        """The identity the host with this id (``welcome.hostId``) proved at pairing; an id
+        that is a UUID matches in any case."""
+        hosts = self.all()
+        found = hosts.get("id:" + host_id)
+        if found is None:
+            canonical = host_id.strip().lower()
+            found = next((value for key, value in hosts.items() if key.lower() == "id:" + canonical), None)
+        return found
 
     def is_paired(self, identity: str) -> bool:
         """Whether this client paired with a host of `identity`, at any address."""

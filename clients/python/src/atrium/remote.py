@@ -58,9 +58,9 @@ async def _is_name(text: str) -> bool:
     if any(character in text for character in "/="):
         return False
     try:
-        await asyncio.get_running_loop().getaddrinfo(text, None, type=socket.SOCK_STREAM)
+        await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(text, None, type=socket.SOCK_STREAM), 5)
         return False
-    except (OSError, UnicodeError):
+    except (OSError, UnicodeError, asyncio.TimeoutError):
         return True
 
 
@@ -93,6 +93,8 @@ class RemoteSystem:
     insecure: bool = False
     state_folder: Optional[Path] = None
     token: Optional[str] = field(default=None, repr=False)
+    #: Found by its advertisement (DNS-SD): its address and identity are only claims.
+    discovered: bool = False
 
     @classmethod
     async def find(cls, address: str, *, insecure: bool = False, state_folder: Optional[Path] = None,
@@ -104,15 +106,14 @@ class RemoteSystem:
         if await _is_name(address):
             # A name advertised on the network (DNS-SD): found there, then held to what it proves.
             from .discovery import find_by_name
+            if insecure:
+                raise AtriumError("cannot_connect", "insecure=True speaks plain TCP, allowed only to a loopback "
+                                  f"address, not to a host found by its name (\"{address}\")")
             found = await find_by_name(address, state_folder=state_folder, token=token, within=min(timeout, 5.0))
-            if insecure and not is_loopback(found.host):
-                raise AtriumError("cannot_connect", f"insecure=True speaks plain TCP, allowed only to a loopback "
-                                  f"host, and \"{address}\" is at {found.address}")
-            found.insecure = insecure
             advertised = found.id
             connection = await found.connect(timeout=timeout)
             await connection.close()
-            if connection.host_id != advertised:
+            if connection.host_id.lower() != advertised.lower():
                 raise AtriumError("host_identity_changed", f"\"{address}\" was advertised as host {advertised}, but "
                                   f"{found.address} says it is {connection.host_id}: not the host announced")
             found.identity = connection.host_identity
@@ -149,9 +150,15 @@ class RemoteSystem:
         if not expecting:
             return TLSSettings(ClientIdentity.load_or_create(self.state_folder))
         known = self.known_hosts()
-        expected = known.identity_of(self.host, self.port)
-        if expected is None and self.id:
-            expected = known.identity_of_host_id(self.id)
+        by_address = known.identity_of(self.host, self.port)
+        by_id = known.identity_of_host_id(self.id) if self.id else None
+        if self.discovered:
+            # A host whose id this client paired with is held to the identity it proved then;
+            # else one that advertises an identity this client paired with must prove it.
+            advertised = self.identity if self.identity and known.is_paired(self.identity) else None
+            expected = by_id or advertised or by_address
+        else:
+            expected = by_address or by_id
         return TLSSettings(ClientIdentity.load_or_create(self.state_folder), expected)
 
     async def connect(self, *, client_name: Optional[str] = "atrium Python client",
@@ -159,7 +166,7 @@ class RemoteSystem:
         """A connection of its own to this host (close it when done)."""
         return await Connection.open(self.host, self.port, tls=self.tls_settings(expecting),
                                      client_name=client_name, token=self.token if expecting else None,
-                                     timeout=timeout)
+                                     timeout=timeout, discovered=self.discovered)
 
     async def ping(self, timeout: float = 10.0) -> float:
         """Pings the host (``ping``/``pong``); the round trip in seconds, connecting not counted."""
