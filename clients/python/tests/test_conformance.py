@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import socket
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from atrium.errors import InvalidValueError
 from conftest import Host
 
 VECTORS = Path(__file__).resolve().parents[3] / "conformance"
+sys.path.insert(0, str(VECTORS))
+from make_vectors import typed  # noqa: E402  (the vectors' JSON form of a value, defined once)
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
@@ -48,27 +50,6 @@ def value_of(typed: Any) -> Any:
     if kind == "map":
         return {key: value_of(element) for key, element in text}
     raise AssertionError(f"unknown kind {kind}")
-
-
-def typed(value: Any) -> Any:
-    """The vectors' JSON form of a value this client read."""
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": str(value)}
-    if isinstance(value, float):
-        return {"double": "nan" if math.isnan(value) else repr(value)}
-    if isinstance(value, str):
-        return {"string": value}
-    if isinstance(value, bytes):
-        return {"bytes": value.hex()}
-    if isinstance(value, datetime.datetime):
-        return {"date": str(_cbor.seconds_since_epoch(value))}
-    if isinstance(value, uuid.UUID):
-        return {"uuid": str(value)}
-    if isinstance(value, list):
-        return {"array": [typed(element) for element in value]}
-    return {"map": [[key, typed(element)] for key, element in value.items()]}
 
 
 def test_valuesets_are_written_read_and_refused_as_the_vectors_say() -> None:

@@ -58,15 +58,8 @@ def test_the_blocking_facade(host: Host, state: Path) -> None:
                                    remote_system=system) as connection:
         assert connection.open_remote() == sync.AppServiceConnectionStatus.SUCCESS
         assert connection.send_message({"n": [1, 2]}).message == {"n": [1, 2]}
-    with sync.AppServiceConnection(app_service_name="test", package_id="atrium.tests.python",
-                                   remote_system=system) as service:
-        assert service.open_remote() == sync.AppServiceConnectionStatus.SUCCESS
-        answer = asyncio.run_coroutine_threadsafe(
-            service.connection.send_message({"Action": "send"}), sync._loop)  # type: ignore[arg-type]
-        request = service.next_request(timeout=10)
-        assert request is not None and request.message == {"Hello": "client"}
-        service.respond(request, {"Fine": True})
-        assert answer.result(10).message["ClientSaid"] == {"Fine": True}
+    # Requests from the service through the facade: test_hostile_host's
+    # test_the_blocking_facade_s_wait_for_a_request_times_out_and_goes_on.
     launched = sync.launch_uri("roman-test:sync", system)
     assert launched.status == sync.RemoteLaunchUriStatus.SUCCESS
 

@@ -155,6 +155,17 @@ class _Operation:
                                             ("cancel", self.transfer), timeout)
         return self._finish(TransferProgress.of(answer))
 
+    def _begin(self) -> Optional[TransferProgress]:
+        """A run begins: refused while another runs; a pause that came first ends it at once
+        (its `waiting` result)."""
+        if self._running:
+            raise AtriumError("protocol_error", f"transfer {self.transfer} is running already")
+        if not self._paused:
+            return None
+        waiting = self._interrupted(self.last or TransferProgress(self.transfer, 0, -1, "waiting"))
+        self._paused = False
+        return waiting
+
     async def _attach(self, offset: Optional[int], window: Optional[int], timeout: float) -> Dict[str, Any]:
         events = self.connection.transfer_events(self.transfer)
         self._events = events
@@ -249,12 +260,9 @@ class DownloadOperation(_Operation):
         file is then at the destination), is paused (a ``waiting`` result), or fails
         (:class:`AtriumError` ``transfer_failed``). `timeout` bounds the time without
         progress."""
-        if self._running:
-            raise AtriumError("protocol_error", f"transfer {self.transfer} is running already")
-        if self._paused:
-            waiting = self._interrupted(self.last or TransferProgress(self.transfer, 0, -1, "waiting"))
-            self._paused = False
-            return waiting
+        paused = self._begin()
+        if paused is not None:
+            return paused
         self._running = True
         try:
             try:
@@ -424,12 +432,9 @@ class UploadOperation(_Operation):
         """Sends the file until the service has taken it (its result is returned), the upload
         is paused (a ``waiting`` result), or it fails (:class:`AtriumError`
         ``transfer_failed``). `timeout` bounds the time without progress."""
-        if self._running:
-            raise AtriumError("protocol_error", f"transfer {self.transfer} is running already")
-        if self._paused:
-            waiting = self._interrupted(self.last or TransferProgress(self.transfer, 0, -1, "waiting"))
-            self._paused = False
-            return waiting
+        paused = self._begin()
+        if paused is not None:
+            return paused
         try:
             source = open(self.source, "rb")
         except OSError as error:
