@@ -289,7 +289,7 @@ struct TransferHTTPTests {
 
     @Test func aDownloadBegunWithFramesIsFinishedOverHTTPAndTheReverse() async throws {
         let (folder, manifests) = try TransferClientTests.served()
-        let bytes = TransferClientTests.random(8_000_000)  // large against the pause at 300 KB
+        let bytes = TransferClientTests.random(2_000_000)
         try bytes.write(to: folder.appendingPathComponent("a.bin"))
         let host = try await TestHost.start(manifests: manifests)
         let device = try await PairingTests.device(host)
