@@ -2,7 +2,6 @@
 ValueSets and their CBOR, frames, pairing codes, and the scripted exchange with a real host."""
 from __future__ import annotations
 
-import datetime
 import json
 import socket
 import sys
@@ -20,7 +19,6 @@ from conftest import Host
 VECTORS = Path(__file__).resolve().parents[3] / "conformance"
 sys.path.insert(0, str(VECTORS))
 from make_vectors import typed  # noqa: E402  (the vectors' JSON form of a value, defined once)
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 def load(name: str) -> Any:

@@ -275,8 +275,7 @@ class DownloadOperation(_Operation):
                 return await self._run(descriptor, window, timeout)
             finally:
                 os.close(descriptor)
-                if self.partial_file.exists() and self.partial_file.stat().st_size == 0 and (
-                        self.last is None or self.last.has_ended or self.last.bytes == 0):
+                if self.partial_file.exists() and self.partial_file.stat().st_size == 0:
                     self._unlink_partial()  # nothing held: nothing to keep
         finally:
             await self._stop()

@@ -21,11 +21,11 @@ sent, with an :class:`~atrium.errors.InvalidValueError` naming the key.
 from __future__ import annotations
 
 import datetime
-import json
 import uuid
 from typing import Any, Dict, Mapping
 
 from . import _cbor
+from ._cbor import _key_path
 from .errors import InvalidValueError
 
 #: What a message is: text keys, values of the kinds above.
@@ -34,10 +34,6 @@ ValueSet = Dict[str, Any]
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 MAX_DEPTH = 32
-
-
-def _key_path(path: str, key: str) -> str:
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def kind_of(value: Any) -> str:
