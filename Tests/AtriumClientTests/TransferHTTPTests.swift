@@ -506,26 +506,38 @@ struct TransferHTTPTests {
         let (folder, manifests) = try TransferClientTests.served()
         try Data("x".utf8).write(to: folder.appendingPathComponent("small.txt"))
         let state = try Self.folder("http-state").path
-        let arguments = ["--transfer-link-lifetime", "4", "--state-dir", state]
-        let host = try await TestHost.start(manifests: manifests, arguments: arguments)
-        let identity = try Self.folder("http-device")
-        let device = try await PairingTests.device(host, identity: identity)
-        let transfer = try await Self.download("small.txt", on: device)
-        let old = try await device.transferLink(transfer)
-        try await Task.sleep(for: .seconds(4.5))
-        let fresh = try await device.transferLink(transfer)
-        #expect(fresh.bearer != old.bearer && fresh.expires.date > old.expires.date)
-        func head(_ bearer: String) -> [String: Any] {
+        func head(_ transfer: UUID, _ bearer: String) -> [String: Any] {
             ["method": "HEAD", "path": "/transfers/\(transfer)", "headers": ["Authorization": "Bearer \(bearer)"]]
         }
-        let results = try await Self.probe(port: host.port, [head(fresh.bearer), head(old.bearer)])
-        #expect(results.first?["status"] as? Int == 200 && results.last?["status"] as? Int == 404)
+        // Links that live 2 s: the first one has expired once 2.5 s have gone, however slow
+        // the machine is.
+        let short = try await TestHost.start(
+            manifests: manifests, arguments: ["--transfer-link-lifetime", "2", "--state-dir", state])
+        let identity = try Self.folder("http-device")
+        var device = try await PairingTests.device(short, identity: identity)
+        let transfer = try await Self.download("small.txt", on: device)
+        let old = try await device.transferLink(transfer)
+        try await Task.sleep(for: .seconds(2.5))
+        let expired = try await Self.probe(port: short.port, [head(transfer, old.bearer)])
+        #expect(expired.first?["status"] as? Int == 404)
+        await device.close()
+        #expect(await short.stop() == 0)
+
+        // The same transfer on a host whose links live an hour: a new link admits, the old
+        // one still does not.
+        let arguments = ["--transfer-link-lifetime", "3600", "--state-dir", state]
+        let host = try await TestHost.start(manifests: manifests, arguments: arguments)
+        device = try await PairingTests.device(host, identity: identity)
+        let fresh = try await device.transferLink(transfer)
+        #expect(fresh.status == .success && fresh.bearer != old.bearer && fresh.expires.date > old.expires.date)
+        let results = try await Self.probe(port: host.port, [head(transfer, fresh.bearer), head(transfer, old.bearer)])
+        #expect(results.first?["status"] as? Int == 200 && results.last?["status"] as? Int == 404, "\(results)")
         await device.close()
         #expect(await host.stop() == 0)
 
         // The link is in the transfer's journal record: it admits after a restart too.
         let restarted = try await TestHost.start(manifests: manifests, arguments: arguments)
-        let again = try await Self.probe(port: restarted.port, [head(fresh.bearer)])
+        let again = try await Self.probe(port: restarted.port, [head(transfer, fresh.bearer)])
         #expect(again.first?["status"] as? Int == 200)
         #expect(await restarted.stop() == 0)
     }
