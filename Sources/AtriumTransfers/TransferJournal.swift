@@ -27,7 +27,7 @@ public struct TransferJournal: Sendable {
         guard chmod(folder.path, 0o700) == 0 else { throw .system("cannot make private", folder) }
     }
 
-    func file(of id: TransferID) -> URL { folder.appendingPathComponent("\(id).json") }
+    func file(of id: TransferID) -> URL { folder.appendingPathComponent("\(id).json", isDirectory: false) }
 
     /// The most bytes a record may have (its `result` is at most a message): a larger file is
     /// not one the host wrote.
@@ -43,7 +43,7 @@ public struct TransferJournal: Sendable {
             throw TransferStorageError("cannot encode transfer \(record.id): \(error)")
         }
         let target = file(of: record.id)
-        let temporary = folder.appendingPathComponent(".\(record.id).json.new")
+        let temporary = folder.appendingPathComponent(".\(record.id).json.new", isDirectory: false)
         try Durable.write(data, to: temporary)
         guard rename(temporary.path, target.path) == 0 else {
             let reason = String(cString: strerror(errno))

@@ -33,7 +33,7 @@ public final class DownloadOperation: Sendable {
     public init(transfer: UUID, destination: URL, connection: AtriumConnection, partialFolder: URL? = nil) {
         self.destination = destination
         partialFile = (partialFolder ?? ClientTransferStore().folder).appendingPathComponent(
-            ClientTransferStore.partialName(of: transfer))
+            ClientTransferStore.partialName(of: transfer), isDirectory: false)
         control = TransferControl(transfer: transfer, connection: connection)
     }
 
