@@ -1,4 +1,4 @@
-import AtriumClient
+@testable import AtriumClient
 import AtriumProtocol
 import AtriumTesting
 import AtriumValues
@@ -67,16 +67,10 @@ struct TransferClientTests {
             transfer: transfer, destination: destination, connection: first, partialFolder: partials)
         #expect(operation.partialFile.deletingLastPathComponent().standardizedFileURL.path == partials.path)
         // Paused once a first part is in.
-        let watcher = Task {
-            for await step in operation.progress where step.bytes >= 500_000 {
-                await operation.pause()
-                return step.bytes
-            }
-            return 0
-        }
+        operation.pauseOnce(atBytes: 500_000)
         let paused = try await operation.run(window: 256 << 10)
         #expect(paused.state == "waiting", "\(paused)")
-        #expect(await watcher.value >= 500_000)
+        #expect(paused.bytes >= 500_000)
         let partial = try FileManager.default.attributesOfItem(atPath: operation.partialFile.path)[.size] as? Int ?? 0
         #expect(partial >= 500_000 && partial < bytes.count)
         #expect(!FileManager.default.fileExists(atPath: destination.path), "nothing at the destination until whole")
@@ -111,11 +105,8 @@ struct TransferClientTests {
         let transfer = try await Self.transfer(["Command": "get", "Name": "draft.doc"], on: connection)
         let operation = DownloadOperation(
             transfer: transfer, destination: destination, connection: connection, partialFolder: partials)
-        let watcher = Task {
-            for await step in operation.progress where step.bytes >= 300_000 { return await operation.pause() }
-        }
+        operation.pauseOnce(atBytes: 300_000)
         #expect(try await operation.run(window: 128 << 10).state == "waiting")
-        await watcher.value
         #expect(FileManager.default.fileExists(atPath: operation.partialFile.path))
 
         // The file is written anew on the host while the download waits.

@@ -1,4 +1,4 @@
-import AtriumClient
+@testable import AtriumClient
 import AtriumProtocol
 import AtriumTesting
 import AtriumValues
@@ -300,11 +300,8 @@ struct TransferHTTPTests {
         let operation = DownloadOperation(
             transfer: first, destination: partials.appendingPathComponent("a.bin"), connection: device,
             partialFolder: partials)
-        let watcher = Task {
-            for await step in operation.progress where step.bytes >= 300_000 { return await operation.pause() }
-        }
+        operation.pauseOnce(atBytes: 300_000)
         #expect(try await operation.run(window: 128 << 10).state == "waiting")
-        await watcher.value
         let held = try Data(contentsOf: operation.partialFile)
         let link = try await device.transferLink(first)
         #expect(link.status == .success && link.url.hasSuffix("/transfers/\(first.uuidString.lowercased())"))
@@ -726,11 +723,8 @@ struct TransferHTTPTests {
         // Begun with frames (paused past 500 KB), finished over HTTP as tus resumes.
         let (framed, framedLink) = try await Self.upload("framed.bin", size: bytes.count, on: device)
         let operation = UploadOperation(transfer: framed, source: source, connection: device)
-        let watcher = Task {
-            for await step in operation.progress where step.bytes >= 500_000 { return await operation.pause() }
-        }
+        operation.pauseOnce(atBytes: 500_000)
         #expect(try await operation.run().state == "waiting")
-        await watcher.value
         let resumed = try await Self.probe(
             port: host.port,
             [["resume": true, "path": "/transfers/\(framed)", "bearer": framedLink.bearer, "file": source.path]])

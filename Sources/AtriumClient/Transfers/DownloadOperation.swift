@@ -156,6 +156,10 @@ public final class DownloadOperation: Sendable {
     /// Stops moving bytes: the host keeps the download, and ``run(window:)`` resumes it.
     public func pause() async { await control.pause() }
 
+    /// For tests: pauses at the first step of a run that reaches `bytes` (see
+    /// `TransferControl.pauseOnce(atBytes:)`).
+    func pauseOnce(atBytes bytes: Int64) { control.pauseOnce(atBytes: bytes) }
+
     /// Cancels the download at the host, and removes the partial file.
     @discardableResult
     public func cancel() async throws -> TransferProgress {

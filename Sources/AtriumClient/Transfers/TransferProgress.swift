@@ -44,6 +44,8 @@ final class TransferControl: Sendable {
     let progress: AsyncStream<TransferProgress>
     private let sink: AsyncStream<TransferProgress>.Continuation
     private let paused = Atomic<Bool>(false)
+    /// For tests: the bytes at which the run pauses itself, once (``pauseOnce(atBytes:)``).
+    private let pauseAt = Atomic<Int64>(.max)
 
     init(transfer: UUID, connection: AtriumConnection) {
         self.transfer = transfer
@@ -57,7 +59,18 @@ final class TransferControl: Sendable {
     /// ``pause()`` was called during this run: the run stops at its next step.
     var isPaused: Bool { paused.load(ordering: .relaxed) }
 
-    func tell(_ step: TransferProgress) { sink.yield(step) }
+    func tell(_ step: TransferProgress) {
+        sink.yield(step)
+        guard step.bytes >= pauseAt.load(ordering: .relaxed) else { return }
+        pauseAt.store(.max, ordering: .relaxed)
+        paused.store(true, ordering: .relaxed)
+        Task { [connection, transfer] in try? await connection.sendTransfer(.detach(transfer: transfer)) }
+    }
+
+    /// For tests: the run pauses itself at the first step that reaches `bytes`, as ``pause()``
+    /// from another task would, but at that very step however loaded the machine is (a task
+    /// that watches the progress may run only after the last byte is in).
+    func pauseOnce(atBytes bytes: Int64) { pauseAt.store(bytes, ordering: .relaxed) }
 
     func finish(_ last: TransferProgress) -> TransferProgress {
         sink.yield(last)

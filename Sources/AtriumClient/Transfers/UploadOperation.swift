@@ -115,6 +115,10 @@ public final class UploadOperation: Sendable {
     /// Stops sending: the host keeps what it holds, and ``run()`` resumes from there.
     public func pause() async { await control.pause() }
 
+    /// For tests: pauses at the first step of a run that reaches `bytes` (see
+    /// `TransferControl.pauseOnce(atBytes:)`).
+    func pauseOnce(atBytes bytes: Int64) { control.pauseOnce(atBytes: bytes) }
+
     /// Cancels the upload at the host.
     @discardableResult
     public func cancel() async throws -> TransferProgress { try await control.cancel() }
