@@ -37,7 +37,7 @@ struct TransferHTTPTests {
     /// headers) or raw bytes over TLS with ALPN `http/1.1` (`raw`: parts sent with pauses,
     /// then read until the host closes or `wait` seconds pass), with what came back.
     static let probeScript = #"""
-        import hashlib, json, socket, ssl, sys, time
+        import hashlib, json, os, socket, ssl, sys, time
         from http.client import HTTPSConnection
 
         port = int(sys.argv[1])
@@ -138,6 +138,12 @@ struct TransferHTTPTests {
             elif "sleep" in p:
                 time.sleep(p["sleep"])
                 results.append({"slept": p["sleep"]})
+            elif "waitFile" in p:
+                # Until the test says (by making the file) that the host did what it waited for.
+                deadline = time.monotonic() + p.get("timeout", 120)
+                while not os.path.exists(p["waitFile"]) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                results.append({"waited": os.path.exists(p["waitFile"])})
             elif "drain" in p:
                 # Reads each held connection until the host closes it (or `drain` seconds).
                 drained = []
@@ -453,7 +459,9 @@ struct TransferHTTPTests {
         func raw(_ text: String, pause: Double = 0, wait: Double = 5) -> [String: Any] {
             ["raw": [["bytes": text, "pause": pause]], "wait": wait]
         }
-        let results = try await Self.probe(
+        // Made once the host has given up on the client that does not read.
+        let gaveUp = try Self.folder("http-gave-up").appendingPathComponent("gave-up")
+        async let probed = Self.probe(
             port: host.port,
             [
                 raw("GET /transfers/\(String(repeating: "a", count: 5000)) HTTP/1.1\r\nHost: h\r\n\r\n"),
@@ -472,10 +480,17 @@ struct TransferHTTPTests {
                 ["hold": 1, "send": "GET \(path) HTTP/1.1\r\nHost: h\r\n\(auth)\r\n"],
                 // Meanwhile another client is answered at once.
                 ["method": "HEAD", "path": path, "headers": ["Authorization": "Bearer \(link.bearer)"]],
-                // Long enough for the host to give up on the client that does not read.
-                ["sleep": 3],
+                // Until the host has given up on the client that does not read (however long
+                // it takes a loaded machine to fill the sockets' buffers).
+                ["waitFile": gaveUp.path, "timeout": 120],
                 ["drain": 10],
             ])
+        let readLess = await eventually(within: .seconds(120)) {
+            host.log.contains("waiting for its client to read a response")
+        }
+        #expect(readLess, "the host did not give up on the client that does not read")
+        #expect(FileManager.default.createFile(atPath: gaveUp.path, contents: nil))
+        let results = try await probed
         try #require(results.count == 11)
         func status(_ index: Int) -> String {
             (results[index]["text"] as? String ?? "").components(separatedBy: "\r\n").first ?? ""
