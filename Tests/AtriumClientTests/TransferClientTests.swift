@@ -1,10 +1,11 @@
-@testable import AtriumClient
 import AtriumProtocol
 import AtriumTesting
 import AtriumValues
 import Crypto
 import Foundation
 import Testing
+
+@testable import AtriumClient
 
 /// Transfers as an app developer and a person at a terminal use them, against a real atriumd
 /// serving a folder with the Files reference service: `DownloadOperation` and

@@ -1,10 +1,11 @@
-@testable import AtriumClient
 import AtriumProtocol
 import AtriumTesting
 import AtriumValues
 import Crypto
 import Foundation
 import Testing
+
+@testable import AtriumClient
 
 /// Transfers over HTTPS (CONTRACT section 8), with the clients people use against a real
 /// atriumd serving a folder with Files: curl (through the command `atrium link` prints),
@@ -586,7 +587,8 @@ struct TransferHTTPTests {
         // one is served; until then it is told 503 again.
         var answers: [String] = []
         let served = await eventually(within: .seconds(30), every: .milliseconds(200)) {
-            let again = (try? await Self.probe(port: host.port, [["raw": [["bytes": head]], "wait": 5, "stopAfter": 12]]))
+            let again =
+                (try? await Self.probe(port: host.port, [["raw": [["bytes": head]], "wait": 5, "stopAfter": 12]]))
             let text = again?.first?["text"] as? String ?? ""
             answers.append(text.components(separatedBy: "\r\n").first ?? "")
             return text.hasPrefix("HTTP/1.1 200 OK")

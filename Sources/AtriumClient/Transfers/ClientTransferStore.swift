@@ -103,7 +103,9 @@ public struct ClientTransferStore: Sendable {
     public static func partialName(of transfer: UUID) -> String { "\(transfer.uuidString.lowercased()).part" }
 
     /// Where ``DownloadOperation`` keeps the bytes of `transfer` until it completes.
-    public func partialFile(of transfer: UUID) -> URL { folder.appendingPathComponent(Self.partialName(of: transfer), isDirectory: false) }
+    public func partialFile(of transfer: UUID) -> URL {
+        folder.appendingPathComponent(Self.partialName(of: transfer), isDirectory: false)
+    }
 
     /// Removes the record of `transfer`, and its partial bytes.
     public func remove(_ transfer: UUID) {
