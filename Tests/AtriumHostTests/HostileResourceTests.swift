@@ -161,6 +161,7 @@ struct HostileResourceTests {
         var clients: [TestClient] = []
         for _ in 0..<8 { clients.append(try await connectedClient(host)) }
         // The ninth from 127.0.0.1 is refused with a reason, and so are 20 more.
+        let refusing = ContinuousClock.now
         for _ in 0..<21 {
             let refused = try await TestClient.connect(port: host.port)
             guard case .error(let error) = try await refused.next() else {
@@ -184,8 +185,11 @@ struct HostileResourceTests {
             return
         }
         #expect(error.message == "the host has 12 connections open, its limit (--max-connections)")
-        // 22 refusals, one log line (the count goes out with the next line of its kind).
-        #expect(host.count("connection refused:") == 1)
+        // 22 refusals, one log line (the count goes out with the next line of its kind); on a
+        // machine so loaded that they took longer than the host's interval for such lines
+        // (10 s), one a window.
+        let windows = Int((ContinuousClock.now - refusing) / .seconds(10)) + 1
+        #expect(host.count("connection refused:") >= 1 && host.count("connection refused:") <= windows)
         // Closing frees the slots.
         for client in clients { await client.close() }
         #expect(
@@ -267,24 +271,24 @@ struct HostileResourceTests {
             manifests: ["c.json": PluginABITests.cServiceManifest] + Fixtures.referenceManifests)
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "c", package: "atrium.tests.c") == .success)
-        // The first blocks the plugin's only thread for 30 s; 5 wait; the other 14 are refused.
+        // The first blocks the plugin's only thread for 10 minutes; 5 wait; the other 14 are
+        // refused.
         for id in 0..<20 {
             try await client.send(
-                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["SleepMs": 30_000]))))
+                .request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(["SleepMs": 600_000]))))
         }
         var refused = 0
         for _ in 0..<14 {
-            let answer = try await client.response(timeout: .seconds(3))
+            let answer = try await client.response(timeout: .seconds(10))
             #expect(answer.status == .resourceLimitsExceeded)
             #expect(answer.error == "the service has 5 requests waiting; try again later")
             refused += 1
         }
         #expect(refused == 14)
-        // Other packages carry on; SIGTERM exits although the plugin never returns.
+        // Other packages carry on; SIGTERM exits although the plugin does not return for 10
+        // minutes (within 20 s, or the 60 s a loaded machine gets under AddressSanitizer).
         #expect(try await pingAnswered(host))
-        let start = ContinuousClock.now
-        #expect(await host.stop(timeout: .seconds(20)) == 0)
-        #expect(ContinuousClock.now - start < .seconds(15))
+        #expect(await host.stop() == 0)
         #expect(host.logged("is still busy in a callback after 5 seconds"))
     }
 
@@ -294,7 +298,7 @@ struct HostileResourceTests {
             manifests: [
                 "player.json": """
                 { "manifestVersion": 1, "package": "atrium.tests.player", "schemes": ["atrium-player"],
-                  "launch": { "exec": ["sleep", "10"] } }
+                  "launch": { "exec": ["sleep", "120"] } }
                 """
             ] + Fixtures.referenceManifests)
         let client = try await connectedClient(host)
@@ -361,16 +365,17 @@ struct HostileResourceTests {
         let host = try await startHost(arguments: ["--max-in-flight-bytes", "100000"])
         let client = try await connectedClient(host)
         #expect(try await client.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
-        // Three requests of 40 KB that the service holds for a second: the third would pass
-        // 100,000 bytes in flight and is answered at once with status 2.
-        let message: ValueSet = ["Action": "late", "DelayMs": 1000, "Blob": .bytes(Array(repeating: 0, count: 40_000))]
+        // Three requests of 40 KB that the service holds for 8 s: the third would pass 100,000
+        // bytes in flight and is answered at once with status 2 (whatever comes within 6 s is
+        // that answer, however loaded the machine).
+        let message: ValueSet = ["Action": "late", "DelayMs": 8000, "Blob": .bytes(Array(repeating: 0, count: 40_000))]
         for id in 1...3 {
             try await client.send(.request(RequestFrame(channel: 1, id: UInt64(id), message: EncodedValueSet(message))))
         }
-        let refused = try await client.response(timeout: .seconds(1))
+        let refused = try await client.response(timeout: .seconds(6))
         #expect(refused.id == 3 && refused.status == .resourceLimitsExceeded)
         #expect(refused.error == "more than 100000 bytes of requests in flight on this connection")
-        for _ in 1...2 { #expect(try await client.response().status == .success) }
+        for _ in 1...2 { #expect(try await client.response(timeout: .seconds(30)).status == .success) }
         await client.close()
         #expect(await host.stop() == 0)
     }
@@ -544,7 +549,7 @@ struct HostileResourceTests {
             manifests: [
                 "slow.json": """
                 { "manifestVersion": 1, "package": "atrium.tests.slow", "schemes": ["atrium-slow"],
-                  "launch": { "exec": ["sleep", "30"], "wait": true, "timeoutSeconds": 60 } }
+                  "launch": { "exec": ["sleep", "120"], "wait": true, "timeoutSeconds": 600 } }
                 """
             ] + Fixtures.all)
         let flooder = try await connectedClient(host)
@@ -559,7 +564,8 @@ struct HostileResourceTests {
         // 36 are refused at once; 4 run.
         var refused = 0
         for _ in 0..<36 {
-            guard case .launched(let launched) = try await flooder.next(timeout: .seconds(1)) else { break }
+            // The launches that run take 2 minutes: whatever comes within 30 s is a refusal.
+            guard case .launched(let launched) = try await flooder.next(timeout: .seconds(30)) else { break }
             #expect(launched.status == .deniedByRemoteSystem)
             #expect(launched.error == "more than 4 launches in flight on this connection")
             refused += 1
@@ -568,9 +574,9 @@ struct HostileResourceTests {
         // Another client launches meanwhile (2 slots left of 6), and its third is refused.
         let other = try await connectedClient(host)
         try await other.send(.launch(LaunchFrame(id: 1, uri: "atrium-test://other")))
-        #expect(try await other.next(timeout: .seconds(2)) == .launched(LaunchedFrame(id: 1, status: .success)))
+        #expect(try await other.next(timeout: .seconds(30)) == .launched(LaunchedFrame(id: 1, status: .success)))
         try await other.sendRaw(launches([11, 12, 20]))
-        guard case .launched(let third) = try await other.next(timeout: .seconds(1)) else {
+        guard case .launched(let third) = try await other.next(timeout: .seconds(30)) else {
             Issue.record("the launch over the host's limit was not answered at once")
             return
         }
@@ -578,22 +584,21 @@ struct HostileResourceTests {
             third
                 == LaunchedFrame(
                     id: 20, status: .deniedByRemoteSystem, error: "the host has 6 launches in flight, its limit"))
-        // SIGTERM is not held up by the launches in flight.
-        let start = ContinuousClock.now
-        #expect(await host.stop(timeout: .seconds(15)) == 0)
-        #expect(ContinuousClock.now - start < .seconds(12))
+        // SIGTERM is not held up by the launches in flight (2 minutes each): the host exits
+        // within 20 s (60 s under AddressSanitizer).
+        #expect(await host.stop() == 0)
     }
 
     @Test func aBlockingSwiftPluginHoldsUpOnlyItself() async throws {
         let host = try await startHost()
         let blocker = try await connectedClient(host)
         #expect(try await blocker.open(channel: 1, service: "test", package: Fixtures.testPackage) == .success)
-        // Four requests that each block a thread for 4 s: more than the machine has cores.
+        // Four requests that each block a thread for 12 s: more than the machine has cores.
         for id in 0..<4 {
             try await blocker.send(
                 .request(
                     RequestFrame(
-                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "block", "DelayMs": 4000]))))
+                        channel: 1, id: UInt64(id), message: EncodedValueSet(["Action": "block", "DelayMs": 12_000]))))
         }
         try await Task.sleep(for: .milliseconds(200))
         // Roman ping, another Swift plugin, answers meanwhile.
@@ -603,7 +608,7 @@ struct HostileResourceTests {
                 == .success)
         try await pinger.send(
             .request(RequestFrame(channel: 1, id: 1, message: EncodedValueSet(["Type": "ping", "TargetId": "x"]))))
-        let pong = try await pinger.response(timeout: .seconds(2))
+        let pong = try await pinger.response(timeout: .seconds(10))
         #expect(try pong.decoded["Type"] == "pong")
         // And SIGTERM is obeyed: the blocked requests are answered as the host goes away.
         #expect(await host.stop(timeout: .seconds(30)) == 0)
