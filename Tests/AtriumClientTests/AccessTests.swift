@@ -29,7 +29,7 @@ struct AccessTests {
             ).openRemote()
         }
         func pairs(_ connection: AtriumConnection) async throws {
-            let pairing = Task { try await connection.pair(deviceName: "d", timeout: .seconds(10)) }
+            let pairing = Task { try await connection.pair(deviceName: "d", timeout: .seconds(60)) }
             let request = try #require(try await PairingTests.waiting(admin).first)
             _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
             #expect(try await pairing.value.status == .paired)

@@ -26,7 +26,7 @@ struct AuditLogTests {
         }
 
         let device = try await PairingTests.device(host)
-        let pairing = Task { try await device.pair(deviceName: "audited", timeout: .seconds(10)) }
+        let pairing = Task { try await device.pair(deviceName: "audited", timeout: .seconds(60)) }
         let request = try #require(try await PairingTests.waiting(admin).first)
         _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
         #expect(try await pairing.value.status == .paired)
@@ -109,7 +109,7 @@ struct AuditLogTests {
         let intervals = Int((clock.now - floodStarted) / .seconds(10)) + 1
 
         let device = try await PairingTests.device(host)
-        let pairing = Task { try await device.pair(deviceName: "kept", timeout: .seconds(10)) }
+        let pairing = Task { try await device.pair(deviceName: "kept", timeout: .seconds(60)) }
         let request = try #require(try await PairingTests.waiting(admin).first)
         _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
         #expect(try await pairing.value.status == .paired)

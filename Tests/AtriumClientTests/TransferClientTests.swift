@@ -222,7 +222,7 @@ struct TransferClientTests {
         let admin = try await PairingTests.operatorConnection(host)
         let identity = TLSTests.temporaryFolder("transfer-device")
         let device = try await PairingTests.device(host, identity: identity)
-        let pairing = Task { try await device.pair(deviceName: "phone", timeout: .seconds(10)) }
+        let pairing = Task { try await device.pair(deviceName: "phone", timeout: .seconds(60)) }
         let request = try #require(try await PairingTests.waiting(admin).first)
         _ = try await admin.admin("pairing.accept", ["request": request["request"] ?? 0])
         #expect(try await pairing.value.status == .paired)
@@ -273,7 +273,7 @@ struct TransferClientTests {
 
         // Paired again, the same device finds neither.
         let again = try await PairingTests.device(host, identity: identity)
-        let repairing = Task { try await again.pair(deviceName: "phone", timeout: .seconds(10)) }
+        let repairing = Task { try await again.pair(deviceName: "phone", timeout: .seconds(60)) }
         let second = try #require(try await PairingTests.waiting(admin).first)
         _ = try await admin.admin("pairing.accept", ["request": second["request"] ?? 0])
         #expect(try await repairing.value.status == .paired)
