@@ -1,0 +1,94 @@
+import AtriumClient
+import AtriumProtocol
+import AtriumValues
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+/// A host that answers from a script (plain TCP on loopback): what the client does with answers
+/// a real atriumd never gives, but a faulty or hostile host may.
+final class ScriptedHost: Sendable {
+    let channel: any Channel
+    var port: Int { channel.localAddress?.port ?? 0 }
+
+    private init(channel: any Channel) { self.channel = channel }
+
+    /// Answers each frame a client sends with the frames `answer` gives for it.
+    static func start(_ answer: @escaping @Sendable (ClientFrame) -> [HostFrame]) async throws -> ScriptedHost {
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { child in
+                child.eventLoop.makeCompletedFuture {
+                    let pipeline = child.pipeline.syncOperations
+                    try pipeline.addHandler(ByteToMessageHandler(FrameDecoder<ClientFrame>()))
+                    try pipeline.addHandler(MessageToByteHandler(FrameEncoder<HostFrame>()))
+                    try pipeline.addHandler(Script(answer))
+                }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        return ScriptedHost(channel: channel)
+    }
+
+    func stop() async { try? await channel.close() }
+
+    final class Script: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ClientFrame
+        typealias OutboundOut = HostFrame
+        let answer: @Sendable (ClientFrame) -> [HostFrame]
+
+        init(_ answer: @escaping @Sendable (ClientFrame) -> [HostFrame]) { self.answer = answer }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            for frame in answer(unwrapInboundIn(data)) { context.write(wrapOutboundOut(frame), promise: nil) }
+            context.flush()
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) { context.close(promise: nil) }
+    }
+}
+
+struct ScriptedHostTests {
+    /// A host that says a download completed (over HTTPS, say) while this client holds only
+    /// part of it: the client cannot ever make those bytes whole, so it refuses, says why, and
+    /// removes them; nothing reaches the destination.
+    @Test func aDownloadCompletedElsewhereWithBytesMissingHereIsRefusedAndItsBytesRemoved() async throws {
+        let transfer = UUID()
+        let host = try await ScriptedHost.start { frame in
+            switch frame {
+            case .hello:
+                return [.welcome(WelcomeFrame(hostId: "scripted", hostName: "scripted", limits: .default))]
+            case .transfer(.attach(let attach)):
+                return [
+                    .transfer(
+                        .attached(
+                            AttachedFrame(
+                                id: attach.id, transfer: transfer, status: .success, direction: "download", size: 4000,
+                                offset: attach.offset ?? 0, chunkBytes: 1000, window: 0,
+                                expires: Timestamp(Date().addingTimeInterval(3600))))),
+                    .transfer(
+                        .chunk(ChunkFrame(transfer: transfer, offset: 0, data: ByteBuffer(repeating: 7, count: 1000)))),
+                    .transfer(.state(TransferStateFrame(transfer: transfer, state: "completed", offset: 4000, size: 4000))),
+                ]
+            default:
+                return []
+            }
+        }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-scripted-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let destination = folder.appendingPathComponent("photo.jpg")
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let operation = DownloadOperation(
+            transfer: transfer, destination: destination, connection: connection, partialFolder: folder)
+        await #expect {
+            try await operation.run()
+        } throws: { error in
+            let message = (error as? AtriumClientError)?.message ?? "\(error)"
+            return message
+                == "transfer \(transfer) was completed elsewhere (over HTTPS?) with 1000 of 4000 bytes here; those were removed"
+        }
+        #expect(!FileManager.default.fileExists(atPath: operation.partialFile.path), "the partial bytes were removed")
+        #expect(!FileManager.default.fileExists(atPath: destination.path), "nothing reached the destination")
+        await connection.close()
+        await host.stop()
+    }
+}
