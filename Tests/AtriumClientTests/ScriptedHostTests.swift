@@ -67,7 +67,8 @@ struct ScriptedHostTests {
                                 expires: Timestamp(Date().addingTimeInterval(3600))))),
                     .transfer(
                         .chunk(ChunkFrame(transfer: transfer, offset: 0, data: ByteBuffer(repeating: 7, count: 1000)))),
-                    .transfer(.state(TransferStateFrame(transfer: transfer, state: "completed", offset: 4000, size: 4000))),
+                    .transfer(
+                        .state(TransferStateFrame(transfer: transfer, state: "completed", offset: 4000, size: 4000))),
                 ]
             default:
                 return []
