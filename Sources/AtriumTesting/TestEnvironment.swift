@@ -10,6 +10,13 @@ public enum TestEnvironment {
     }
 }
 
+/// How many of the host's intervals for lines of one kind (10 s: refusals, breaches and their
+/// counts are logged at most once each) the time since `start` reaches into: at most that
+/// many such lines are logged meanwhile, however slowly a loaded machine went.
+public func logIntervals(since start: ContinuousClock.Instant) -> Int {
+    Int((ContinuousClock.now - start) / .seconds(10)) + 1
+}
+
 /// Whether `condition` holds within `timeout`, asked every `interval` and once more when the
 /// time is up. The last ask matters: a test's task can wake long after the time it asked
 /// for, when other tests hold every thread the tests' tasks share (two on a two-core

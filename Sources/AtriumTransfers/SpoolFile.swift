@@ -26,7 +26,7 @@ public final class SpoolFile: @unchecked Sendable {
     public static func open(
         _ id: TransferID, in folder: URL, reserve: Int64? = nil, floor: Int64 = 0
     ) throws(SpoolError) -> SpoolFile {
-        let url = folder.appendingPathComponent("\(id).part", isDirectory: false)
+        let url = file(of: id, in: folder)
         // Never through a link, and only a regular file of one name: what is written goes into
         // the spool, whatever someone left there.
         var descriptor = Glibc.open(url.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -69,7 +69,7 @@ public final class SpoolFile: @unchecked Sendable {
     /// The spool file of an upload the host held `held` bytes of (after a restart, or a
     /// detach): only the file that is there, never a new one, and only if it holds them all.
     public static func reopen(_ id: TransferID, in folder: URL, held: Int64) throws(SpoolError) -> SpoolFile {
-        let url = folder.appendingPathComponent("\(id).part", isDirectory: false)
+        let url = file(of: id, in: folder)
         let descriptor = Glibc.open(url.path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard descriptor >= 0 else { throw .storage(TransferStorageError.system("cannot open", url)) }
         let (file, kind) = try owned(descriptor, url)
@@ -140,7 +140,12 @@ public final class SpoolFile: @unchecked Sendable {
 
     /// Removes transfer `id`'s spool file from `folder`, if it is there.
     public static func remove(_ id: TransferID, in folder: URL) {
-        unlink(folder.appendingPathComponent("\(id).part", isDirectory: false).path)
+        unlink(file(of: id, in: folder).path)
+    }
+
+    /// Transfer `id`'s spool file in `folder`: `ID.part`.
+    static func file(of id: TransferID, in folder: URL) -> URL {
+        folder.appendingPathComponent("\(id).part", isDirectory: false)
     }
 }
 

@@ -106,7 +106,7 @@ struct AuditLogTests {
         #expect(closedWithReason == strangers)
         // The flood spans this many of the host's 10 s intervals (more on a slow machine):
         // each writes at most the first refusal and one count.
-        let intervals = Int((clock.now - floodStarted) / .seconds(10)) + 1
+        let intervals = logIntervals(since: floodStarted)
 
         let device = try await PairingTests.device(host)
         let pairing = Task { try await device.pair(deviceName: "kept", timeout: .seconds(60)) }

@@ -188,7 +188,7 @@ struct HostileResourceTests {
         // 22 refusals, one log line (the count goes out with the next line of its kind); on a
         // machine so loaded that they took longer than the host's interval for such lines
         // (10 s), one a window.
-        let windows = Int((ContinuousClock.now - refusing) / .seconds(10)) + 1
+        let windows = logIntervals(since: refusing)
         #expect(host.count("connection refused:") >= 1 && host.count("connection refused:") <= windows)
         // Closing frees the slots.
         for client in clients { await client.close() }

@@ -595,8 +595,11 @@ extension TransferService {
         }
     }
 
-    /// Closes and deletes an upload's spool file, on its queue (after what it still writes).
-    func discardSpool(_ id: TransferID, _ state: inout State) {
+    /// Closes and deletes an upload's spool file, on its queue (after what it still writes); a
+    /// download has none.
+    func discardSpool(of record: TransferRecord, _ state: inout State) {
+        guard record.direction == .upload else { return }
+        let id = record.id
         let folder = spoolFolder
         state.finishing.remove(id)
         if let spool = state.spools.removeValue(forKey: id) {

@@ -618,7 +618,7 @@ final class TransferService: Sendable {
                 if let attached = state.attached[record.id] { told.append((attached.link, stateFrame(of: record))) }
                 removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
                 state.files[record.id] = nil
-                if record.direction == .upload { discardSpool(record.id, &state) }
+                discardSpool(of: record, &state)
                 notifyEnded(record, "expired")
                 unwrittenChange(record, in: &state)
             }
@@ -658,7 +658,7 @@ final class TransferService: Sendable {
         }
         removeFromConnection(id, connection, &state)
         state.files[id] = nil
-        if record.direction == .upload { discardSpool(id, &state) }
+        discardSpool(of: record, &state)
         if phase == .canceled || phase == .expired {
             notifyEnded(record, phase == .canceled ? "canceled by its client" : "expired")
         }
@@ -678,7 +678,7 @@ final class TransferService: Sendable {
     func removedLocked(_ record: TransferRecord, _ state: inout State) {
         removeFromConnection(record.id, state.attached[record.id]?.connection, &state)
         state.files[record.id] = nil
-        if record.direction == .upload { discardSpool(record.id, &state) }
+        discardSpool(of: record, &state)
         if !record.phase.isEnded { notifyEnded(record, "removed with its caller's access") }
         state.unwritten[record.id] = .some(nil)
         scheduleJournal(&state)
