@@ -1,21 +1,47 @@
 public import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// The transfers' records on disk, one file per transfer (`ID.json` in the journal folder),
-/// each replaced whole by a rename, never rewritten in place: after a crash or a power cut a
-/// record is its old version or its new one, never a mix. Each write is synced (the file, then
-/// the folder) before it returns, so a record the host acted on survives the machine going down.
-/// Thread-safe as the file system is: the host writes one transfer's record from one place at a
-/// time.
-public struct TransferJournal: Sendable {
+/// The transfers' records on disk: an append-only log (`transfers.log` in the journal folder) of
+/// JSON lines, each a transfer's new record or its removal; a transfer's latest line is its
+/// record. A batch of changes is one write and one `fdatasync`, however many transfers it
+/// holds, so a burst of small transfers costs a sync, not a file each. Nothing is rewritten in
+/// place: a crash can cut only the last line short, and a line cut short is removed when the
+/// journal is next opened. When most of the log is versions later lines replaced, it is
+/// compacted: the latest lines are copied to a new file, synced, and renamed over the log.
+///
+/// Records of the older layout, a file per transfer (`ID.json`), are read, moved into the log,
+/// and their files removed, by ``readAll()``.
+///
+/// Thread-safe: changes from several threads are appended one batch at a time.
+public final class TransferJournal: Sendable {
     public let folder: URL
+    /// The log: `transfers.log` in the folder.
+    public let logFile: URL
+    private let log: Mutex<Log>
 
-    /// The journal in `folder`, made if it is not there, and private to the host's user (0700).
+    /// The open log, where its whole lines end, and where each transfer's latest line is.
+    struct Log {
+        var descriptor: Int32
+        var size: Int64
+        var latest: [TransferID: Range<Int64>]
+        var liveBytes: Int64
+    }
+
+    /// One line of the log: a record's new version, or a transfer's removal.
+    struct Entry: Codable {
+        var record: TransferRecord?
+        var removed: TransferID?
+    }
+
+    /// The journal in `folder`, made if it is not there, and private to the host's user (0700;
+    /// the log 0600). A log that is a link, or not a regular file, is refused, never followed.
     public init(folder: URL) throws(TransferStorageError) {
         self.folder = folder
+        logFile = folder.appendingPathComponent("transfers.log", isDirectory: false)
         do {
             try FileManager.default.createDirectory(
                 at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -25,40 +51,215 @@ public struct TransferJournal: Sendable {
         }
         // The callers' files and outcomes are theirs: nobody else on the machine reads them.
         guard chmod(folder.path, 0o700) == 0 else { throw .system("cannot make private", folder) }
+        let existed = access(logFile.path, F_OK) == 0
+        let descriptor = open(
+            logFile.path, O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .system("cannot open", logFile) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            close(descriptor)
+            throw TransferStorageError("\(logFile.path) is not a regular file")
+        }
+        var latest: [TransferID: Range<Int64>] = [:]
+        var liveBytes: Int64 = 0
+        let end = Self.scan(descriptor) { range, entry in
+            guard let entry else { return }
+            if let id = entry.record?.id ?? entry.removed, let old = latest.removeValue(forKey: id) {
+                liveBytes -= Int64(old.count)
+            }
+            if let record = entry.record {
+                latest[record.id] = range
+                liveBytes += Int64(range.count)
+            }
+        }
+        // A last line a crash cut short: removed, so that the next line starts clean.
+        if end < status.st_size, ftruncate(descriptor, off_t(end)) != 0 {
+            close(descriptor)
+            throw .system("cannot cut the unfinished last line of", logFile)
+        }
+        if !existed {
+            do { try Durable.syncFolder(folder) } catch {
+                close(descriptor)
+                throw error
+            }
+        }
+        log = Mutex(Log(descriptor: descriptor, size: end, latest: latest, liveBytes: liveBytes))
+    }
+
+    deinit {
+        _ = log.withLock { close($0.descriptor) }
     }
 
     func file(of id: TransferID) -> URL { folder.appendingPathComponent("\(id).json", isDirectory: false) }
 
-    /// The most bytes a record may have (its `result` is at most a message): a larger file is
-    /// not one the host wrote.
+    /// The most bytes a record may have (its `result` is at most a message): a larger line, or
+    /// file of the older layout, is not one the host wrote.
     public static let maxRecordBytes = 4 << 20
+
+    /// The log is compacted when it is larger than this and than ``compactionFactor`` times its
+    /// transfers' latest lines.
+    static let compactionFloor: Int64 = 1 << 20
+    static let compactionFactor: Int64 = 4
 
     /// Writes `record`, replacing its earlier version, and syncs it.
     public func write(_ record: TransferRecord) throws(TransferStorageError) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        encoder.dateEncodingStrategy = .millisecondsSince1970
-        let data: Data
-        do { data = try encoder.encode(record) } catch {
-            throw TransferStorageError("cannot encode transfer \(record.id): \(error)")
-        }
-        let target = file(of: record.id)
-        let temporary = folder.appendingPathComponent(".\(record.id).json.new", isDirectory: false)
-        try Durable.write(data, to: temporary)
-        guard rename(temporary.path, target.path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary.path)
-            throw TransferStorageError("cannot replace \(target.path): \(reason)")
-        }
-        try Durable.syncFolder(folder)
+        try commit([(record.id, record)])
     }
 
     /// Removes transfer `id`'s record.
     public func remove(_ id: TransferID) throws(TransferStorageError) {
-        guard unlink(file(of: id).path) == 0 || errno == ENOENT else {
-            throw .system("cannot remove", file(of: id))
+        try commit([(id, nil)])
+    }
+
+    /// Writes a batch of changes (a record's new version, or nil: its removal) with one write
+    /// and one `fdatasync`: when this returns, all of them are on stable storage; when it
+    /// throws, none of them is in the log.
+    public func commit(_ changes: [(id: TransferID, record: TransferRecord?)]) throws(TransferStorageError) {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        var bytes: [UInt8] = []
+        var lines: [(id: TransferID, count: Int, live: Bool)] = []
+        for (id, record) in changes {
+            let line: Data
+            do { line = try encoder.encode(Entry(record: record, removed: record == nil ? id : nil)) } catch {
+                throw TransferStorageError("cannot encode transfer \(id): \(error)")
+            }
+            guard line.count < Self.maxRecordBytes else {
+                throw TransferStorageError(
+                    "transfer \(id)'s record is \(line.count) bytes, over the \(Self.maxRecordBytes) a record may have")
+            }
+            bytes.append(contentsOf: line)
+            bytes.append(0x0A)
+            lines.append((id, line.count + 1, record != nil))
         }
+        try log.withLock { log throws(TransferStorageError) in
+            // A removal of what the log does not hold needs no line.
+            if lines.allSatisfy({ !$0.live && log.latest[$0.id] == nil }) { return }
+            let start = log.size
+            let written = bytes.withUnsafeBytes { Durable.writeAll(log.descriptor, $0) }
+            guard written, fdatasync(log.descriptor) == 0 else {
+                let failure = TransferStorageError.system("cannot write", logFile)
+                // Whatever part of the batch went in is taken out: the next batch starts clean.
+                _ = ftruncate(log.descriptor, off_t(start))
+                throw failure
+            }
+            var offset = start
+            for line in lines {
+                if let old = log.latest.removeValue(forKey: line.id) { log.liveBytes -= Int64(old.count) }
+                if line.live {
+                    log.latest[line.id] = offset..<offset + Int64(line.count)
+                    log.liveBytes += Int64(line.count)
+                }
+                offset += Int64(line.count)
+            }
+            log.size = offset
+            if log.size > Self.compactionFloor, log.size > Self.compactionFactor * log.liveBytes {
+                // The changes are on disk already: a compaction that fails leaves the log as
+                // it is, to be tried again at a later batch.
+                try? Self.compact(&log, in: folder, as: logFile)
+            }
+        }
+    }
+
+    /// Compacts the log now (it is also compacted by itself as it grows).
+    public func compact() throws(TransferStorageError) {
+        try log.withLock { log throws(TransferStorageError) in try Self.compact(&log, in: folder, as: logFile) }
+    }
+
+    /// The log's size in bytes.
+    public var size: Int64 { log.withLock { $0.size } }
+
+    /// Copies each transfer's latest line to a new file, syncs it, and renames it over the log.
+    private static func compact(_ log: inout Log, in folder: URL, as logFile: URL) throws(TransferStorageError) {
+        let temporary = folder.appendingPathComponent(".transfers.log.new", isDirectory: false)
+        unlink(temporary.path)
+        let descriptor = open(
+            temporary.path, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .system("cannot write", temporary) }
+        var latest: [TransferID: Range<Int64>] = [:]
+        var size: Int64 = 0
+        do throws(TransferStorageError) {
+            var line = [UInt8]()
+            for (id, range) in log.latest.sorted(by: { $0.value.lowerBound < $1.value.lowerBound }) {
+                line = [UInt8](repeating: 0, count: range.count)
+                let read = line.withUnsafeMutableBytes { Durable.readAll(log.descriptor, $0, at: range.lowerBound) }
+                guard read else { throw TransferStorageError.system("cannot read", logFile) }
+                guard line.withUnsafeBytes({ Durable.writeAll(descriptor, $0) }) else {
+                    throw TransferStorageError.system("cannot write", temporary)
+                }
+                latest[id] = size..<size + Int64(range.count)
+                size += Int64(range.count)
+            }
+            guard fsync(descriptor) == 0 else { throw TransferStorageError.system("cannot write", temporary) }
+            guard rename(temporary.path, logFile.path) == 0 else {
+                throw TransferStorageError.system("cannot replace", logFile)
+            }
+        } catch {
+            close(descriptor)
+            unlink(temporary.path)
+            throw error
+        }
+        close(log.descriptor)
+        log.descriptor = descriptor
+        log.size = size
+        log.latest = latest
+        log.liveBytes = size
         try Durable.syncFolder(folder)
+    }
+
+    /// Reads each whole line of the log at `descriptor` in order, giving its range and its entry
+    /// (nil: a line that is not one, or over the limit); returns where the last whole line ends.
+    @discardableResult
+    static func scan(
+        _ descriptor: Int32, problem: (String) -> Void = { _ in },
+        _ body: (Range<Int64>, Entry?) -> Void
+    ) -> Int64 {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        var pending: [UInt8] = []
+        var pendingStart: Int64 = 0
+        var overLimit = false
+        var position: Int64 = 0
+        var chunk = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(position)) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            position += Int64(count)
+            var lineStart = 0
+            while let newline = chunk[lineStart..<count].firstIndex(of: 0x0A) {
+                let end = position - Int64(count) + Int64(newline) + 1
+                let range = pendingStart..<end
+                if overLimit || range.count - 1 > maxRecordBytes {
+                    problem(
+                        "a line of \(range.count - 1) bytes at \(range.lowerBound), over the \(maxRecordBytes) a record may have"
+                    )
+                    body(range, nil)
+                } else {
+                    pending.append(contentsOf: chunk[lineStart..<newline])
+                    do {
+                        body(range, try decoder.decode(Entry.self, from: Data(pending)))
+                    } catch {
+                        problem(
+                            "the line at \(range.lowerBound) is not a transfer's record (\(error.localizedDescription))"
+                        )
+                        body(range, nil)
+                    }
+                }
+                pending.removeAll(keepingCapacity: true)
+                overLimit = false
+                pendingStart = end
+                lineStart = newline + 1
+            }
+            if !overLimit {
+                pending.append(contentsOf: chunk[lineStart..<count])
+                if pending.count > maxRecordBytes {
+                    overLimit = true
+                    pending.removeAll()
+                }
+            }
+        }
+        return pendingStart
     }
 
     /// The change number the host promises its transfers' change numbers stay above, kept in
@@ -81,14 +282,54 @@ public struct TransferJournal: Sendable {
         try Durable.syncFolder(folder)
     }
 
-    /// Every record in the journal, and what could not be read (a file that is not a record is
-    /// left where it is, and named). A write that a crash cut short left only its temporary
-    /// file, which is removed.
+    /// Every record in the journal (each transfer's latest line in the log), and what could not
+    /// be read: a line that is not a record is named and skipped. Records of the older layout
+    /// (`ID.json`) are taken too, and moved into the log (their files removed once it holds
+    /// them); a file of that layout that is not a record is left where it is, and named; a
+    /// write of it a crash cut short left only its temporary file, which is removed.
     public func readAll() -> (records: [TransferRecord], problems: [String]) {
+        var problems: [String] = []
+        var records: [TransferID: TransferRecord] = [:]
+        var seen: Set<TransferID> = []
+        _ = log.withLock { log in
+            Self.scan(log.descriptor, problem: { problems.append("\(self.logFile.path): \($0)") }) { _, entry in
+                guard let entry else { return }
+                if let record = entry.record {
+                    records[record.id] = record
+                    seen.insert(record.id)
+                } else if let removed = entry.removed {
+                    records[removed] = nil
+                    seen.insert(removed)
+                }
+            }
+        }
+        let older = readOlderLayout()
+        problems += older.problems
+        // A transfer the log knows (even as removed) is the log's: its older file is stale.
+        let moving = older.records.filter { !seen.contains($0.record.id) }
+        for (record, _) in moving { records[record.id] = record }
+        if !moving.isEmpty {
+            do {
+                try commit(moving.map { ($0.record.id, $0.record) })
+                for (_, file) in older.records { unlink(file.path) }
+                try Durable.syncFolder(folder)
+            } catch {
+                problems.append(
+                    "records of the older layout not moved into the log (they stay, and are read again): \(error)")
+            }
+        } else {
+            // Files whose transfers the log holds already (a move a crash interrupted).
+            for (_, file) in older.records { unlink(file.path) }
+        }
+        return (records.values.sorted { $0.id.description < $1.id.description }, problems)
+    }
+
+    /// The records of the older layout, a file per transfer, with their files.
+    private func readOlderLayout() -> (records: [(record: TransferRecord, file: URL)], problems: [String]) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .millisecondsSince1970
-        var records: [TransferRecord] = []
+        var records: [(TransferRecord, URL)] = []
         var problems: [String] = []
         for name in names.sorted() {
             let url = folder.appendingPathComponent(name)
@@ -104,7 +345,7 @@ public struct TransferJournal: Sendable {
                     problems.append("\(url.path): holds transfer \(record.id), not the one its name says")
                     continue
                 }
-                records.append(record)
+                records.append((record, url))
             } catch let error as TransferStorageError {
                 problems.append("not read: \(error)")
             } catch {
@@ -136,17 +377,32 @@ enum Durable {
         let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .system("cannot write", url) }
         defer { close(descriptor) }
-        let written = data.withUnsafeBytes { raw -> Bool in
-            var offset = 0
-            while offset < raw.count {
-                let count = Glibc.write(descriptor, raw.baseAddress! + offset, raw.count - offset)
-                if count < 0, errno == EINTR { continue }
-                guard count > 0 else { return false }
-                offset += count
-            }
-            return true
-        }
+        let written = data.withUnsafeBytes { writeAll(descriptor, $0) }
         guard written, fsync(descriptor) == 0 else { throw .system("cannot write", url) }
+    }
+
+    /// Writes all of `bytes` at the descriptor's position (or its end, when it appends).
+    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let count = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return false }
+            offset += count
+        }
+        return true
+    }
+
+    /// Fills `bytes` from `offset` of the descriptor's file; false at its end or on an error.
+    static func readAll(_ descriptor: Int32, _ bytes: UnsafeMutableRawBufferPointer, at offset: Int64) -> Bool {
+        var done = 0
+        while done < bytes.count {
+            let count = pread(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return false }
+            done += count
+        }
+        return true
     }
 
     /// The bytes of the regular file at `url`, at most `limit` of them; a link, a FIFO, a

@@ -2,9 +2,10 @@ import AtriumTransfers
 import Foundation
 import Testing
 
-/// The journal and the spool on a real file system: records replaced whole, a write a crash cut
-/// short left behind, what is not a record named; space reserved, bytes at their offsets, a
-/// disk without room refused at once.
+/// The journal and the spool on a real file system: records replaced by later lines, a line a
+/// crash cut short cut off, what is not a record named, the log compacted, records of the older
+/// layout moved into the log; space reserved, bytes at their offsets, a disk without room
+/// refused at once.
 struct TransferStorageTests {
     static func folder(_ name: String) -> URL {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-\(name)-\(UUID())")
@@ -32,11 +33,144 @@ struct TransferStorageTests {
         #expect(read.records == [record])
         let mode = try FileManager.default.attributesOfItem(atPath: folder.path)[.posixPermissions] as? Int
         #expect(mode == 0o700)
+        let logMode = try FileManager.default.attributesOfItem(atPath: journal.logFile.path)[.posixPermissions] as? Int
+        #expect(logMode == 0o600)
+        // Opened again (a restart): the same.
+        #expect(try TransferJournal(folder: folder).readAll().records == [record])
         try journal.remove(record.id)
         #expect(journal.readAll().records.isEmpty)
+        #expect(try TransferJournal(folder: folder).readAll().records.isEmpty)
     }
 
-    @Test func aWriteCutShortAndFilesThatAreNotRecordsLeaveTheRestReadable() throws {
+    @Test func aBatchIsOneAppendAndALastLineACrashCutShortIsCutOff() throws {
+        let folder = Self.folder("journal-batch")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        let records = (0..<50).map { index in
+            TransferRecord(
+                owner: .client("c\(index)"), direction: .download, package: "p", service: "s", size: Int64(index),
+                now: now)
+        }
+        try journal.commit(records.map { ($0.id, $0) })
+        let gone = records[7].id
+        try journal.commit([(gone, nil), (records[8].id, records[8])])
+        let expected = records.filter { $0.id != gone }.sorted { $0.id.description < $1.id.description }
+        #expect(journal.readAll().records == expected)
+        // A crash in the middle of a write: half a line at the end.
+        let size = journal.size
+        let handle = try FileHandle(forWritingTo: journal.logFile)
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("{\"record\":{\"id\":".utf8))
+        try handle.close()
+        let reopened = try TransferJournal(folder: folder)
+        #expect(reopened.size == size, "the cut line is removed")
+        let read = reopened.readAll()
+        #expect(read.records == expected)
+        #expect(read.problems.isEmpty, "\(read.problems)")
+        // The next line starts clean.
+        let later = TransferRecord(
+            owner: .client("d"), direction: .upload, package: "p", service: "s", size: 1, now: now)
+        try reopened.write(later)
+        #expect(try TransferJournal(folder: folder).readAll().records.contains(later))
+    }
+
+    @Test func aLineThatIsNotARecordIsNamedAndTheRestRead() throws {
+        let folder = Self.folder("journal-garbled")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        let first = TransferRecord(
+            owner: .client("a"), direction: .download, package: "p", service: "s", size: 1, now: now)
+        try journal.write(first)
+        let handle = try FileHandle(forWritingTo: journal.logFile)
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("not json\n".utf8) + Data(count: 16) + Data("\n".utf8))
+        // A line longer than any record: named, and the lines after it still read.
+        try handle.write(
+            contentsOf: Data(repeating: 0x41, count: TransferJournal.maxRecordBytes + 10) + Data("\n".utf8))
+        try handle.close()
+        let reopened = try TransferJournal(folder: folder)
+        let read = reopened.readAll()
+        #expect(read.records == [first])
+        #expect(read.problems.count == 3, "\(read.problems)")
+        #expect(read.problems.contains { $0.contains("a record may have") }, "\(read.problems)")
+        // Lines after them are read too; the next compaction (the log is now mostly lines that
+        // are not records) leaves them out.
+        let second = TransferRecord(
+            owner: .client("b"), direction: .upload, package: "p", service: "s", size: 2, now: now)
+        try reopened.write(second)
+        #expect(reopened.size < 4096, "compacted: \(reopened.size) bytes")
+        let after = try TransferJournal(folder: folder).readAll()
+        #expect(Set(after.records.map(\.id)) == [first.id, second.id])
+        #expect(after.problems.isEmpty, "\(after.problems)")
+    }
+
+    @Test func theLogIsCompactedToItsLatestLines() throws {
+        let folder = Self.folder("journal-compact")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let journal = try TransferJournal(folder: folder)
+        var kept = TransferRecord(
+            owner: .client("k"), direction: .upload, package: "p", service: "s", size: -1, now: now)
+        let removed = TransferRecord(
+            owner: .client("r"), direction: .upload, package: "p", service: "s", size: 1, now: now)
+        try journal.write(removed)
+        try journal.remove(removed.id)
+        // Many versions of one record, several MiB of lines: the log never grows past the point
+        // where it compacts itself (by more than the batch that took it there).
+        var appended: Int64 = 0
+        var largest: Int64 = 0
+        for offset in 0..<20_000 {
+            let before = journal.size
+            kept.offset = Int64(offset)
+            try journal.write(kept)
+            appended += max(journal.size - before, 0)
+            largest = max(largest, journal.size)
+        }
+        #expect(appended > 4 << 20, "\(appended) bytes appended")
+        #expect(largest <= (1 << 20) + 4096, "the log grew to \(largest) bytes")
+        try journal.compact()
+        let line = try Data(contentsOf: journal.logFile)
+        #expect(line.count == Int(journal.size))
+        #expect(line.filter { $0 == 0x0A }.count == 1, "one line: the latest of the one live transfer")
+        let read = try TransferJournal(folder: folder).readAll()
+        #expect(read.records == [kept])
+        #expect(read.problems.isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent(".transfers.log.new").path))
+    }
+
+    @Test func recordsOfTheOlderLayoutMoveIntoTheLog() throws {
+        let folder = Self.folder("journal-older")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let older = (0..<3).map { index in
+            TransferRecord(
+                owner: .client("c\(index)"), direction: .download, package: "p", service: "s", size: 1, now: now)
+        }
+        for record in older {
+            try Self.olderLayout(record).write(to: folder.appendingPathComponent("\(record.id).json"))
+        }
+        let journal = try TransferJournal(folder: folder)
+        let read = journal.readAll()
+        #expect(read.records == older.sorted { $0.id.description < $1.id.description })
+        #expect(read.problems.isEmpty, "\(read.problems)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path) == ["transfers.log"])
+        #expect(try TransferJournal(folder: folder).readAll().records.count == 3)
+        // A file of the older layout for a transfer the log knows, even as removed (a move that
+        // a crash interrupted), is stale: it never brings the transfer back.
+        try journal.remove(older[0].id)
+        try Self.olderLayout(older[0]).write(to: folder.appendingPathComponent("\(older[0].id).json"))
+        #expect(try TransferJournal(folder: folder).readAll().records.count == 2)
+        #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("\(older[0].id).json").path))
+    }
+
+    /// A record as the older layout's file held it.
+    static func olderLayout(_ record: TransferRecord) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        return try encoder.encode(record)
+    }
+
+    @Test func olderLayoutFilesCutShortOrNotRecordsLeaveTheRestReadable() throws {
         let folder = Self.folder("journal-bad")
         defer { try? FileManager.default.removeItem(at: folder) }
         let journal = try TransferJournal(folder: folder)
@@ -48,8 +182,9 @@ struct TransferStorageTests {
         try Data("not json".utf8).write(to: folder.appendingPathComponent("\(TransferID()).json"))
         // A record under another transfer's name is not taken for it.
         let other = TransferID()
-        try Data(contentsOf: folder.appendingPathComponent("\(good.id).json"))
-            .write(to: folder.appendingPathComponent("\(other).json"))
+        let stranger = TransferRecord(
+            owner: .localUser(1), direction: .download, package: "p", service: "s", size: 1, now: now)
+        try Self.olderLayout(stranger).write(to: folder.appendingPathComponent("\(other).json"))
         let read = journal.readAll()
         #expect(read.records == [good])
         #expect(read.problems.count == 2, "\(read.problems)")
@@ -106,16 +241,30 @@ struct TransferStorageTests {
             at: folder.appendingPathComponent("\(id).part"), withDestinationURL: outside)
         #expect(throws: SpoolError.self) { _ = try SpoolFile.open(id, in: folder, reserve: 1 << 20) }
         #expect(try Data(contentsOf: outside) == Data("keep".utf8))
-        // A journal whose temporary file is a link: the link goes, the record is written.
+        // A log that is a link: refused, not followed.
+        let linked = folder.appendingPathComponent("linked")
+        try FileManager.default.createDirectory(at: linked, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(
+            at: linked.appendingPathComponent("transfers.log"), withDestinationURL: outside)
+        #expect(throws: TransferStorageError.self) { _ = try TransferJournal(folder: linked) }
+        #expect(try Data(contentsOf: outside) == Data("keep".utf8))
+        // A log that is a FIFO: refused without waiting on it.
+        let piped = folder.appendingPathComponent("piped")
+        try FileManager.default.createDirectory(at: piped, withIntermediateDirectories: true)
+        #expect(mkfifo(piped.appendingPathComponent("transfers.log").path, 0o600) == 0)
+        #expect(throws: TransferStorageError.self) { _ = try TransferJournal(folder: piped) }
+        // A compaction whose temporary file is a link: the link goes, the log is compacted.
         let journal = try TransferJournal(folder: folder.appendingPathComponent("journal"))
         let record = TransferRecord(
             owner: .client("c"), direction: .download, package: "p", service: "s", size: 1, now: now)
-        try FileManager.default.createSymbolicLink(
-            at: journal.folder.appendingPathComponent(".\(record.id).json.new"), withDestinationURL: outside)
         try journal.write(record)
+        try FileManager.default.createSymbolicLink(
+            at: journal.folder.appendingPathComponent(".transfers.log.new"), withDestinationURL: outside)
+        try journal.compact()
         #expect(try Data(contentsOf: outside) == Data("keep".utf8))
         #expect(journal.readAll().records == [record])
-        // A record that is a link, or a FIFO, is named and skipped, not followed or waited on.
+        // A file of the older layout that is a link, or a FIFO, is named and skipped, not
+        // followed or waited on.
         try FileManager.default.createSymbolicLink(
             at: journal.folder.appendingPathComponent("\(TransferID()).json"), withDestinationURL: outside)
         #expect(mkfifo(journal.folder.appendingPathComponent("\(TransferID()).json").path, 0o600) == 0)

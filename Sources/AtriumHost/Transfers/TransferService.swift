@@ -132,7 +132,7 @@ final class TransferService: Sendable {
 
     func shutdown() {
         pool.shutdownGracefully { _ in }
-        journalQueue.sync {}
+        journalQueue.sync { drainJournal() }
     }
 
     // MARK: - Making a transfer
@@ -706,28 +706,40 @@ final class TransferService: Sendable {
         }
     }
 
-    /// Writes the changed records on the journal's queue, each at its latest version: the last
-    /// write of a record is always its latest state.
+    /// How long a change waits for others to share its write. A burst of changes (a thousand
+    /// small downloads) takes one write and one sync per interval rather than one per change;
+    /// what an acknowledgement waits for is written at once (``afterJournal(_:)``).
+    static let journalGroupDelay = DispatchTimeInterval.milliseconds(10)
+
+    /// Writes the changed records on the journal's queue, each at its latest version, within
+    /// ``journalGroupDelay``: the last write of a record is always its latest state.
     private func scheduleJournal(_ state: inout State) {
-        guard !state.writing, let journal else { return }
+        guard !state.writing, journal != nil else { return }
         state.writing = true
-        journalQueue.async { [self] in
-            while true {
-                let batch = self.state.withLock { state -> [TransferID: TransferRecord?] in
-                    let batch = state.unwritten
-                    state.unwritten = [:]
-                    if batch.isEmpty { state.writing = false }
-                    return batch
+        journalQueue.asyncAfter(deadline: .now() + Self.journalGroupDelay) { [self] in drainJournal() }
+    }
+
+    /// Writes every change made so far, in batches of one write and one sync (on the journal's
+    /// queue).
+    private func drainJournal() {
+        guard let journal else { return }
+        while true {
+            let batch = state.withLock { state -> [TransferID: TransferRecord?] in
+                let batch = state.unwritten
+                state.unwritten = [:]
+                if batch.isEmpty { state.writing = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            do {
+                try journal.commit(batch.map { ($0.key, $0.value) })
+                state.withLock { state in
+                    for id in batch.keys { state.journalFailed.remove(id) }
                 }
-                if batch.isEmpty { return }
-                for (id, record) in batch {
-                    do {
-                        if let record { try journal.write(record) } else { try journal.remove(id) }
-                        _ = self.state.withLock { $0.journalFailed.remove(id) }
-                    } catch {
-                        logger.error("transfers' journal: \(error)")
-                        _ = self.state.withLock { $0.journalFailed.insert(id) }
-                    }
+            } catch {
+                logger.error("transfers' journal: \(error)")
+                state.withLock { state in
+                    for id in batch.keys { state.journalFailed.insert(id) }
                 }
             }
         }
@@ -736,9 +748,11 @@ final class TransferService: Sendable {
     /// Runs `body` once every change made so far is in the journal, on stable storage.
     func afterJournal(_ body: @escaping @Sendable () -> Void) {
         guard journal != nil else { return body() }
-        // The journal's queue writes changes in the order they were made, each block draining
-        // all there are: a block queued now runs after the one that writes these.
-        journalQueue.async(execute: body)
+        // The journal's queue is serial: this block writes what is waiting, then runs `body`.
+        journalQueue.async { [self] in
+            drainJournal()
+            body()
+        }
     }
 
     func stateFrame(

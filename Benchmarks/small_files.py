@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Small files against one large one (BENCHMARKS.md, "Small files"): 1,000 files of 100 KiB
+fetched one after another on one connection through the Files reference service (TLS on
+loopback), against one file of --big-mib fetched alone from the same host, measured alternately;
+with the host's CPU time per small file, by thread.
+
+With --against DIR, a second host built elsewhere (DIR holds its release `atriumd` and
+`libFiles.so`, e.g. a worktree of an earlier commit) is measured in the same run, the two taking
+turns, with the same client: a change's effect as a ratio of two hosts measured together.
+
+    for p in atriumd atrium-transfer-bench Files; do swift build -c release --product $p; done
+    python3 Benchmarks/small_files.py --pinned
+    python3 Benchmarks/small_files.py --pinned --against /tmp/before/.build/release
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import transfers  # noqa: E402
+from hosttools import RELEASE  # noqa: E402
+
+
+def thread_seconds(pid):
+    """CPU seconds of each thread name of process `pid`."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as file:
+                text = file.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        seconds[name] = seconds.get(name, 0) + (int(fields[11]) + int(fields[12])) / ticks
+    return seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pinned", action="store_true", help="host and client on core 0 (taskset -c 0)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--big-mib", type=int, default=256)
+    parser.add_argument("--against", help="a second release folder (atriumd, libFiles.so) measured alongside")
+    arguments = parser.parse_args()
+    pin = ["taskset", "-c", "0"] if arguments.pinned else []
+    builds = {"this build": RELEASE}
+    if arguments.against:
+        builds = {"against": os.path.abspath(arguments.against), **builds}
+    client = os.path.join(RELEASE, "atrium-transfer-bench")
+    output = tempfile.mkdtemp(prefix="atrium-small-out-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    scratches, hosts = [], {}
+    try:
+        for name, release in builds.items():
+            scratch = tempfile.mkdtemp(prefix="atrium-small-", dir="/var/tmp")
+            scratches.append(scratch)
+            folder = os.path.join(scratch, "served")
+            os.makedirs(folder)
+            small = os.urandom(100 << 10)
+            for index in range(arguments.count):
+                with open(os.path.join(folder, f"small{index}"), "wb") as file:
+                    file.write(small)
+            with open(os.path.join(folder, "big.bin"), "wb") as file:
+                for _ in range(arguments.big_mib):
+                    file.write(os.urandom(1 << 20))
+            transfers.RELEASE = release
+            hosts[name] = transfers.start_host(folder, scratch, pin)
+        results = {name: {"single": [], "many": [], "cpu": []} for name in builds}
+        for round in range(arguments.rounds):
+            order = list(hosts.items()) if round % 2 == 0 else list(reversed(list(hosts.items())))
+            for name, (host, port) in order:
+                big = os.path.join(output, "big")
+                moved, seconds = transfers.run([client, "get", str(port), "big.bin", big, "--tls"], pin)
+                os.unlink(big)
+                results[name]["single"].append(moved / seconds)
+                into = os.path.join(output, f"many-{round}")
+                os.makedirs(into)
+                before = thread_seconds(host.pid)
+                moved, seconds = transfers.run(
+                    [client, "many", str(port), "small", str(arguments.count), into, "--tls"], pin)
+                after = thread_seconds(host.pid)
+                shutil.rmtree(into)
+                results[name]["many"].append(moved / seconds)
+                results[name]["cpu"].append({key: after[key] - before.get(key, 0) for key in after})
+        print(f"{'pinned to core 0' if pin else 'unpinned'}, median of {arguments.rounds}, "
+              f"{arguments.count} x 100 KiB against {arguments.big_mib} MiB:")
+        for name in builds:
+            single = statistics.median(results[name]["single"])
+            many = statistics.median(results[name]["many"])
+            per_file = 100 * 1024 / many * 1000
+            threads = {}
+            for sample in results[name]["cpu"]:
+                for key, value in sample.items():
+                    threads.setdefault(key, []).append(value)
+            cpu = {key: statistics.median(values) / arguments.count * 1000 for key, values in threads.items()}
+            busy = ", ".join(f"{key} {value:.3f}" for key, value in sorted(cpu.items(), key=lambda x: -x[1])
+                             if value >= 0.005)
+            print(f"  {name}: single file {single / 2**20:.1f} MiB/s, small files {many / 2**20:.1f} MiB/s "
+                  f"({per_file:.3f} ms a file), ratio {many / single:.2f}; "
+                  f"host CPU {sum(cpu.values()):.3f} ms a file ({busy})")
+        if arguments.against:
+            ratio = statistics.median(results["this build"]["many"]) / statistics.median(results["against"]["many"])
+            print(f"  small files, this build / against: {ratio:.2f}")
+    finally:
+        for host, _ in hosts.values():
+            host.kill()
+        for scratch in scratches:
+            shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(output, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
