@@ -2,7 +2,9 @@
 """Small files against one large one (BENCHMARKS.md, "Small files"): 1,000 files of 100 KiB
 fetched one after another on one connection through the Files reference service (TLS on
 loopback), against one file of --big-mib fetched alone from the same host, measured alternately;
-with the host's CPU time per small file, by thread.
+with the host's CPU time per small file, by thread (counted until the host is idle again, so
+that work it does after the last file, its journal's writes, counts too). Every measurement
+starts with the hosts idle.
 
 With --against DIR, a second host built elsewhere (DIR holds its release `atriumd` and
 `libFiles.so`, e.g. a worktree of an earlier commit) is measured in the same run, the two taking
@@ -41,6 +43,20 @@ def thread_seconds(pid):
     return seconds
 
 
+def settle(pids, limit=60):
+    """Waits (at most `limit` s) until no host uses CPU for half a second: work one host left
+    behind (its journal's writes, say) is not counted against the next measurement."""
+    import time
+    deadline = time.time() + limit
+    last = None
+    while time.time() < deadline:
+        now = [sum(thread_seconds(pid).values()) for pid in pids]
+        if now == last:
+            return
+        last = now
+        time.sleep(0.5)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pinned", action="store_true", help="host and client on core 0 (taskset -c 0)")
@@ -75,15 +91,18 @@ def main():
         for round in range(arguments.rounds):
             order = list(hosts.items()) if round % 2 == 0 else list(reversed(list(hosts.items())))
             for name, (host, port) in order:
+                settle([host.pid for host, _ in hosts.values()])
                 big = os.path.join(output, "big")
                 moved, seconds = transfers.run([client, "get", str(port), "big.bin", big, "--tls"], pin)
                 os.unlink(big)
                 results[name]["single"].append(moved / seconds)
+                settle([host.pid for host, _ in hosts.values()])
                 into = os.path.join(output, f"many-{round}")
                 os.makedirs(into)
                 before = thread_seconds(host.pid)
                 moved, seconds = transfers.run(
                     [client, "many", str(port), "small", str(arguments.count), into, "--tls"], pin)
+                settle([host.pid])
                 after = thread_seconds(host.pid)
                 shutil.rmtree(into)
                 results[name]["many"].append(moved / seconds)
