@@ -8,10 +8,11 @@ import Synchronization
 /// The transfers' records on disk: an append-only log (`transfers.log` in the journal folder) of
 /// JSON lines, each a transfer's new record or its removal; a transfer's latest line is its
 /// record. A batch of changes is one write and one `fdatasync`, however many transfers it
-/// holds, so a burst of small transfers costs a sync, not a file each. Nothing is rewritten in
-/// place: a crash can cut only the last line short, and a line cut short is removed when the
-/// journal is next opened. When most of the log is versions later lines replaced, it is
-/// compacted: the latest lines are copied to a new file, synced, and renamed over the log.
+/// holds, so a burst of small transfers costs a sync, not a file each. No line is rewritten:
+/// a crash can leave only the last batch cut short, never acknowledged, and what it left is
+/// cut off when the journal is next opened (as it is after a write that failed). When most of
+/// the log is versions later lines replaced, it is compacted: the latest lines are copied to a
+/// new file, synced, and renamed over the log.
 ///
 /// Records of the older layout, a file per transfer (`ID.json`), are read, moved into the log,
 /// and their files removed, by ``readAll()``.
@@ -29,6 +30,14 @@ public final class TransferJournal: Sendable {
         var size: Int64
         var latest: [TransferID: Range<Int64>]
         var liveBytes: Int64
+        /// A write failed and what it left past `size` may not have been cut off yet.
+        var dirty = false
+        /// A compaction's rename may not be on stable storage yet (its folder's sync failed).
+        var folderUnsynced = false
+        /// The size past which the log is compacted (moved on after a compaction failed).
+        var compactAt = TransferJournal.compactionFloor
+        /// Files of the older layout may still be in the folder: a removal also removes its file.
+        var olderFiles = false
     }
 
     /// One line of the log: a record's new version, or a transfer's removal.
@@ -52,8 +61,7 @@ public final class TransferJournal: Sendable {
         // The callers' files and outcomes are theirs: nobody else on the machine reads them.
         guard chmod(folder.path, 0o700) == 0 else { throw .system("cannot make private", folder) }
         let existed = access(logFile.path, F_OK) == 0
-        let descriptor = open(
-            logFile.path, O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        let descriptor = open(logFile.path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .system("cannot open", logFile) }
         var status = stat()
         guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
@@ -62,7 +70,7 @@ public final class TransferJournal: Sendable {
         }
         var latest: [TransferID: Range<Int64>] = [:]
         var liveBytes: Int64 = 0
-        let end = Self.scan(descriptor) { range, entry in
+        let (end, whole) = Self.scan(descriptor) { range, entry in
             guard let entry else { return }
             if let id = entry.record?.id ?? entry.removed, let old = latest.removeValue(forKey: id) {
                 liveBytes -= Int64(old.count)
@@ -71,6 +79,12 @@ public final class TransferJournal: Sendable {
                 latest[record.id] = range
                 liveBytes += Int64(range.count)
             }
+        }
+        // A log that cannot be read to its end is not cut there: its later lines may be what a
+        // client was told.
+        guard whole else {
+            close(descriptor)
+            throw .system("cannot read", logFile)
         }
         // A last line a crash cut short: removed, so that the next line starts clean.
         if end < status.st_size, ftruncate(descriptor, off_t(end)) != 0 {
@@ -103,7 +117,7 @@ public final class TransferJournal: Sendable {
 
     /// Writes `record`, replacing its earlier version, and syncs it.
     public func write(_ record: TransferRecord) throws(TransferStorageError) {
-        try commit([(record.id, record)])
+        if let (_, problem) = try commit([(record.id, record)]).first { throw TransferStorageError(problem) }
     }
 
     /// Removes transfer `id`'s record.
@@ -112,35 +126,56 @@ public final class TransferJournal: Sendable {
     }
 
     /// Writes a batch of changes (a record's new version, or nil: its removal) with one write
-    /// and one `fdatasync`: when this returns, all of them are on stable storage; when it
-    /// throws, none of them is in the log.
-    public func commit(_ changes: [(id: TransferID, record: TransferRecord?)]) throws(TransferStorageError) {
+    /// and one `fdatasync`: when this returns, all of them are on stable storage but the records
+    /// it returns, which no line can hold (over ``maxRecordBytes``), each with the reason; when
+    /// it throws, none of them is in the log.
+    @discardableResult
+    public func commit(_ changes: [(id: TransferID, record: TransferRecord?)]) throws(TransferStorageError)
+        -> [(id: TransferID, problem: String)]
+    {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .millisecondsSince1970
         var bytes: [UInt8] = []
         var lines: [(id: TransferID, count: Int, live: Bool)] = []
+        var refused: [(id: TransferID, problem: String)] = []
         for (id, record) in changes {
             let line: Data
             do { line = try encoder.encode(Entry(record: record, removed: record == nil ? id : nil)) } catch {
-                throw TransferStorageError("cannot encode transfer \(id): \(error)")
+                refused.append((id, "cannot encode transfer \(id): \(error)"))
+                continue
             }
             guard line.count < Self.maxRecordBytes else {
-                throw TransferStorageError(
-                    "transfer \(id)'s record is \(line.count) bytes, over the \(Self.maxRecordBytes) a record may have")
+                refused.append(
+                    (
+                        id,
+                        "transfer \(id)'s record is \(line.count) bytes, over the \(Self.maxRecordBytes) a record may have"
+                    ))
+                continue
             }
             bytes.append(contentsOf: line)
             bytes.append(0x0A)
             lines.append((id, line.count + 1, record != nil))
         }
+        let removals = changes.filter { $0.record == nil }.map(\.id)
         try log.withLock { log throws(TransferStorageError) in
-            // A removal of what the log does not hold needs no line.
-            if lines.allSatisfy({ !$0.live && log.latest[$0.id] == nil }) { return }
+            try repair(&log)
+            if log.olderFiles {
+                // A transfer removed here must not come back from a file of the older layout.
+                for id in removals where unlink(file(of: id).path) != 0 && errno != ENOENT {
+                    throw .system("cannot remove", file(of: id))
+                }
+            } else if lines.allSatisfy({ !$0.live && log.latest[$0.id] == nil }) {
+                // A removal of what the log does not hold needs no line.
+                return
+            }
+            if lines.isEmpty { return }
             let start = log.size
-            let written = bytes.withUnsafeBytes { Durable.writeAll(log.descriptor, $0) }
+            let written = bytes.withUnsafeBytes { Durable.writeAll(log.descriptor, $0, at: start) }
             guard written, fdatasync(log.descriptor) == 0 else {
                 let failure = TransferStorageError.system("cannot write", logFile)
-                // Whatever part of the batch went in is taken out: the next batch starts clean.
-                _ = ftruncate(log.descriptor, off_t(start))
+                // Whatever part of the batch went in is cut off before the next batch is written.
+                log.dirty = true
+                try? repair(&log)
                 throw failure
             }
             var offset = start
@@ -153,17 +188,60 @@ public final class TransferJournal: Sendable {
                 offset += Int64(line.count)
             }
             log.size = offset
-            if log.size > Self.compactionFloor, log.size > Self.compactionFactor * log.liveBytes {
-                // The changes are on disk already: a compaction that fails leaves the log as
-                // it is, to be tried again at a later batch.
-                try? Self.compact(&log, in: folder, as: logFile)
+            if log.size > log.compactAt, log.size > Self.compactionFactor * log.liveBytes {
+                // The changes are on disk already (in this file, which stays the log unless the
+                // compaction's rename is): a compaction that fails leaves the log as it is, and
+                // is tried again once the log has grown by another ``compactionFloor``.
+                do { try Self.compact(&log, in: folder, as: logFile) } catch {
+                    if !log.folderUnsynced { log.compactAt = log.size + Self.compactionFloor }
+                }
             }
+        }
+        return refused
+    }
+
+    /// Before a batch: cuts off what a failed write left, and syncs the folder a compaction's
+    /// rename is in; throws when it cannot (nothing may be written after such bytes, or into a
+    /// log a power cut could take back).
+    private func repair(_ log: inout Log) throws(TransferStorageError) {
+        if log.dirty {
+            var status = stat()
+            guard ftruncate(log.descriptor, off_t(log.size)) == 0, fstat(log.descriptor, &status) == 0,
+                Int64(status.st_size) == log.size
+            else { throw .system("cannot cut off a failed write at the end of", logFile) }
+            log.dirty = false
+        }
+        if log.folderUnsynced {
+            try Durable.syncFolder(folder)
+            log.folderUnsynced = false
         }
     }
 
     /// Compacts the log now (it is also compacted by itself as it grows).
     public func compact() throws(TransferStorageError) {
-        try log.withLock { log throws(TransferStorageError) in try Self.compact(&log, in: folder, as: logFile) }
+        try log.withLock { log throws(TransferStorageError) in
+            try repair(&log)
+            try Self.compact(&log, in: folder, as: logFile)
+        }
+    }
+
+    /// Takes an exclusive lock on the folder's `lock` file, held while the returned descriptor
+    /// is open: two hosts never keep transfers in one folder (each would cut off the other's
+    /// last lines, or compact the log from under it). Throws when another holds it.
+    public static func lock(_ folder: URL) throws(TransferStorageError) -> Int32 {
+        let file = folder.appendingPathComponent("lock", isDirectory: false)
+        let descriptor = open(file.path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw .system("cannot open", file) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let reason = errno
+            close(descriptor)
+            if reason == EWOULDBLOCK {
+                throw TransferStorageError("another process (an atriumd?) keeps its transfers in \(folder.path)")
+            }
+            errno = reason
+            throw .system("cannot lock", file)
+        }
+        return descriptor
     }
 
     /// The log's size in bytes.
@@ -173,8 +251,7 @@ public final class TransferJournal: Sendable {
     private static func compact(_ log: inout Log, in folder: URL, as logFile: URL) throws(TransferStorageError) {
         let temporary = folder.appendingPathComponent(".transfers.log.new", isDirectory: false)
         unlink(temporary.path)
-        let descriptor = open(
-            temporary.path, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let descriptor = open(temporary.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .system("cannot write", temporary) }
         var latest: [TransferID: Range<Int64>] = [:]
         var size: Int64 = 0
@@ -184,7 +261,7 @@ public final class TransferJournal: Sendable {
                 line = [UInt8](repeating: 0, count: range.count)
                 let read = line.withUnsafeMutableBytes { Durable.readAll(log.descriptor, $0, at: range.lowerBound) }
                 guard read else { throw TransferStorageError.system("cannot read", logFile) }
-                guard line.withUnsafeBytes({ Durable.writeAll(descriptor, $0) }) else {
+                guard line.withUnsafeBytes({ Durable.writeAll(descriptor, $0, at: size) }) else {
                     throw TransferStorageError.system("cannot write", temporary)
                 }
                 latest[id] = size..<size + Int64(range.count)
@@ -204,16 +281,19 @@ public final class TransferJournal: Sendable {
         log.size = size
         log.latest = latest
         log.liveBytes = size
+        log.compactAt = compactionFloor
+        log.folderUnsynced = true
         try Durable.syncFolder(folder)
+        log.folderUnsynced = false
     }
 
     /// Reads each whole line of the log at `descriptor` in order, giving its range and its entry
-    /// (nil: a line that is not one, or over the limit); returns where the last whole line ends.
-    @discardableResult
+    /// (nil: a line that is not one, or over the limit); returns where the last whole line ends,
+    /// and whether the file was read to its end (false: a read failed, and `errno` says why).
     static func scan(
         _ descriptor: Int32, problem: (String) -> Void = { _ in },
         _ body: (Range<Int64>, Entry?) -> Void
-    ) -> Int64 {
+    ) -> (end: Int64, whole: Bool) {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .millisecondsSince1970
         var pending: [UInt8] = []
@@ -224,7 +304,8 @@ public final class TransferJournal: Sendable {
         while true {
             let count = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(position)) }
             if count < 0, errno == EINTR { continue }
-            guard count > 0 else { break }
+            if count < 0 { return (pendingStart, false) }
+            if count == 0 { break }
             position += Int64(count)
             var lineStart = 0
             while let newline = chunk[lineStart..<count].firstIndex(of: 0x0A) {
@@ -259,7 +340,7 @@ public final class TransferJournal: Sendable {
                 }
             }
         }
-        return pendingStart
+        return (pendingStart, true)
     }
 
     /// The change number the host promises its transfers' change numbers stay above, kept in
@@ -291,8 +372,9 @@ public final class TransferJournal: Sendable {
         var problems: [String] = []
         var records: [TransferID: TransferRecord] = [:]
         var seen: Set<TransferID> = []
-        _ = log.withLock { log in
-            Self.scan(log.descriptor, problem: { problems.append("\(self.logFile.path): \($0)") }) { _, entry in
+        log.withLock { log in
+            let read = Self.scan(log.descriptor, problem: { problems.append("\(self.logFile.path): \($0)") }) {
+                _, entry in
                 guard let entry else { return }
                 if let record = entry.record {
                     records[record.id] = record
@@ -302,25 +384,35 @@ public final class TransferJournal: Sendable {
                     seen.insert(removed)
                 }
             }
+            if !read.whole {
+                problems.append(
+                    "\(logFile.path): cannot read past byte \(read.end): \(String(cString: strerror(errno)))")
+            }
         }
         let older = readOlderLayout()
         problems += older.problems
         // A transfer the log knows (even as removed) is the log's: its older file is stale.
         let moving = older.records.filter { !seen.contains($0.record.id) }
         for (record, _) in moving { records[record.id] = record }
-        if !moving.isEmpty {
-            do {
-                try commit(moving.map { ($0.record.id, $0.record) })
-                for (_, file) in older.records { unlink(file.path) }
-                try Durable.syncFolder(folder)
-            } catch {
-                problems.append(
-                    "records of the older layout not moved into the log (they stay, and are read again): \(error)")
+        var kept: Set<TransferID> = []
+        do {
+            if !moving.isEmpty {
+                for (id, problem) in try commit(moving.map { ($0.record.id, $0.record) }) {
+                    problems.append(
+                        "a record of the older layout is not moved into the log (its file stays): \(problem)")
+                    kept.insert(id)
+                }
             }
-        } else {
-            // Files whose transfers the log holds already (a move a crash interrupted).
-            for (_, file) in older.records { unlink(file.path) }
+            for (record, file) in older.records where !kept.contains(record.id) {
+                if unlink(file.path) != 0, errno != ENOENT { kept.insert(record.id) }
+            }
+            if !older.records.isEmpty { try Durable.syncFolder(folder) }
+        } catch {
+            problems.append("records of the older layout are not moved into the log (they stay): \(error)")
+            kept.formUnion(older.records.map(\.record.id))
         }
+        // Removing one of those transfers removes its file too: it never comes back.
+        if !kept.isEmpty { log.withLock { $0.olderFiles = true } }
         return (records.values.sorted { $0.id.description < $1.id.description }, problems)
     }
 
@@ -381,14 +473,20 @@ enum Durable {
         guard written, fsync(descriptor) == 0 else { throw .system("cannot write", url) }
     }
 
-    /// Writes all of `bytes` at the descriptor's position (or its end, when it appends).
-    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let count = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+    /// Writes all of `bytes` at the descriptor's position, or at `offset`.
+    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64? = nil) -> Bool {
+        var done = 0
+        while done < bytes.count {
+            let start = bytes.baseAddress! + done
+            let count =
+                if let offset {
+                    pwrite(descriptor, start, bytes.count - done, off_t(offset) + off_t(done))
+                } else {
+                    Glibc.write(descriptor, start, bytes.count - done)
+                }
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { return false }
-            offset += count
+            done += count
         }
         return true
     }

@@ -162,6 +162,52 @@ struct TransferStorageTests {
         #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("\(older[0].id).json").path))
     }
 
+    @Test func aTransferWhoseOlderFileStaysIsRemovedWithIt() throws {
+        let folder = Self.folder("journal-older-kept")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        // A record whose older file is readable but whose line would be over the limit (the
+        // log's line wraps it): it cannot move into the log, and its file stays.
+        var large = TransferRecord(
+            owner: .client("c"), direction: .upload, package: "p", service: "s", size: 1, now: now)
+        large.phase = .completed
+        let limit = TransferJournal.maxRecordBytes
+        // The file's size without the result's base64 (3 bytes are 4 characters), then a result
+        // whose base64 takes the file to 4 to 8 bytes under the limit: its line, which wraps it
+        // in `{"record":…}`, is over it.
+        large.result = [1, 2, 3]
+        let base = try Self.olderLayout(large).count - 4
+        large.result = [UInt8](repeating: 0x41, count: (limit - 4 - base) / 4 * 3)
+        let data = try Self.olderLayout(large)
+        try #require(data.count < limit && data.count + 11 >= limit, "\(data.count)")
+        let file = folder.appendingPathComponent("\(large.id).json")
+        try data.write(to: file)
+        let journal = try TransferJournal(folder: folder)
+        let read = journal.readAll()
+        #expect(read.records == [large], "still read from its file")
+        #expect(read.problems.count == 1 && read.problems[0].contains("not moved"), "\(read.problems)")
+        #expect(FileManager.default.fileExists(atPath: file.path))
+        // Removed (forgotten, say): its file goes with it, and it never comes back.
+        try journal.remove(large.id)
+        #expect(!FileManager.default.fileExists(atPath: file.path))
+        #expect(try TransferJournal(folder: folder).readAll().records.isEmpty)
+    }
+
+    @Test func twoHostsNeverKeepTransfersInOneFolder() throws {
+        let folder = Self.folder("journal-lock")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let held = try TransferJournal.lock(folder)
+        #expect(throws: TransferStorageError.self) { _ = try TransferJournal.lock(folder) }
+        do {
+            _ = try TransferJournal.lock(folder)
+        } catch {
+            #expect(error.description.contains("another process"), "\(error)")
+        }
+        close(held)
+        let again = try TransferJournal.lock(folder)
+        close(again)
+    }
+
     /// A record as the older layout's file held it.
     static func olderLayout(_ record: TransferRecord) throws -> Data {
         let encoder = JSONEncoder()

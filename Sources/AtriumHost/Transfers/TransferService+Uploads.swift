@@ -104,7 +104,7 @@ extension TransferService {
     /// the host's limits when that is -1) from the caller of the request it is answering. Its
     /// space is reserved, and its record is on stable storage, before its id is returned.
     func accept(size: Int64, maxSize: Int64, name: String?, for maker: Maker) -> Result<TransferID, OfferRefusal> {
-        guard let journal else { return .failure(.unavailable(unavailable ?? "the host cannot keep transfers")) }
+        guard journal != nil else { return .failure(.unavailable(unavailable ?? "the host cannot keep transfers")) }
         guard size >= -1, maxSize >= -1 else { return .failure(.invalid("a size or a maximum below -1")) }
         let record = TransferRecord(
             owner: maker.owner, direction: .upload, package: maker.package, service: maker.service,
@@ -124,7 +124,9 @@ extension TransferService {
             let file = try SpoolFile.open(
                 made.id, in: spoolFolder, reserve: size > 0 ? size : nil, floor: limits.freeSpaceFloorBytes)
             file.close()
-            try journal.write(made)
+            // On the journal's queue, after any change already waiting (a revocation that removed
+            // it, say): its line never comes after its removal's.
+            try writeNow(made)
         } catch {
             _ = state.withLock { $0.table.remove(made.id) }
             SpoolFile.remove(made.id, in: spoolFolder)

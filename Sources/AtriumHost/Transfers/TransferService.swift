@@ -32,6 +32,8 @@ final class TransferService: Sendable {
     /// What the host does for the service: hand it a finished upload, tell it a transfer ended.
     let hooks = Mutex<Hooks?>(nil)
     private let journalQueue = DispatchQueue(label: "atriumd.transfers.journal")
+    /// The transfers' folder's lock, held while the host runs (closed with the process).
+    private let folderLock: Int32?
     /// The connections speaking HTTP now (`--transfer-http-connections`), and their channels
     /// (closed at shutdown: they are not the core's connections).
     let httpConnections = Atomic<Int>(0)
@@ -96,12 +98,15 @@ final class TransferService: Sendable {
         pool = NIOThreadPool(numberOfThreads: 2)
         pool.start()
         var journal: TransferJournal?
+        var folderLock: Int32?
         var unavailable: String?
         var records: [TransferRecord] = []
         var floor: UInt64 = 0
         do {
             try FileManager.default.createDirectory(
                 at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            // Before the journal is read: another host's unfinished write is not cut off.
+            folderLock = try TransferJournal.lock(folder)
             let made = try TransferJournal(folder: folder.appendingPathComponent("journal"))
             try FileManager.default.createDirectory(
                 at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -119,6 +124,7 @@ final class TransferService: Sendable {
             logger.error("\(unavailable!)")
         }
         self.journal = journal
+        self.folderLock = folderLock
         self.unavailable = unavailable
         let table = TransferTable(limits: limits, records: records, sequenceFloor: floor)
         for (id, problem) in table.rejected {
@@ -719,40 +725,75 @@ final class TransferService: Sendable {
         journalQueue.asyncAfter(deadline: .now() + Self.journalGroupDelay) { [self] in drainJournal() }
     }
 
+    /// How long the journal waits before it tries again to write changes a failed write left
+    /// unwritten (a full disk, say).
+    static let journalRetryDelay = DispatchTimeInterval.seconds(1)
+
     /// Writes every change made so far, in batches of one write and one sync (on the journal's
-    /// queue).
+    /// queue). After a failed write, the changes wait for another try.
     private func drainJournal() {
-        guard let journal else { return }
-        while true {
-            let batch = state.withLock { state -> [TransferID: TransferRecord?] in
-                let batch = state.unwritten
-                state.unwritten = [:]
-                if batch.isEmpty { state.writing = false }
-                return batch
+        while writeJournalBatch() {}
+    }
+
+    /// Writes the changes waiting now (on the journal's queue): false when there were none, or
+    /// the write failed (then they wait again, unless a later version replaced them, and are
+    /// tried again after ``journalRetryDelay``; until one is written, what it promises is not
+    /// told).
+    @discardableResult
+    private func writeJournalBatch() -> Bool {
+        guard let journal else { return false }
+        let batch = state.withLock { state -> [TransferID: TransferRecord?] in
+            let batch = state.unwritten
+            state.unwritten = [:]
+            if batch.isEmpty { state.writing = false }
+            return batch
+        }
+        if batch.isEmpty { return false }
+        do {
+            let refused = try journal.commit(batch.map { ($0.key, $0.value) })
+            for (_, problem) in refused { logger.error("transfers' journal: \(problem)") }
+            state.withLock { state in
+                for id in batch.keys { state.journalFailed.remove(id) }
+                for (id, _) in refused { state.journalFailed.insert(id) }
             }
-            if batch.isEmpty { return }
-            do {
-                try journal.commit(batch.map { ($0.key, $0.value) })
-                state.withLock { state in
-                    for id in batch.keys { state.journalFailed.remove(id) }
+            return true
+        } catch {
+            logger.error("transfers' journal: \(error); the changes are tried again")
+            state.withLock { state in
+                for (id, record) in batch {
+                    state.journalFailed.insert(id)
+                    if state.unwritten[id] == nil { state.unwritten[id] = .some(record) }
                 }
-            } catch {
-                logger.error("transfers' journal: \(error)")
-                state.withLock { state in
-                    for id in batch.keys { state.journalFailed.insert(id) }
-                }
+                state.writing = true
             }
+            journalQueue.asyncAfter(deadline: .now() + Self.journalRetryDelay) { [self] in drainJournal() }
+            return false
         }
     }
 
-    /// Runs `body` once every change made so far is in the journal, on stable storage.
+    /// Runs `body` once every change made so far is in the journal, on stable storage (or its
+    /// write failed: then the change's transfer is in `journalFailed`).
     func afterJournal(_ body: @escaping @Sendable () -> Void) {
         guard journal != nil else { return body() }
-        // The journal's queue is serial: this block writes what is waiting, then runs `body`.
+        // The journal's queue is serial: this block writes what is waiting now (one batch, not
+        // what keeps coming after it), then runs `body`.
         journalQueue.async { [self] in
-            drainJournal()
+            writeJournalBatch()
             body()
         }
+    }
+
+    /// Writes `record` now, on the journal's queue, unless the table let go of it meanwhile.
+    func writeNow(_ record: TransferRecord) throws(TransferStorageError) {
+        guard let journal else { throw TransferStorageError(unavailable ?? "the host cannot keep transfers") }
+        let outcome: Result<Void, TransferStorageError> = journalQueue.sync {
+            guard state.withLock({ $0.table.find(record.id, owner: record.owner) != nil }) else {
+                return .failure(TransferStorageError("transfer \(record.id) was removed before it was recorded"))
+            }
+            do throws(TransferStorageError) { try journal.write(record) } catch { return .failure(error) }
+            return .success(())
+        }
+        try outcome.get()
     }
 
     func stateFrame(
