@@ -295,6 +295,29 @@ struct TransferDownloadTests {
         #expect(await restarted.stop() == 0)
     }
 
+    @Test func aSecondHostOnTheSameStateFolderKeepsOutOfItsTransfers() async throws {
+        let served = try Served(size: 300_000)
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        let first = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        let client = try await connectedClient(first)
+        let (transfer, size) = try await Self.get(served.name, on: client)
+        let second = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        #expect(second.log.contains("another process (an atriumd?) keeps its transfers in"), "\(second.log)")
+        // The second host's clients are refused a transfer, with a reason.
+        let other = try await connectedClient(second)
+        #expect(try await other.open(channel: 1, service: Self.filesService, package: Self.filesPackage) == .success)
+        let refused = try await other.request(channel: 1, id: 1, ["Command": "get", "Name": .string(served.name)])
+        #expect(refused.status != .success, "\(refused)")
+        #expect(await second.stop() == 0)
+        // The first host's transfer is untouched by it.
+        let attached = try await Self.attach(transfer, on: client, window: 1 << 20)
+        #expect(attached.status == .success && attached.size == size)
+        var bytes: [UInt8] = []
+        _ = try await Self.receive(transfer, on: client, from: 0, until: Int(size), window: 1 << 20, into: &bytes)
+        #expect(bytes == served.bytes)
+        #expect(await first.stop() == 0)
+    }
+
     @Test func aFileChangedUnderADownloadFailsItRatherThanSendAMix() async throws {
         let served = try Served(size: 600_000)
         let host = try await TestHost.start(manifests: served.manifests)
