@@ -23,6 +23,10 @@ public final class TransferJournal: Sendable {
     /// The log: `transfers.log` in the folder.
     public let logFile: URL
     private let log: Mutex<Log>
+    /// For tests: the next this many batches fail halfway through their write, as on a disk
+    /// that fills; the next this many attempts to cut off what a failed write left fail.
+    let injectedFailures = Atomic<Int>(0)
+    let injectedCutFailures = Atomic<Int>(0)
 
     /// The open log, where its whole lines end, and where each transfer's latest line is.
     struct Log {
@@ -160,18 +164,29 @@ public final class TransferJournal: Sendable {
         try log.withLock { log throws(TransferStorageError) in
             try repair(&log)
             if log.olderFiles {
-                // A transfer removed here must not come back from a file of the older layout.
-                for id in removals where unlink(file(of: id).path) != 0 && errno != ENOENT {
-                    throw .system("cannot remove", file(of: id))
-                }
+                // A transfer removed here must not come back from a file of the older layout
+                // (one that cannot be removed is still stale: the log's removal line says so,
+                // until a compaction).
+                for id in removals { unlink(file(of: id).path) }
             } else if lines.allSatisfy({ !$0.live && log.latest[$0.id] == nil }) {
                 // A removal of what the log does not hold needs no line.
                 return
             }
             if lines.isEmpty { return }
             let start = log.size
-            let written = bytes.withUnsafeBytes { Durable.writeAll(log.descriptor, $0, at: start) }
-            guard written, fdatasync(log.descriptor) == 0 else {
+            var written = bytes.withUnsafeBytes { bytes in
+                // A disk that fills in the middle of a batch, for tests: half of it is written.
+                guard injectedFailures.load(ordering: .relaxed) > 0 else {
+                    return Durable.writeAll(log.descriptor, bytes, at: start)
+                }
+                injectedFailures.subtract(1, ordering: .relaxed)
+                _ = Durable.writeAll(
+                    log.descriptor, UnsafeRawBufferPointer(rebasing: bytes[..<(bytes.count / 2)]), at: start)
+                errno = ENOSPC
+                return false
+            }
+            written = written && fdatasync(log.descriptor) == 0
+            guard written else {
                 let failure = TransferStorageError.system("cannot write", logFile)
                 // Whatever part of the batch went in is cut off before the next batch is written.
                 log.dirty = true
@@ -206,6 +221,10 @@ public final class TransferJournal: Sendable {
     private func repair(_ log: inout Log) throws(TransferStorageError) {
         if log.dirty {
             var status = stat()
+            if injectedCutFailures.load(ordering: .relaxed) > 0 {
+                injectedCutFailures.subtract(1, ordering: .relaxed)
+                throw TransferStorageError("cannot cut off a failed write at the end of \(logFile.path) (a test's)")
+            }
             guard ftruncate(log.descriptor, off_t(log.size)) == 0, fstat(log.descriptor, &status) == 0,
                 Int64(status.st_size) == log.size
             else { throw .system("cannot cut off a failed write at the end of", logFile) }
@@ -368,11 +387,11 @@ public final class TransferJournal: Sendable {
     /// (`ID.json`) are taken too, and moved into the log (their files removed once it holds
     /// them); a file of that layout that is not a record is left where it is, and named; a
     /// write of it a crash cut short left only its temporary file, which is removed.
-    public func readAll() -> (records: [TransferRecord], problems: [String]) {
+    public func readAll() throws(TransferStorageError) -> (records: [TransferRecord], problems: [String]) {
         var problems: [String] = []
         var records: [TransferID: TransferRecord] = [:]
         var seen: Set<TransferID> = []
-        log.withLock { log in
+        let scanned = log.withLock { log in
             let read = Self.scan(log.descriptor, problem: { problems.append("\(self.logFile.path): \($0)") }) {
                 _, entry in
                 guard let entry else { return }
@@ -384,10 +403,13 @@ public final class TransferJournal: Sendable {
                     seen.insert(removed)
                 }
             }
-            if !read.whole {
-                problems.append(
-                    "\(logFile.path): cannot read past byte \(read.end): \(String(cString: strerror(errno)))")
-            }
+            return read
+        }
+        // Records past a byte that cannot be read may be what clients were told: the journal is
+        // not used without them.
+        guard scanned.whole else {
+            throw TransferStorageError(
+                "cannot read \(logFile.path) past byte \(scanned.end): \(String(cString: strerror(errno)))")
         }
         let older = readOlderLayout()
         problems += older.problems

@@ -45,20 +45,31 @@ extension TransferHTTPHandler {
             ("Upload-Complete", record.phase == .waiting || record.phase == .running ? "?0" : "?1"),
         ]
         headers.append(record.size >= 0 ? ("Upload-Length", "\(record.size)") : ("Upload-Defer-Length", "1"))
-        respondOnceJournaled(.ok, "", headers: headers, close: false)
+        respondOnceJournaled(.ok, "", headers: headers, close: false, transfer: record.id)
     }
 
     /// Answers once the journal holds every change made so far: an `Upload-Offset` told is one
-    /// the host resumes from after a crash, as an `ack` is.
+    /// the host resumes from after a crash, as an `ack` is. When the journal could not write
+    /// `transfer`'s record, the answer is 503 instead: no offset that is not on disk is told.
     func respondOnceJournaled(
-        _ status: HTTPResponseStatus, _ text: String, headers: [(String, String)], close: Bool
+        _ status: HTTPResponseStatus, _ text: String, headers: [(String, String)], close: Bool,
+        transfer: TransferID
     ) {
         guard let context else { return }
         phase = .answered
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
+        let service = service
         service.afterJournal {
-            loop.execute { handler.value.respond(status, text, headers: headers, close: close) }
+            let written = service.isJournaled(transfer)
+            loop.execute {
+                guard written else {
+                    return handler.value.respond(
+                        .serviceUnavailable, "the host cannot record this upload now: try again shortly\n",
+                        headers: [("Retry-After", "1"), ("Tus-Resumable", "1.0.0")], close: close)
+                }
+                handler.value.respond(status, text, headers: headers, close: close)
+            }
         }
     }
 
@@ -89,7 +100,7 @@ extension TransferHTTPHandler {
                 headers: [("Upload-Offset", "\(record.offset)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded)
         }
         guard offset == record.offset else {
-            return conflict(held: record.offset, "the host holds \(record.offset) bytes, not \(offset)")
+            return conflict(held: record.offset, "the host holds \(record.offset) bytes, not \(offset)", record.id)
         }
         var digest: [UInt8]?
         if let checksum = headers.first(name: "upload-checksum") {
@@ -143,7 +154,8 @@ extension TransferHTTPHandler {
         }
         guard Int64(attached.offset) == offset else {
             service.detach(record.id.uuid, owner: record.owner, connection: connectionID)
-            return conflict(held: Int64(attached.offset), "the host holds \(attached.offset) bytes, not \(offset)")
+            return conflict(
+                held: Int64(attached.offset), "the host holds \(attached.offset) bytes, not \(offset)", record.id)
         }
         upload = Receiving(
             record: record, next: offset, held: offset, window: Int64(attached.window), completes: completes,
@@ -160,11 +172,12 @@ extension TransferHTTPHandler {
     }
 
     /// 409: the offset is not the host's; the client goes on from the one given.
-    func conflict(held: Int64, _ why: String) {
+    func conflict(held: Int64, _ why: String, _ transfer: TransferID) {
         refused("409: \(why)")
         respondOnceJournaled(
             .conflict, "\(why): go on from Upload-Offset\n",
-            headers: [("Upload-Offset", "\(held)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded)
+            headers: [("Upload-Offset", "\(held)"), ("Tus-Resumable", "1.0.0")], close: !requestEnded,
+            transfer: transfer)
     }
 
     /// Body bytes of the PATCH.

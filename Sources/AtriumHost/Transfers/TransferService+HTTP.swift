@@ -47,7 +47,9 @@ extension TransferService {
         let frame = TransferLinkFrame(
             id: request, status: .success, url: "\(base)/transfers/\(id)", bearer: bearer,
             expires: Timestamp(expires))
-        afterJournal { answer(frame) }
+        // A link whose record could not be written would not admit after a restart: refused.
+        let unwritten = refused(TransferErrorCode.insufficientStorage.rawValue)
+        afterJournal { [self] in answer(isJournaled(id) ? frame : unwritten) }
     }
 
     /// `https://ADDRESS:PORT`, for a listener's address (an address any host may bind,

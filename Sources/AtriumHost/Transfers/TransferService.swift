@@ -76,6 +76,8 @@ final class TransferService: Sendable {
         /// whether the journal's queue is writing them.
         var unwritten: [TransferID: TransferRecord?] = [:]
         var writing = false
+        /// A retry of a failed journal write is scheduled.
+        var retrying = false
         /// Unfinished uploads' spool files.
         var spools: [TransferID: UploadSpool] = [:]
         /// Uploads handed to their service and not answered yet, by delivery id.
@@ -114,7 +116,7 @@ final class TransferService: Sendable {
             for made in [folder, spoolFolder] where chmod(made.path, 0o700) != 0 {
                 throw TransferStorageError("cannot make \(made.path) private: \(String(cString: strerror(errno)))")
             }
-            let read = made.readAll()
+            let read = try made.readAll()
             for problem in read.problems { logger.warning("transfers' journal: \(problem)") }
             records = read.records
             floor = made.readFloor()
@@ -138,7 +140,7 @@ final class TransferService: Sendable {
 
     func shutdown() {
         pool.shutdownGracefully { _ in }
-        journalQueue.sync { drainJournal() }
+        journalQueue.sync { while writeJournalBatch() {} }
     }
 
     // MARK: - Making a transfer
@@ -729,11 +731,16 @@ final class TransferService: Sendable {
     /// unwritten (a full disk, say).
     static let journalRetryDelay = DispatchTimeInterval.seconds(1)
 
-    /// Writes every change made so far, in batches of one write and one sync (on the journal's
-    /// queue). After a failed write, the changes wait for another try.
+    /// Writes the changes waiting now, in one batch of one write and one sync (on the journal's
+    /// queue), then comes back for what came meanwhile behind what else the queue has (an
+    /// `afterJournal` waits for one batch, not for all that keeps coming). After a failed write,
+    /// the changes wait for another try.
     private func drainJournal() {
-        while writeJournalBatch() {}
+        if writeJournalBatch() { journalQueue.async { [self] in drainJournal() } }
     }
+
+    /// Whether `id`'s last change was written to the journal (false: its write failed).
+    func isJournaled(_ id: TransferID) -> Bool { !state.withLock { $0.journalFailed.contains(id) } }
 
     /// Writes the changes waiting now (on the journal's queue): false when there were none, or
     /// the write failed (then they wait again, unless a later version replaced them, and are
@@ -759,14 +766,22 @@ final class TransferService: Sendable {
             return true
         } catch {
             logger.error("transfers' journal: \(error); the changes are tried again")
-            state.withLock { state in
+            let retry = state.withLock { state in
                 for (id, record) in batch {
                     state.journalFailed.insert(id)
                     if state.unwritten[id] == nil { state.unwritten[id] = .some(record) }
                 }
                 state.writing = true
+                // One retry waits at a time, however many writes failed meanwhile.
+                defer { state.retrying = true }
+                return !state.retrying
             }
-            journalQueue.asyncAfter(deadline: .now() + Self.journalRetryDelay) { [self] in drainJournal() }
+            if retry {
+                journalQueue.asyncAfter(deadline: .now() + Self.journalRetryDelay) { [self] in
+                    state.withLock { $0.retrying = false }
+                    drainJournal()
+                }
+            }
             return false
         }
     }
