@@ -111,15 +111,7 @@ public final class DownloadFile: Sendable {
     /// came (fewer only when the file shrank) or nil on an error.
     public func read(into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: Int64) -> Int? {
         precondition(count <= buffer.count)
-        var done = 0
-        while done < count {
-            let got = pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-            if got < 0, errno == EINTR { continue }
-            guard got >= 0 else { return nil }
-            if got == 0 { break }
-            done += got
-        }
-        return done
+        return Durable.readAll(descriptor, UnsafeMutableRawBufferPointer(rebasing: buffer[..<count]), at: offset)
     }
 
     /// Reads `count` bytes at `offset` into `buffer` only if the page cache holds them all,

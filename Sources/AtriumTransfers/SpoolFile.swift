@@ -104,15 +104,9 @@ public final class SpoolFile: @unchecked Sendable {
 
     /// Writes `bytes` at `offset`.
     public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(SpoolError) {
-        var done = 0
-        while done < bytes.count {
-            let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
-            if count < 0, errno == EINTR { continue }
-            guard count > 0 else {
-                if errno == ENOSPC || errno == EDQUOT { throw .insufficientStorage("the host's disk is full") }
-                throw .storage(TransferStorageError.system("cannot write", url))
-            }
-            done += count
+        guard Durable.writeAll(descriptor, bytes, at: offset) else {
+            if errno == ENOSPC || errno == EDQUOT { throw .insufficientStorage("the host's disk is full") }
+            throw .storage(TransferStorageError.system("cannot write", url))
         }
     }
 

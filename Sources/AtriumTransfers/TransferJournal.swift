@@ -42,6 +42,8 @@ public final class TransferJournal: Sendable {
         var compactAt = TransferJournal.compactionFloor
         /// Files of the older layout may still be in the folder: a removal also removes its file.
         var olderFiles = false
+        /// The transfers whose latest line in the log is their removal.
+        var removed: Set<TransferID> = []
     }
 
     /// One line of the log: a record's new version, or a transfer's removal.
@@ -49,6 +51,17 @@ public final class TransferJournal: Sendable {
         var record: TransferRecord?
         var removed: TransferID?
     }
+
+    /// What the index needs of a line (whose it is, and whether it removes it), read without
+    /// making the record: the records are made once, of the latest lines only, by ``readAll()``.
+    struct EntryKey: Decodable {
+        struct Record: Decodable { var id: TransferID }
+        var record: Record?
+        var removed: TransferID?
+    }
+
+    /// What could not be read when the log was opened (lines that are not records).
+    let openingProblems: [String]
 
     /// The journal in `folder`, made if it is not there, and private to the host's user (0700;
     /// the log 0600). A log that is a link, or not a regular file, is refused, never followed.
@@ -74,14 +87,21 @@ public final class TransferJournal: Sendable {
         }
         var latest: [TransferID: Range<Int64>] = [:]
         var liveBytes: Int64 = 0
-        let (end, whole) = Self.scan(descriptor) { range, entry in
+        var removed: Set<TransferID> = []
+        var problems: [String] = []
+        let path = logFile.path
+        let (end, whole) = Self.scan(descriptor, as: EntryKey.self, problem: { problems.append("\(path): \($0)") }) {
+            range, entry in
             guard let entry else { return }
             if let id = entry.record?.id ?? entry.removed, let old = latest.removeValue(forKey: id) {
                 liveBytes -= Int64(old.count)
             }
-            if let record = entry.record {
-                latest[record.id] = range
+            if let id = entry.record?.id {
+                latest[id] = range
                 liveBytes += Int64(range.count)
+                removed.remove(id)
+            } else if let id = entry.removed {
+                removed.insert(id)
             }
         }
         // A log that cannot be read to its end is not cut there: its later lines may be what a
@@ -101,7 +121,8 @@ public final class TransferJournal: Sendable {
                 throw error
             }
         }
-        log = Mutex(Log(descriptor: descriptor, size: end, latest: latest, liveBytes: liveBytes))
+        openingProblems = problems
+        log = Mutex(Log(descriptor: descriptor, size: end, latest: latest, liveBytes: liveBytes, removed: removed))
     }
 
     deinit {
@@ -199,6 +220,9 @@ public final class TransferJournal: Sendable {
                 if line.live {
                     log.latest[line.id] = offset..<offset + Int64(line.count)
                     log.liveBytes += Int64(line.count)
+                    log.removed.remove(line.id)
+                } else {
+                    log.removed.insert(line.id)
                 }
                 offset += Int64(line.count)
             }
@@ -279,7 +303,7 @@ public final class TransferJournal: Sendable {
             for (id, range) in log.latest.sorted(by: { $0.value.lowerBound < $1.value.lowerBound }) {
                 line = [UInt8](repeating: 0, count: range.count)
                 let read = line.withUnsafeMutableBytes { Durable.readAll(log.descriptor, $0, at: range.lowerBound) }
-                guard read else { throw TransferStorageError.system("cannot read", logFile) }
+                guard read == range.count else { throw TransferStorageError.system("cannot read", logFile) }
                 guard line.withUnsafeBytes({ Durable.writeAll(descriptor, $0, at: size) }) else {
                     throw TransferStorageError.system("cannot write", temporary)
                 }
@@ -300,6 +324,7 @@ public final class TransferJournal: Sendable {
         log.size = size
         log.latest = latest
         log.liveBytes = size
+        log.removed = []
         log.compactAt = compactionFloor
         log.folderUnsynced = true
         try Durable.syncFolder(folder)
@@ -309,9 +334,9 @@ public final class TransferJournal: Sendable {
     /// Reads each whole line of the log at `descriptor` in order, giving its range and its entry
     /// (nil: a line that is not one, or over the limit); returns where the last whole line ends,
     /// and whether the file was read to its end (false: a read failed, and `errno` says why).
-    static func scan(
-        _ descriptor: Int32, problem: (String) -> Void = { _ in },
-        _ body: (Range<Int64>, Entry?) -> Void
+    static func scan<Line: Decodable>(
+        _ descriptor: Int32, as line: Line.Type, problem: (String) -> Void,
+        _ body: (Range<Int64>, Line?) -> Void
     ) -> (end: Int64, whole: Bool) {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .millisecondsSince1970
@@ -338,7 +363,7 @@ public final class TransferJournal: Sendable {
                 } else {
                     pending.append(contentsOf: chunk[lineStart..<newline])
                     do {
-                        body(range, try decoder.decode(Entry.self, from: Data(pending)))
+                        body(range, try decoder.decode(Line.self, from: Data(pending)))
                     } catch {
                         problem(
                             "the line at \(range.lowerBound) is not a transfer's record (\(error.localizedDescription))"
@@ -388,28 +413,25 @@ public final class TransferJournal: Sendable {
     /// them); a file of that layout that is not a record is left where it is, and named; a
     /// write of it a crash cut short left only its temporary file, which is removed.
     public func readAll() throws(TransferStorageError) -> (records: [TransferRecord], problems: [String]) {
-        var problems: [String] = []
+        var problems = openingProblems
         var records: [TransferID: TransferRecord] = [:]
-        var seen: Set<TransferID> = []
-        let scanned = log.withLock { log in
-            let read = Self.scan(log.descriptor, problem: { problems.append("\(self.logFile.path): \($0)") }) {
-                _, entry in
-                guard let entry else { return }
-                if let record = entry.record {
-                    records[record.id] = record
-                    seen.insert(record.id)
-                } else if let removed = entry.removed {
-                    records[removed] = nil
-                    seen.insert(removed)
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        // Each transfer's latest line, found by the index: the log is not read whole again.
+        let seen = try log.withLock { log throws(TransferStorageError) -> Set<TransferID> in
+            for (id, range) in log.latest {
+                var line = [UInt8](repeating: 0, count: range.count - 1)
+                let read = line.withUnsafeMutableBytes { Durable.readAll(log.descriptor, $0, at: range.lowerBound) }
+                guard read == line.count else { throw .system("cannot read", logFile) }
+                do {
+                    if let record = try decoder.decode(Entry.self, from: Data(line)).record { records[id] = record }
+                } catch {
+                    problems.append(
+                        "\(logFile.path): the line at \(range.lowerBound) is not a transfer's record (\(error.localizedDescription))"
+                    )
                 }
             }
-            return read
-        }
-        // Records past a byte that cannot be read may be what clients were told: the journal is
-        // not used without them.
-        guard scanned.whole else {
-            throw TransferStorageError(
-                "cannot read \(logFile.path) past byte \(scanned.end): \(String(cString: strerror(errno)))")
+            return Set(log.latest.keys).union(log.removed)
         }
         let older = readOlderLayout()
         problems += older.problems
@@ -491,21 +513,16 @@ enum Durable {
         let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .system("cannot write", url) }
         defer { close(descriptor) }
-        let written = data.withUnsafeBytes { writeAll(descriptor, $0) }
+        let written = data.withUnsafeBytes { writeAll(descriptor, $0, at: 0) }
         guard written, fsync(descriptor) == 0 else { throw .system("cannot write", url) }
     }
 
-    /// Writes all of `bytes` at the descriptor's position, or at `offset`.
-    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64? = nil) -> Bool {
+    /// Writes all of `bytes` at `offset` of the descriptor's file (`pwrite`, again after a short
+    /// write or a signal); false on an error, with `errno` set.
+    static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
         var done = 0
         while done < bytes.count {
-            let start = bytes.baseAddress! + done
-            let count =
-                if let offset {
-                    pwrite(descriptor, start, bytes.count - done, off_t(offset) + off_t(done))
-                } else {
-                    Glibc.write(descriptor, start, bytes.count - done)
-                }
+            let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { return false }
             done += count
@@ -513,16 +530,18 @@ enum Durable {
         return true
     }
 
-    /// Fills `bytes` from `offset` of the descriptor's file; false at its end or on an error.
-    static func readAll(_ descriptor: Int32, _ bytes: UnsafeMutableRawBufferPointer, at offset: Int64) -> Bool {
+    /// Fills `bytes` from `offset` of the descriptor's file (`pread`, again after a short read or
+    /// a signal): how many came (fewer only at the file's end), or nil on an error.
+    static func readAll(_ descriptor: Int32, _ bytes: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int? {
         var done = 0
         while done < bytes.count {
             let count = pread(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
             if count < 0, errno == EINTR { continue }
-            guard count > 0 else { return false }
+            guard count >= 0 else { return nil }
+            if count == 0 { break }
             done += count
         }
-        return true
+        return done
     }
 
     /// The bytes of the regular file at `url`, at most `limit` of them; a link, a FIFO, a

@@ -59,9 +59,7 @@ extension TransferHTTPHandler {
         phase = .answered
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         let loop = context.eventLoop
-        let service = service
-        service.afterJournal {
-            let written = service.isJournaled(transfer)
+        service.afterJournal(of: transfer) { written in
             loop.execute {
                 guard written else {
                     return handler.value.respond(

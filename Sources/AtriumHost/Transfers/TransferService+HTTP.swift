@@ -49,7 +49,7 @@ extension TransferService {
             expires: Timestamp(expires))
         // A link whose record could not be written would not admit after a restart: refused.
         let unwritten = refused(TransferErrorCode.insufficientStorage.rawValue)
-        afterJournal { [self] in answer(isJournaled(id) ? frame : unwritten) }
+        afterJournal(of: id) { written in answer(written ? frame : unwritten) }
     }
 
     /// `https://ADDRESS:PORT`, for a listener's address (an address any host may bind,

@@ -380,8 +380,8 @@ extension TransferService {
         // The ack goes out once the journal holds the offset it says: after `kill -9` the host
         // resumes from the journal, and must hold at least every byte it acknowledged. A journal
         // that could not be written fails the upload rather than promise what is not on disk.
-        afterJournal { [self] in
-            if state.withLock({ $0.journalFailed.contains(id) }) {
+        afterJournal(of: id) { [self] written in
+            if !written {
                 logger.error("transfer \(id) fails: its journal could not be written")
                 tellEnded(id, phase: .failed, error: .insufficientStorage)
                 return

@@ -739,9 +739,6 @@ final class TransferService: Sendable {
         if writeJournalBatch() { journalQueue.async { [self] in drainJournal() } }
     }
 
-    /// Whether `id`'s last change was written to the journal (false: its write failed).
-    func isJournaled(_ id: TransferID) -> Bool { !state.withLock { $0.journalFailed.contains(id) } }
-
     /// Writes the changes waiting now (on the journal's queue): false when there were none, or
     /// the write failed (then they wait again, unless a later version replaced them, and are
     /// tried again after ``journalRetryDelay``; until one is written, what it promises is not
@@ -786,15 +783,17 @@ final class TransferService: Sendable {
         }
     }
 
-    /// Runs `body` once every change made so far is in the journal, on stable storage (or its
-    /// write failed: then the change's transfer is in `journalFailed`).
-    func afterJournal(_ body: @escaping @Sendable () -> Void) {
-        guard journal != nil else { return body() }
+    /// Runs `body` once every change made so far is in the journal, on stable storage, telling
+    /// it whether transfer `id`'s last change was written (false: its write failed, and what
+    /// it would promise must not be told).
+    func afterJournal(of id: TransferID, _ body: @escaping @Sendable (_ written: Bool) -> Void) {
+        let written: @Sendable () -> Bool = { [self] in !state.withLock { $0.journalFailed.contains(id) } }
+        guard journal != nil else { return body(written()) }
         // The journal's queue is serial: this block writes what is waiting now (one batch, not
         // what keeps coming after it), then runs `body`.
         journalQueue.async { [self] in
             writeJournalBatch()
-            body()
+            body(written())
         }
     }
 
