@@ -6,6 +6,9 @@ with the host's CPU time per small file, by thread (counted until the host is id
 that work it does after the last file, its journal's writes, counts too). Every measurement
 starts with the hosts idle.
 
+Each small-file run is made twice, taking turns: with an `attach` after each answer (two round
+trips a file), and with each download started by its request (`--started`: one round trip).
+
 With --against DIR, a second host built elsewhere (DIR holds its release `atriumd` and
 `libFiles.so`, e.g. a worktree of an earlier commit) is measured in the same run, the two taking
 turns, with the same client: a change's effect as a ratio of two hosts measured together.
@@ -87,7 +90,7 @@ def main():
                     file.write(os.urandom(1 << 20))
             transfers.RELEASE = release
             hosts[name] = transfers.start_host(folder, scratch, pin)
-        results = {name: {"single": [], "many": [], "cpu": []} for name in builds}
+        results = {name: {"single": [], "many": [], "cpu": [], "started": [], "startedCpu": []} for name in builds}
         for round in range(arguments.rounds):
             order = list(hosts.items()) if round % 2 == 0 else list(reversed(list(hosts.items())))
             for name, (host, port) in order:
@@ -96,36 +99,45 @@ def main():
                 moved, seconds = transfers.run([client, "get", str(port), "big.bin", big, "--tls"], pin)
                 os.unlink(big)
                 results[name]["single"].append(moved / seconds)
-                settle([host.pid for host, _ in hosts.values()])
-                into = os.path.join(output, f"many-{round}")
-                os.makedirs(into)
-                before = thread_seconds(host.pid)
-                moved, seconds = transfers.run(
-                    [client, "many", str(port), "small", str(arguments.count), into, "--tls"], pin)
-                settle([host.pid])
-                after = thread_seconds(host.pid)
-                shutil.rmtree(into)
-                results[name]["many"].append(moved / seconds)
-                results[name]["cpu"].append({key: after[key] - before.get(key, 0) for key in after})
+                modes = [("many", "cpu", []), ("started", "startedCpu", ["--started"])]
+                for key, cpu, flags in (modes if round % 2 == 0 else list(reversed(modes))):
+                    settle([host.pid for host, _ in hosts.values()])
+                    into = os.path.join(output, f"many-{round}")
+                    os.makedirs(into)
+                    before = thread_seconds(host.pid)
+                    moved, seconds = transfers.run(
+                        [client, "many", str(port), "small", str(arguments.count), into, "--tls", *flags], pin)
+                    settle([host.pid])
+                    after = thread_seconds(host.pid)
+                    shutil.rmtree(into)
+                    results[name][key].append(moved / seconds)
+                    results[name][cpu].append({key: after[key] - before.get(key, 0) for key in after})
         print(f"{'pinned to core 0' if pin else 'unpinned'}, median of {arguments.rounds}, "
               f"{arguments.count} x 100 KiB against {arguments.big_mib} MiB:")
         for name in builds:
             single = statistics.median(results[name]["single"])
-            many = statistics.median(results[name]["many"])
-            per_file = 100 * 1024 / many * 1000
-            threads = {}
-            for sample in results[name]["cpu"]:
-                for key, value in sample.items():
-                    threads.setdefault(key, []).append(value)
-            cpu = {key: statistics.median(values) / arguments.count * 1000 for key, values in threads.items()}
-            busy = ", ".join(f"{key} {value:.3f}" for key, value in sorted(cpu.items(), key=lambda x: -x[1])
-                             if value >= 0.005)
-            print(f"  {name}: single file {single / 2**20:.1f} MiB/s, small files {many / 2**20:.1f} MiB/s "
-                  f"({per_file:.3f} ms a file), ratio {many / single:.2f}; "
-                  f"host CPU {sum(cpu.values()):.3f} ms a file ({busy})")
+            print(f"  {name}: single file {single / 2**20:.1f} MiB/s")
+            for key, cpu_key, label in (("many", "cpu", "attached after each answer"),
+                                        ("started", "startedCpu", "started with each request")):
+                many = statistics.median(results[name][key])
+                per_file = 100 * 1024 / many * 1000
+                threads = {}
+                for sample in results[name][cpu_key]:
+                    for thread, value in sample.items():
+                        threads.setdefault(thread, []).append(value)
+                cpu = {thread: statistics.median(values) / arguments.count * 1000 for thread, values in threads.items()}
+                busy = ", ".join(f"{thread} {value:.3f}" for thread, value in sorted(cpu.items(), key=lambda x: -x[1])
+                                 if value >= 0.005)
+                print(f"    small files, {label}: {many / 2**20:.1f} MiB/s ({per_file:.3f} ms a file), "
+                      f"ratio to the single file {many / single:.2f}; host CPU {sum(cpu.values()):.3f} ms a file ({busy})")
+            started = statistics.median(results[name]["started"]) / statistics.median(results[name]["many"])
+            print(f"    small files started with each request / attached after each answer: {started:.2f}")
         if arguments.against:
             ratio = statistics.median(results["this build"]["many"]) / statistics.median(results["against"]["many"])
-            print(f"  small files, this build / against: {ratio:.2f}")
+            print(f"  small files attached after each answer, this build / against: {ratio:.2f}")
+            ratio = statistics.median(results["this build"]["started"]) / statistics.median(results["against"]["many"])
+            print(f"  small files, this build started with each request / against attached after each answer: "
+                  f"{ratio:.2f}")
     finally:
         for host, _ in hosts.values():
             host.kill()

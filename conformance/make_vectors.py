@@ -157,6 +157,13 @@ CLIENT_FRAMES: List[Tuple[str, dict]] = [
     ("transfers", {"type": "transfers", "id": 12, "since": 41, "forget": [TRANSFER]}),
     ("transfers, all", {"type": "transfers", "id": 13}),
     ("transferLink", {"type": "transferLink", "id": 14, "transfer": TRANSFER}),
+    # A download started with its request (docs/PROTOCOL.md).
+    ("request, starting its download", {"type": "request", "channel": 1, "id": 15,
+                                        "message": {"Command": "get", "Name": "IMG_0001.HEIC"},
+                                        "attach": {"window": 4194304}}),
+    ("request, starting its download with the default window", {"type": "request", "channel": 1, "id": 16,
+                                                                "message": {"Command": "get", "Name": "a.jpg"},
+                                                                "attach": {}}),
 ]
 
 HOST_FRAMES: List[Tuple[str, dict]] = [
@@ -212,6 +219,21 @@ HOST_FRAMES: List[Tuple[str, dict]] = [
     ("transferLink", {"type": "transferLink", "id": 14, "status": 0,
                       "url": "https://192.168.1.20:7340/transfers/6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9",
                       "bearer": "q" * 43, "expires": date(2026, 12, 3, 9, 0)}),
+    # A download started with its request (docs/PROTOCOL.md).
+    ("response, its download attached", {"type": "response", "channel": 1, "id": 15, "status": 0,
+                                         "message": {"Transfer": TRANSFER, "Size": 5000000},
+                                         "attached": {"id": 15, "transfer": TRANSFER, "status": 0,
+                                                      "direction": "download", "size": 5000000, "offset": 0,
+                                                      "chunkBytes": 262144, "window": 4194304,
+                                                      "expires": date(2026, 12, 3, 9, 0), "name": "IMG_0001.HEIC"}}),
+    ("response, its download not attached", {"type": "response", "channel": 1, "id": 16, "status": 0,
+                                             "message": {"Transfer": TRANSFER, "Size": 10},
+                                             "attached": {"id": 16, "transfer": TRANSFER, "status": 2,
+                                                          "direction": "download", "size": 10, "offset": 0,
+                                                          "chunkBytes": 0, "window": 0,
+                                                          "expires": date(2026, 12, 3, 9, 0),
+                                                          "error": "this connection has 64 transfers attached, "
+                                                                   "its limit"}}),
 ]
 
 PAIRINGS = [

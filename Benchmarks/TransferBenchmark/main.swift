@@ -9,8 +9,10 @@
 //                                    its partial bytes beside OUT; HELD, a file of the first
 //                                    bytes, is taken as what the client already holds
 //   put PORT FILE [--tls]            an upload through Files (UploadOperation)
-//   many PORT PREFIX COUNT OUT [--tls] downloads PREFIX0 … PREFIX(COUNT-1) one after another on
-//                                    one connection into the folder OUT
+//   many PORT PREFIX COUNT OUT [--tls] [--started]
+//                                    downloads PREFIX0 … PREFIX(COUNT-1) one after another on
+//                                    one connection into the folder OUT; with --started, each
+//                                    download starts with its request (no attach round trip)
 //   link PORT NAME [SIZE] --tls      a download of NAME (an upload of SIZE bytes as NAME) and
 //                                    its HTTPS link; prints "url U bearer B pin P" (curl's pin)
 //
@@ -29,7 +31,8 @@ import NIOSSL
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let tls = arguments.contains("--tls")
-let words = arguments.filter { $0 != "--tls" }
+let started = arguments.contains("--started")
+let words = arguments.filter { $0 != "--tls" && $0 != "--started" }
 
 func fail(_ text: String) -> Never {
     FileHandle.standardError.write(Data("atrium-transfer-bench: \(text)\n".utf8))
@@ -130,11 +133,12 @@ func opened(_ files: AppServiceConnection?, _ connection: AtriumConnection) asyn
     return try await openFiles(on: connection)
 }
 
-func transfer(_ message: ValueSet, on connection: AtriumConnection, files: AppServiceConnection? = nil) async throws
-    -> UUID
-{
+func transfer(
+    _ message: ValueSet, on connection: AtriumConnection, files: AppServiceConnection? = nil,
+    startingDownload: Bool = false
+) async throws -> UUID {
     let files = try await opened(files, connection)
-    let answer = try await files.sendMessage(message)
+    let answer = try await files.sendMessage(message, startingDownload: startingDownload)
     guard case .uuid(let id)? = answer.message["Transfer"] else { fail("Files answered \(answer.status)") }
     return id
 }
@@ -222,7 +226,8 @@ case "many":
     for index in 0..<count {
         let asked = ContinuousClock.now
         let id = try await transfer(
-            ["Command": "get", "Name": .string("\(words[2])\(index)")], on: connection, files: files)
+            ["Command": "get", "Name": .string("\(words[2])\(index)")], on: connection, files: files,
+            startingDownload: started)
         asking += ContinuousClock.now - asked
         total +=
             try await DownloadOperation(

@@ -99,10 +99,18 @@ public final class AppServiceConnection: Sendable {
 
     /// Sends a message and waits for the service's answer.
     ///
+    /// With `startingDownload`, a download the service offers in its answer (its `Transfer`)
+    /// starts at once, with no round trip of its own: its bytes follow the answer, and the
+    /// ``DownloadOperation`` made for it takes them up (run it, or detach the transfer: until
+    /// then this connection holds what arrives, at most a window). A host older than this
+    /// feature answers as before, and the operation attaches.
+    ///
     /// - Throws: ``AtriumClientError``: `channelNotOpen` before a successful open or after
     ///   the channel closed, `timedOut`, `hostWentAway`; `CancellationError` when the task is
     ///   cancelled (the answer, if it still comes, is dropped).
-    public func sendMessage(_ message: ValueSet, timeout: Duration? = nil) async throws -> AppServiceResponse {
+    public func sendMessage(_ message: ValueSet, startingDownload: Bool = false, timeout: Duration? = nil)
+        async throws -> AppServiceResponse
+    {
         guard let channel = channelNumber.withLock({ $0 }),
             connection.state.withLock({ $0.channels[channel] != nil })
         else {
@@ -116,8 +124,15 @@ public final class AppServiceConnection: Sendable {
             )
         }
         let id = connection.makeNumber()
+        if startingDownload { connection.state.withLock { _ = $0.startingRequests.insert(.response(channel, id)) } }
+        defer {
+            if startingDownload { connection.state.withLock { _ = $0.startingRequests.remove(.response(channel, id)) } }
+        }
         let frame = try await connection.call(
-            .request(RequestFrame(channel: channel, id: id, message: EncodedValueSet(message))),
+            .request(
+                RequestFrame(
+                    channel: channel, id: id, message: EncodedValueSet(message),
+                    attach: startingDownload ? RequestAttach(window: DownloadOperation.defaultWindow) : nil)),
             awaiting: .response(channel, id),
             timeout: timeout
         )

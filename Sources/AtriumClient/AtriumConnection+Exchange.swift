@@ -27,18 +27,22 @@ extension AtriumConnection {
                     continuation.resume(throwing: failure)
                     return
                 }
-                let timer = channel.eventLoop.scheduleTask(in: .init(timeout)) {
-                    self.fail(key, AtriumClientError(.timedOut, self.noAnswer(to: frame, within: timeout)))
-                }
-                state.withLock { state in
-                    if state.waiters[key] != nil { state.waiters[key]!.timer = timer } else { timer.cancel() }
-                }
                 if Task.isCancelled {
                     fail(key, CancellationError())
                     return
                 }
-                channel.writeAndFlush(frame).whenFailure { error in
-                    self.fail(key, AtriumClientError(.hostWentAway, "could not send \(frame.type): \(error)"))
+                // The timer and the write in one hop to the event loop.
+                let channel = channel
+                channel.eventLoop.execute {
+                    let timer = channel.eventLoop.scheduleTask(in: .init(timeout)) {
+                        self.fail(key, AtriumClientError(.timedOut, self.noAnswer(to: frame, within: timeout)))
+                    }
+                    self.state.withLock { state in
+                        if state.waiters[key] != nil { state.waiters[key]!.timer = timer } else { timer.cancel() }
+                    }
+                    channel.writeAndFlush(frame).whenFailure { error in
+                        self.fail(key, AtriumClientError(.hostWentAway, "could not send \(frame.type): \(error)"))
+                    }
                 }
             }
         } onCancel: {
@@ -94,6 +98,13 @@ extension AtriumConnection {
         return true
     }
 
+    /// Sends a frame that has no answer, without waiting for it to be written: a failed write
+    /// ends the connection, and the next call hears why.
+    func sendNow(_ frame: ClientFrame) throws {
+        if let ended = state.withLock({ $0.ended }) { throw ended }
+        channel.writeAndFlush(frame, promise: nil)
+    }
+
     /// Sends a frame that has no answer.
     func send(_ frame: ClientFrame) async throws {
         if let ended = state.withLock({ $0.ended }) { throw ended }
@@ -111,6 +122,11 @@ extension AtriumConnection {
         case .opened(let opened):
             _ = deliver(frame, to: .opened(opened.channel))
         case .response(let response):
+            // A download started with its request: its chunks follow at once, so its stream is
+            // in place before the next frame is read.
+            if let attached = response.attached {
+                downloadStarted(attached, answering: .response(response.channel, response.id))
+            }
             _ = deliver(frame, to: .response(response.channel, response.id))
         case .pong(let id):
             _ = deliver(frame, to: .pong(id))
@@ -184,6 +200,8 @@ extension AtriumConnection {
                 state.waiters.removeAll()
                 state.channels.removeAll()
                 state.transfers.removeAll()
+                state.startedDownloads.removeAll()
+                state.startingRequests.removeAll()
             }
             for (_, events) in state.transfers { events.finish() }
             return (state.waiters, state.channels, reason)

@@ -21,6 +21,15 @@ extension AtriumConnection {
     public func attachTransfer(_ transfer: UUID, offset: UInt64? = nil, window: UInt64? = nil, timeout: Duration? = nil)
         async throws -> (attached: AttachedFrame, events: AsyncStream<TransferEvent>)
     {
+        // Attached already, by the request that started it, and not taken up since.
+        let started = state.withLock { $0.startedDownloads.removeValue(forKey: transfer) }
+        if let started, (offset ?? 0) == 0 {
+            if let window, window != started.attached.window {
+                // The window this run wants, from the bytes held (none).
+                try await send(.transfer(.ack(AckFrame(transfer: transfer, offset: 0, window: window))))
+            }
+            return (started.attached, started.events)
+        }
         let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
         let earlier = state.withLock { state in
             defer { state.transfers[transfer] = continuation }
@@ -83,7 +92,27 @@ extension AtriumConnection {
     }
 
     func stopEvents(of transfer: UUID) {
-        state.withLock { $0.transfers.removeValue(forKey: transfer) }?.finish()
+        state.withLock { state in
+            state.startedDownloads[transfer] = nil
+            return state.transfers.removeValue(forKey: transfer)
+        }?.finish()
+    }
+
+    /// A response's `attached` (on the event loop, before the frames after it): a download
+    /// attached with the request that started it, waiting for ``attachTransfer(_:offset:window:timeout:)``.
+    func downloadStarted(_ attached: AttachedFrame, answering key: WaitKey) {
+        // Only a request that asked has its download started; another `attached` is ignored.
+        guard state.withLock({ $0.startingRequests.remove(key) != nil }) else { return }
+        guard attached.status == .success, attached.direction == "download" else { return }
+        let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
+        let earlier = state.withLock { state in
+            defer {
+                state.transfers[attached.transfer] = continuation
+                state.startedDownloads[attached.transfer] = StartedDownload(attached: attached, events: events)
+            }
+            return state.transfers[attached.transfer]
+        }
+        earlier?.finish()
     }
 
     /// A transfer frame from the host, on the event loop.
@@ -96,7 +125,24 @@ extension AtriumConnection {
         case .link(let link):
             _ = deliver(.transfer(frame), to: .link(link.id))
         case .chunk(let chunk):
-            _ = state.withLock { $0.transfers[chunk.transfer] }?.yield(.chunk(chunk))
+            let (events, overflowed) = state.withLock { state in
+                let events = state.transfers[chunk.transfer]
+                guard var started = state.startedDownloads[chunk.transfer] else { return (events, false) }
+                // Not taken up yet: held here, up to the window it was started with.
+                started.buffered += chunk.data.readableBytes
+                guard started.buffered <= Int(clamping: started.attached.window) + (1 << 20) else {
+                    state.startedDownloads[chunk.transfer] = nil
+                    state.transfers[chunk.transfer] = nil
+                    return (events, true)
+                }
+                state.startedDownloads[chunk.transfer] = started
+                return (events, false)
+            }
+            if overflowed {
+                events?.finish()
+            } else {
+                events?.yield(.chunk(chunk))
+            }
         case .ack(let ack):
             _ = state.withLock { $0.transfers[ack.transfer] }?.yield(.ack(ack))
         case .state(let told):

@@ -64,6 +64,22 @@ public final class AtriumConnection: Sendable {
         var unclaimedPaired: [UInt64: PairedFrame] = [:]
         /// Where the frames of each transfer this client has attached go.
         var transfers: [UUID: AsyncStream<TransferEvent>.Continuation] = [:]
+        /// Downloads attached with the request that started them (``AppServiceConnection``
+        /// `sendMessage(_:startingDownload:timeout:)`), until ``attachTransfer(_:offset:window:timeout:)``
+        /// takes them up.
+        var startedDownloads: [UUID: StartedDownload] = [:]
+        /// The requests waiting for a response that asked the host to start a download: only
+        /// their responses' `attached` is taken.
+        var startingRequests: Set<WaitKey> = []
+    }
+
+    /// A download its request started, not yet taken up: its `attached`, its frames so far,
+    /// and the bytes they hold (at most its window and a chunk: a host that sends more loses
+    /// the start, and the operation attaches as usual).
+    struct StartedDownload {
+        var attached: AttachedFrame
+        var events: AsyncStream<TransferEvent>
+        var buffered = 0
     }
 
     /// Where a channel's events go: the service's messages, and its closing.

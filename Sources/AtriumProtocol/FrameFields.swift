@@ -370,6 +370,12 @@ struct FrameFields {
         return try FrameFields(name: "\(name).\(key)", raw: raw, body: body, at: range.lowerBound)
     }
 
+    /// The fields of the map under `key`, if there is one.
+    func optionalMap(_ key: StaticString) throws(FrameError) -> FrameFields? {
+        guard let range = range(key) else { return nil }
+        return try FrameFields(name: "\(name).\(key)", raw: raw, body: body, at: range.lowerBound)
+    }
+
     /// The fields of each map in the array under `key`.
     func arrayOfMaps(_ key: StaticString) throws(FrameError) -> [FrameFields] {
         // Once, not per map: a frame's `name` reads its `type`, which a hostile peer can make

@@ -73,26 +73,38 @@ func count(_ a: Bool, _ b: Bool = false, _ c: Bool = false, _ d: Bool = false) -
 
 extension RequestFrame {
     func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
-        buffer.writeFrameHeader("request", keys: 4)
+        buffer.writeFrameHeader("request", keys: 4 + count(attach != nil))
         buffer.writeKey("channel", channel)
         buffer.writeKey("id", id)
         buffer.writeKey("message", message)
+        if let attach {
+            buffer.writeText("attach" as StaticString)
+            buffer.writeHead(major: 5, argument: UInt64(count(attach.window != nil)))
+            if let window = attach.window { buffer.writeKey("window", window) }
+        }
     }
 
     init(_ fields: FrameFields) throws(FrameError) {
         self.init(
-            channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"))
+            channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"),
+            attach: try fields.optionalMap("attach").map { (attach) throws(FrameError) in
+                RequestAttach(window: try attach.optionalOffset("window"))
+            })
     }
 }
 
 extension ResponseFrame {
     func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
-        buffer.writeFrameHeader("response", keys: 5 + count(error != nil))
+        buffer.writeFrameHeader("response", keys: 5 + count(error != nil, attached != nil))
         buffer.writeKey("channel", channel)
         buffer.writeKey("id", id)
         buffer.writeKey("status", status.wireValue)
         buffer.writeKey("message", message)
         if let error { buffer.writeKey("error", error) }
+        if let attached {
+            buffer.writeText("attached" as StaticString)
+            attached.encodeFields(into: &buffer, asFrame: false)
+        }
     }
 
     init(_ fields: FrameFields) throws(FrameError) {
@@ -101,7 +113,10 @@ extension ResponseFrame {
             id: try fields.uint("id"),
             status: AppServiceResponseStatus(rawValue: try fields.int("status")),
             message: try fields.optionalMessage("message") ?? .empty,
-            error: try fields.optionalText("error")
+            error: try fields.optionalText("error"),
+            attached: try fields.optionalMap("attached").map { (attached) throws(FrameError) in
+                try AttachedFrame(attached)
+            }
         )
     }
 }

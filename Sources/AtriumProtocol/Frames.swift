@@ -39,11 +39,26 @@ public struct RequestFrame: Sendable, Hashable {
     public var channel: UInt64
     public var id: UInt64
     public var message: EncodedValueSet
+    /// A client's `attach` (docs/PROTOCOL.md, "A download started with its request"): a
+    /// download the service offers while answering is attached to this connection at once, and
+    /// its `attached` comes in the response.
+    public var attach: RequestAttach?
 
-    public init(channel: UInt64, id: UInt64, message: EncodedValueSet) {
+    public init(channel: UInt64, id: UInt64, message: EncodedValueSet, attach: RequestAttach? = nil) {
         self.channel = channel
         self.id = id
         self.message = message
+        self.attach = attach
+    }
+}
+
+/// A request's `attach`: the window of the download it starts (the bytes the host may send
+/// before the client's first `ack`; 4 MiB when absent), from offset 0.
+public struct RequestAttach: Sendable, Hashable {
+    public var window: UInt64?
+
+    public init(window: UInt64? = nil) {
+        self.window = window
     }
 }
 
@@ -56,19 +71,24 @@ public struct ResponseFrame: Sendable, Hashable {
     public var message: EncodedValueSet
     /// Why the status is not success, in words.
     public var error: String?
+    /// The download the service offered while answering a request that asked to `attach`
+    /// one, attached to this connection: the `attached` frame's keys (its `id` the request's).
+    public var attached: AttachedFrame?
 
     public init(
         channel: UInt64,
         id: UInt64,
         status: AppServiceResponseStatus,
         message: EncodedValueSet = .empty,
-        error: String? = nil
+        error: String? = nil,
+        attached: AttachedFrame? = nil
     ) {
         self.channel = channel
         self.id = id
         self.status = status
         self.message = message
         self.error = error
+        self.attached = attached
     }
 }
 

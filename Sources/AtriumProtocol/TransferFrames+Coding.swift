@@ -85,6 +85,42 @@ extension AckFrame {
     }
 }
 
+extension AttachedFrame {
+    /// The map's keys, without `type` (a `response`'s `attached`) or with it.
+    func encodeFields<Output: CBOROutput>(into buffer: inout Output, asFrame: Bool) {
+        let keys = 9 + count(name != nil, digest != nil, error != nil)
+        if asFrame {
+            buffer.writeFrameHeader("attached", keys: keys + 1)
+        } else {
+            buffer.writeHead(major: 5, argument: UInt64(keys))
+        }
+        buffer.writeKey("id", id)
+        buffer.writeKey("transfer", uuid: transfer)
+        buffer.writeKey("status", status.wireValue)
+        buffer.writeKey("direction", direction)
+        buffer.writeKey("size", signed: size)
+        buffer.writeKey("offset", offset)
+        buffer.writeKey("chunkBytes", chunkBytes)
+        buffer.writeKey("window", window)
+        buffer.writeText("expires" as StaticString)
+        buffer.writeDate(expires)
+        if let name { buffer.writeKey("name", name) }
+        if let digest { buffer.writeKey("digest", bytes: digest) }
+        if let error { buffer.writeKey("error", error) }
+    }
+
+    init(_ fields: FrameFields) throws(FrameError) {
+        self.init(
+            id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
+            status: AppServiceResponseStatus(rawValue: try fields.int("status")),
+            direction: try fields.text("direction"), size: try fields.signedInt("size"),
+            offset: try fields.offset("offset"), chunkBytes: try fields.offset("chunkBytes"),
+            window: try fields.offset("window"), expires: try fields.date("expires"),
+            name: try fields.optionalText("name"), digest: try fields.optionalDigest("digest"),
+            error: try fields.optionalText("error"))
+    }
+}
+
 extension TransferStateFrame {
     /// The map's keys, without `type` (an entry of a `transfers` answer) or with it.
     func encodeFields<Output: CBOROutput>(into buffer: inout Output, asFrame: Bool) {
@@ -201,21 +237,7 @@ extension HostTransferFrame {
     func encodeBody<Output: CBOROutput>(into buffer: inout Output) {
         switch self {
         case .attached(let attached):
-            let optionals = count(attached.name != nil, attached.digest != nil, attached.error != nil)
-            buffer.writeFrameHeader("attached", keys: 10 + optionals)
-            buffer.writeKey("id", attached.id)
-            buffer.writeKey("transfer", uuid: attached.transfer)
-            buffer.writeKey("status", attached.status.wireValue)
-            buffer.writeKey("direction", attached.direction)
-            buffer.writeKey("size", signed: attached.size)
-            buffer.writeKey("offset", attached.offset)
-            buffer.writeKey("chunkBytes", attached.chunkBytes)
-            buffer.writeKey("window", attached.window)
-            buffer.writeText("expires" as StaticString)
-            buffer.writeDate(attached.expires)
-            if let name = attached.name { buffer.writeKey("name", name) }
-            if let digest = attached.digest { buffer.writeKey("digest", bytes: digest) }
-            if let error = attached.error { buffer.writeKey("error", error) }
+            attached.encodeFields(into: &buffer, asFrame: true)
         case .chunk(let chunk):
             chunk.encodeBody(into: &buffer)
         case .ack(let ack):
@@ -244,16 +266,7 @@ extension HostTransferFrame {
     /// The transfer frame of `type`, or nil when `type` is not one.
     static func decode(_ type: String, _ fields: FrameFields) throws(FrameError) -> HostTransferFrame? {
         switch type {
-        case "attached":
-            return .attached(
-                AttachedFrame(
-                    id: try fields.uint("id"), transfer: try fields.uuid("transfer"),
-                    status: AppServiceResponseStatus(rawValue: try fields.int("status")),
-                    direction: try fields.text("direction"), size: try fields.signedInt("size"),
-                    offset: try fields.offset("offset"), chunkBytes: try fields.offset("chunkBytes"),
-                    window: try fields.offset("window"), expires: try fields.date("expires"),
-                    name: try fields.optionalText("name"), digest: try fields.optionalDigest("digest"),
-                    error: try fields.optionalText("error")))
+        case "attached": return .attached(try AttachedFrame(fields))
         case "chunk": return .chunk(try ChunkFrame(fields))
         case "ack": return .ack(try AckFrame(fields))
         case "transferState": return .state(try TransferStateFrame(fields))

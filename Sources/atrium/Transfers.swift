@@ -253,7 +253,8 @@ enum TransferCommand {
             return resumed
         }
         let (transfer, size) = try await request(
-            message, package: package, service: service, on: connection, options: options)
+            message, package: package, service: service, on: connection, options: options,
+            startingDownload: direction == "download")
         var localSize: Int64 = -1
         if direction == "upload" {
             localSize = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value ?? -1
@@ -265,9 +266,11 @@ enum TransferCommand {
         return record
     }
 
-    /// Opens the service, sends `message`, and reads the `Transfer` (and `Size`) of its answer.
+    /// Opens the service, sends `message`, and reads the `Transfer` (and `Size`) of its answer;
+    /// with `startingDownload`, the download offered starts with the answer.
     static func request(
-        _ message: ValueSet, package: String, service: String, on connection: AtriumConnection, options: HostOptions
+        _ message: ValueSet, package: String, service: String, on connection: AtriumConnection, options: HostOptions,
+        startingDownload: Bool = false
     ) async throws -> (UUID, Int64?) {
         let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
         let opened = try await reachable { try await app.openRemote(timeout: options.duration) }
@@ -275,7 +278,9 @@ enum TransferCommand {
             print("open \(package)/\(service): \(opened)\(openHint(opened, app.openError, options.target))")
             throw Exit.notSuccess
         }
-        let answer = try await reachable { try await app.sendMessage(message, timeout: options.duration) }
+        let answer = try await reachable {
+            try await app.sendMessage(message, startingDownload: startingDownload, timeout: options.duration)
+        }
         guard answer.status == .success else {
             print("status: \(answer.status)")
             if let error = answer.error { print("error: \(error)") }

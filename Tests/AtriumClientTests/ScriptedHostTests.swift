@@ -1,4 +1,4 @@
-import AtriumClient
+@testable import AtriumClient
 import AtriumProtocol
 import AtriumValues
 import Foundation
@@ -89,6 +89,58 @@ struct ScriptedHostTests {
         }
         #expect(!FileManager.default.fileExists(atPath: operation.partialFile.path), "the partial bytes were removed")
         #expect(!FileManager.default.fileExists(atPath: destination.path), "nothing reached the destination")
+        await connection.close()
+        await host.stop()
+    }
+
+    /// A host that sends `attached` in answers whose requests did not ask for one, or sends a
+    /// started download past its window before the client takes it up: the client holds
+    /// nothing for the first, and at most the window and a megabyte for the second, then drops
+    /// it (its operation would attach as usual).
+    @Test(arguments: [false, true])
+    func aStartedDownloadTheClientDidNotAskForOrThatFloodsIsNotHeld(asked: Bool) async throws {
+        let transfer = UUID()
+        let window: UInt64 = 64 << 10
+        let host = try await ScriptedHost.start { frame in
+            switch frame {
+            case .hello:
+                return [.welcome(WelcomeFrame(hostId: "scripted", hostName: "scripted", limits: .default))]
+            case .open(let open):
+                return [.opened(OpenedFrame(channel: open.channel, status: .success))]
+            case .ping(let id):
+                return [.pong(id: id)]
+            case .request(let request):
+                let attached = AttachedFrame(
+                    id: request.id, transfer: transfer, status: .success, direction: "download", size: 1 << 30,
+                    offset: 0, chunkBytes: window, window: window, expires: Timestamp(Date().addingTimeInterval(3600)))
+                return [
+                    .response(
+                        ResponseFrame(
+                            channel: request.channel, id: request.id, status: .success,
+                            message: EncodedValueSet(["Transfer": .uuid(transfer)]), attached: attached))
+                ]
+                    + (0..<40).map { index in
+                        .transfer(
+                            .chunk(
+                                ChunkFrame(
+                                    transfer: transfer, offset: UInt64(index) * window,
+                                    data: ByteBuffer(repeating: 1, count: Int(window)))))
+                    }
+            default:
+                return []
+            }
+        }
+        let connection = try await AtriumConnection.connect(to: AtriumEndpoint("127.0.0.1:\(host.port)")!)
+        let app = AppServiceConnection(appServiceName: "s", packageId: "p", connection: connection)
+        #expect(try await app.openRemote() == .success)
+        let answer = try await app.sendMessage(["Command": "get"], startingDownload: asked)
+        #expect(answer.message["Transfer"] == .uuid(transfer))
+        // Frames come in order: once the pong is here, every chunk before it was handled.
+        _ = try await connection.ping()
+        #expect(
+            connection.state.withLock { $0.startedDownloads[transfer] == nil && $0.transfers[transfer] == nil },
+            asked ? "2.5 MiB past a window of 64 KiB were held" : "a download no request asked for was started")
+        #expect(connection.state.withLock { $0.startingRequests.isEmpty })
         await connection.close()
         await host.stop()
     }

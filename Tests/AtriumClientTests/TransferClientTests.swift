@@ -39,14 +39,73 @@ struct TransferClientTests {
     }
 
     /// Asks Files for `message` and returns the `Transfer` of its answer.
-    static func transfer(_ message: ValueSet, on connection: AtriumConnection) async throws -> UUID {
+    static func transfer(_ message: ValueSet, on connection: AtriumConnection, startingDownload: Bool = false)
+        async throws -> UUID
+    {
         let app = AppServiceConnection(appServiceName: service, packageId: package, connection: connection)
         #expect(try await app.openRemote() == .success)
-        let answer = try await app.sendMessage(message)
+        let answer = try await app.sendMessage(message, startingDownload: startingDownload)
         guard answer.status == .success, case .uuid(let transfer)? = answer.message["Transfer"] else {
             throw AtriumClientError(.protocolError, "answered \(answer.status) \(answer.error ?? "")")
         }
         return transfer
+    }
+
+    @Test(arguments: [DownloadOperation.defaultWindow, 64 << 10])
+    func downloadsStartedWithTheirRequestsArriveExactOneAfterAnother(window: UInt64) async throws {
+        let (folder, manifests) = try Self.served()
+        let files = (0..<20).map { Self.random(1_000 + $0 * 17_000) }
+        for (index, bytes) in files.enumerated() { try bytes.write(to: folder.appendingPathComponent("photo\(index)")) }
+        let host = try await TestHost.start(manifests: manifests)
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-started-\(UUID())")
+        try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: out) }
+        let connection = try await Self.connect(host)
+        let app = AppServiceConnection(appServiceName: Self.service, packageId: Self.package, connection: connection)
+        #expect(try await app.openRemote() == .success)
+        for (index, bytes) in files.enumerated() {
+            let answer = try await app.sendMessage(
+                ["Command": "get", "Name": .string("photo\(index)")], startingDownload: true)
+            guard case .uuid(let transfer)? = answer.message["Transfer"] else {
+                Issue.record("get was answered \(answer.status) \(answer.error ?? "")")
+                return
+            }
+            let destination = out.appendingPathComponent("photo\(index)")
+            // A window other than the one the request asked for is the run's from its start.
+            let done = try await DownloadOperation(
+                transfer: transfer, destination: destination, connection: connection, partialFolder: out
+            ).run(window: window)
+            #expect(done.state == "completed" && done.bytes == Int64(bytes.count))
+            #expect(try Data(contentsOf: destination) == bytes, "photo\(index)")
+        }
+        #expect(connection.state.withLock { $0.startedDownloads.isEmpty && $0.transfers.isEmpty })
+        // Each was started by its request: the host never saw an attach.
+        let list = try await connection.transfers()
+        #expect(list.transfers.count == files.count && list.transfers.allSatisfy { $0.state == "completed" })
+        await connection.close()
+        #expect(await host.stop() == 0)
+    }
+
+    @Test func aStartedDownloadNoOneRunsIsHeldToItsWindowAndDetachedWithNothingLeft() async throws {
+        let (folder, manifests) = try Self.served()
+        let bytes = Self.random(9_000_000)
+        try bytes.write(to: folder.appendingPathComponent("big.bin"))
+        let host = try await TestHost.start(manifests: manifests)
+        let connection = try await Self.connect(host)
+        let transfer = try await Self.transfer(
+            ["Command": "get", "Name": "big.bin"], on: connection, startingDownload: true)
+        #expect(connection.state.withLock { $0.startedDownloads[transfer] != nil })
+        try await connection.sendTransfer(.detach(transfer: transfer))
+        #expect(connection.state.withLock { $0.startedDownloads[transfer] == nil && $0.transfers[transfer] == nil })
+        // Detached, it is still the client's, and resumable from nothing.
+        let destination = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-dl-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: destination) }
+        let done = try await DownloadOperation(transfer: transfer, destination: destination, connection: connection)
+            .run()
+        #expect(done.state == "completed")
+        #expect(try Data(contentsOf: destination) == bytes)
+        await connection.close()
+        #expect(await host.stop() == 0)
     }
 
     @Test func aDownloadPausedAndResumedOnANewConnectionEndsExactWithItsProgressTold() async throws {

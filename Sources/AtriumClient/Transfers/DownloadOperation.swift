@@ -37,20 +37,28 @@ public final class DownloadOperation: Sendable {
         control = TransferControl(transfer: transfer, connection: connection)
     }
 
+    /// The bytes past what the client holds that the host may send before the next `ack`.
+    public static let defaultWindow: UInt64 = 4 << 20
+
     /// Downloads from the bytes the partial file holds until the download completes (then the
     /// file is in place, and the result is returned), is paused (a `waiting` result), or
     /// fails (``AtriumClientError`` `transferFailed`, with the host's error code).
     @discardableResult
-    public func run(window: UInt64 = 4 << 20) async throws -> TransferProgress {
+    public func run(window: UInt64 = defaultWindow) async throws -> TransferProgress {
         control.begin()
-        do {
-            try FileManager.default.createDirectory(
-                at: partialFile.deletingLastPathComponent(), withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw AtriumClientError(.localFile, "cannot make \(partialFile.deletingLastPathComponent().path): \(error)")
+        var descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        if descriptor < 0, errno == ENOENT {
+            // The partial folder is made on the first download into it.
+            do {
+                try FileManager.default.createDirectory(
+                    at: partialFile.deletingLastPathComponent(), withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700])
+            } catch {
+                throw AtriumClientError(
+                    .localFile, "cannot make \(partialFile.deletingLastPathComponent().path): \(error)")
+            }
+            descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         }
-        let descriptor = open(partialFile.path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             throw AtriumClientError(.localFile, "cannot write \(partialFile.path): \(String(cString: strerror(errno)))")
         }
@@ -85,7 +93,7 @@ public final class DownloadOperation: Sendable {
         control.tell(last)
         if held == size {
             // Everything is here already: acknowledging it completes the download.
-            try await connection.sendTransfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
+            try connection.sendNow(.transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
             return try complete(last)
         }
         for await event in events {
@@ -109,8 +117,8 @@ public final class DownloadOperation: Sendable {
                 // quarter of the frames an ack per chunk would take.
                 if held - acknowledged >= Int64(window / 4) || held == size {
                     acknowledged = held
-                    try await connection.sendTransfer(
-                        .ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
+                    try connection.sendNow(
+                        .transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
                 }
                 // Every byte is here and acknowledged: the download is complete (CONTRACT
                 // section 8), without waiting a round trip for the host to say so.

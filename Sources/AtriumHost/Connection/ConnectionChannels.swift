@@ -248,7 +248,7 @@ final class ConnectionChannels {
                 book.pending[id] = ConnectionSlot.PendingRequest(
                     number: request.channel, clientRequest: request.id, channel: handle, backend: channel.backend,
                     messageBytes: bytes, deadline: deadline, metricsIndex: channel.metricsIndex,
-                    received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived)
+                    received: channel.metricsIndex == nil ? .uptimeNanoseconds(0) : arrived, attach: request.attach)
                 return .delivered(id, handle, channel.backend)
             }
         }
@@ -295,14 +295,22 @@ final class ConnectionChannels {
         }
         defer { connection.closeIfDrained() }
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
+        // A download started with its request: attached now, its chunks after the response.
+        var attached: AttachedFrame?
+        if status == .success, let attach = request.attach, let offered = request.offered {
+            attached = connection.transfers.attach(
+                AttachFrame(id: request.clientRequest, transfer: offered.uuid, offset: 0, window: attach.window),
+                on: connection)
+        }
         connection.write(
             .response(
                 ResponseFrame(
                     channel: request.number, id: request.clientRequest, status: status, message: body,
-                    error: error
+                    error: error, attached: attached
                 )
             )
         )
+        if attached?.status == .success { connection.transfers.pump(on: connection) }
     }
 
     // MARK: - A service's own messages to the client

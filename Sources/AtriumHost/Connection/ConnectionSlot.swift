@@ -190,6 +190,11 @@ final class ConnectionSlot: Sendable {
         /// Where its service's requests are counted, and when it came in (with `--metrics`).
         var metricsIndex: Int? = nil
         var received = NIODeadline.uptimeNanoseconds(0)
+        /// The client asked for the download the service offers while answering to be
+        /// attached at once (the request's `attach`).
+        var attach: RequestAttach? = nil
+        /// The first download the service offered while answering, when `attach` asked for it.
+        var offered: TransferID? = nil
     }
 
     /// A backend's message to the client, waiting for the client's answer.

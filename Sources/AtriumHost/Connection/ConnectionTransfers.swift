@@ -32,12 +32,9 @@ final class ConnectionTransfers {
         guard let owner = connection.session.owner, let link = connection.link else { return }
         switch frame {
         case .attach(let attach):
-            let outcome = service.attach(attach, owner: owner, peer: TransferPeer(link), connection: connection.id)
-            if let (other, state) = outcome.displaced {
-                other.tell(.state(state))
-            }
-            connection.write(.transfer(.attached(outcome.answer)))
-            if outcome.sends { pump(on: connection) }
+            guard let answer = self.attach(attach, on: connection) else { return }
+            connection.write(.transfer(.attached(answer)))
+            if answer.status == .success { pump(on: connection) }
         case .ack(let ack):
             if case .state(let state) = service.ack(ack, owner: owner, connection: connection.id) {
                 connection.write(.transfer(.state(state)))
@@ -65,6 +62,18 @@ final class ConnectionTransfers {
                 connection.write(.transfer(.state(state)))
             }
         }
+    }
+
+    /// Attaches a transfer here (an `attach`, or a request's that started its download): the
+    /// answer, to be written before the pump sends its chunks. Nil before hello.
+    func attach(_ attach: AttachFrame, on connection: ConnectionHandler) -> AttachedFrame? {
+        guard let owner = connection.session.owner, let link = connection.link else { return nil }
+        let outcome = connection.core.transfers.attach(
+            attach, owner: owner, peer: TransferPeer(link), connection: connection.id)
+        if let (other, state) = outcome.displaced {
+            other.tell(.state(state))
+        }
+        return outcome.answer
     }
 
     // MARK: - Sending downloads

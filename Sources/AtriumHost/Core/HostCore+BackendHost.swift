@@ -126,7 +126,14 @@ extension HostCore {
         -> Result<TransferID, TransferService.OfferRefusal>
     {
         guard let maker = maker(of: handle, backend) else { return .failure(.unknownRequest) }
-        return transfers.offer(descriptor, name: name, for: maker)
+        let offered = transfers.offer(descriptor, name: name, for: maker)
+        if maker.attachWanted, case .success(let id) = offered {
+            // The request asked to attach the download it starts: the first one is it.
+            slot(of: handle)?.book.withLock { book in
+                if book.pending[handle]?.offered == nil { book.pending[handle]?.offered = id }
+            }
+        }
+        return offered
     }
 
     /// A backend accepts an upload from the caller of `handle`, one of its requests still
@@ -145,7 +152,9 @@ extension HostCore {
             guard let request = book.pending[handle], request.backend === backend, let owner = book.owner,
                 let channel = book.channels[request.channel]
             else { return nil }
-            return TransferService.Maker(owner: owner, package: backend.package, service: channel.service)
+            return TransferService.Maker(
+                owner: owner, package: backend.package, service: channel.service,
+                attachWanted: request.attach != nil)
         }
     }
 

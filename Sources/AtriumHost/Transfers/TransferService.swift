@@ -44,6 +44,8 @@ final class TransferService: Sendable {
         var owner: TransferOwner
         var package: String
         var service: String
+        /// The request asked for the download it starts to be attached at once.
+        var attachWanted = false
     }
 
     /// A transfer attached to a connection, and its bytes' window there.

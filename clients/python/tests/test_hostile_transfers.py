@@ -178,3 +178,43 @@ def test_an_upload_s_chunks_stay_within_a_frame_whatever_the_host_allows(tmp_pat
     chunks = [frame for frame in seen if frame["type"] == "chunk"]
     assert len(chunks) == 3 and all(len(chunk["data"]) == 1 << 20 for chunk in chunks)
     assert chunks[-1]["digest"] == hashlib.sha256(bytes(3 << 20)).digest()
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_a_started_download_not_asked_for_or_that_floods_is_not_held(asked: bool) -> None:
+    """A host that sends ``attached`` in an answer whose request did not ask for it, or sends
+    a started download far past its window before an operation takes it up: the client
+    holds nothing for the first, and drops the second (its operation would attach)."""
+    from test_hostile_host import answer_open, open_echo
+
+    window = 64 << 10
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: Dict[str, Any]) -> None:
+        await answer_open(reader, writer)
+        request = await read_frame(reader)
+        assert ("attach" in request) == asked
+        response = {"type": "response", "channel": request["channel"], "id": request["id"], "status": 0,
+                    "message": {"Transfer": TRANSFER},
+                    "attached": {key: value for key, value in attached(request["id"], window=window,
+                                                                         size=1 << 30).items() if key != "type"}}
+        writer.write(frames.encode(response))
+        for index in range(40):
+            writer.write(frames.encode({"type": "chunk", "transfer": TRANSFER, "offset": index * window,
+                                        "data": b"\x01" * window}))
+        ping = await read_frame(reader)
+        writer.write(frames.encode({"type": "pong", "id": ping["id"]}))
+        while True:
+            await read_frame(reader)
+
+    async def test(port: int) -> None:
+        service = await open_echo(port)
+        connection = service.connection
+        assert connection is not None
+        answer = await service.send_message({"Command": "get"}, starting_download=asked)
+        assert answer.message["Transfer"] == TRANSFER
+        await connection.ping()  # in order: every chunk before the pong was handled
+        assert TRANSFER not in connection._started and TRANSFER not in connection._transfers
+        assert not connection.starting
+        await service.close()
+
+    asyncio.run(with_fake_host(script, test))

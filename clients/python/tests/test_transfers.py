@@ -226,3 +226,36 @@ def test_a_download_resumed_by_the_script_run_again_after_it_was_killed(host: Ho
     assert steps[0] == held, "the second run goes on from the bytes the first one left"
     assert f"done completed {len(data)}" in second.stdout.splitlines(), second.stdout
     assert destination.read_bytes() == data and not partial.exists()
+
+
+@pytest.mark.parametrize("window", [None, 64 << 10])
+def test_downloads_started_with_their_requests_arrive_exact_one_after_another(host: Host, state: Path, tmp_path: Path,
+                                                                              window: Any) -> None:
+    files = [os.urandom(1_000 + index * 23_000) for index in range(12)]
+    for index, data in enumerate(files):
+        (host.served / f"photo{index}").write_bytes(data)
+
+    async def exchange() -> None:
+        system = await paired_system(host, state)
+        service = AppServiceConnection(app_service_name=FILES[0], package_id=FILES[1], remote_system=system)
+        assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
+        connection = service.connection
+        assert connection is not None
+        for index, data in enumerate(files):
+            answer = await service.send_message({"Command": "get", "Name": f"photo{index}"}, starting_download=True)
+            transfer = answer.message["Transfer"]
+            assert transfer in connection._started, "the host attached the download with its answer"
+            destination = tmp_path / f"photo{index}"
+            operation = DownloadOperation(transfer, destination, connection, partial_folder=tmp_path / "partials")
+            done = await (operation.run(window=window) if window else operation.run())
+            assert done.state == "completed" and done.bytes == len(data)
+            assert destination.read_bytes() == data
+        assert not connection._started and not connection._transfers
+        # Without asking, nothing is attached: the operation attaches as before.
+        plain = await service.send_message({"Command": "get", "Name": "photo0"})
+        assert plain.message["Transfer"] not in connection._started
+        done = await DownloadOperation(plain.message["Transfer"], tmp_path / "again", connection).run()
+        assert done.state == "completed" and (tmp_path / "again").read_bytes() == files[0]
+        await service.close()
+
+    run(exchange())

@@ -11,7 +11,7 @@ import ssl
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import frames as wire
 from .errors import AtriumError
@@ -91,6 +91,12 @@ class Connection:
         self._queues: Dict[Tuple[str, int], "asyncio.Queue[wire.Frame]"] = {}
         self._channels: Dict[int, _Channel] = {}
         self._transfers: Dict[uuid.UUID, "asyncio.Queue[Optional[wire.Frame]]"] = {}
+        #: Downloads attached by the request that started them (a response's ``attached``),
+        #: until an operation takes them up: their ``attached``, and their frames so far.
+        self._started: Dict[uuid.UUID, "List[Any]"] = {}  # [attached, queue, bytes held]
+        #: The response keys of requests that asked the host to start a download: only their
+        #: responses' ``attached`` is taken.
+        self.starting: "Set[Tuple[str, Any]]" = set()
         self._outgoing: List[bytes] = []
         self._outgoing_bytes = 0
         self._flush_scheduled = False
@@ -295,6 +301,8 @@ class Connection:
             channel.requests.put_nowait(None)
         for events in self._transfers.values():
             events.put_nowait(None)
+        self._started.clear()
+        self.starting.clear()
         self._writer.close()
 
     def _dispatch(self, frame: wire.Frame) -> Optional[AtriumError]:
@@ -343,6 +351,13 @@ class Connection:
             return None
         if kind in ("chunk", "ack", "transferState"):
             events = self._transfers.get(frame["transfer"])
+            started = self._started.get(frame["transfer"])
+            if started is not None and kind == "chunk" and isinstance(frame.get("data"), bytes):
+                # Not taken up yet: held here, up to the window it was started with.
+                started[2] += len(frame["data"])
+                if started[2] > started[0]["window"] + (1 << 20):
+                    self.stop_transfer_events(frame["transfer"])
+                    return None
             if events is not None:
                 events.put_nowait(frame)
             # The state that answers cancelTransfer: an end, or a refusal (notFound).
@@ -357,6 +372,9 @@ class Connection:
             return None
         if kind == "response":
             key: Tuple[str, Any] = (f"response:{frame.get('channel')}", frame.get("id", -1))
+            if "attached" in frame and key in self.starting:
+                self.starting.discard(key)
+                self._download_started(frame["attached"])
         elif kind == "opened":
             key = ("opened", frame.get("channel", -1))
         else:
@@ -459,6 +477,26 @@ class Connection:
         self._transfers[transfer] = events
         return events
 
+    def _download_started(self, attached: Any) -> None:
+        """A response's ``attached``: a download its request started, whose chunks follow the
+        response; they wait for :meth:`take_started`."""
+        if not isinstance(attached, dict) or not isinstance(attached.get("transfer"), uuid.UUID):
+            raise AtriumError("protocol_error", f"{self.address} sent a response whose attached is not a map "
+                              "with a transfer uuid")
+        for name in ("id", "status", "offset", "window", "chunkBytes"):
+            if not _is_id(attached.get(name)):
+                raise AtriumError("protocol_error", f"{self.address} sent a response whose attached {name} is "
+                                  f"{attached.get(name)!r}, not an unsigned integer")
+        if attached["status"] != 0 or attached.get("direction") != "download":
+            return
+        self._started[attached["transfer"]] = [attached, self.transfer_events(attached["transfer"]), 0]
+
+    def take_started(self, transfer: uuid.UUID) -> "Optional[Tuple[wire.Frame, asyncio.Queue[Optional[wire.Frame]]]]":
+        """The download `transfer`'s request started on this connection, if no operation took
+        it up yet: its ``attached``, and the queue of its frames."""
+        started = self._started.pop(transfer, None)
+        return None if started is None else (started[0], started[1])
+
     def stop_transfer_events(self, transfer: uuid.UUID,
                              events: "Optional[asyncio.Queue[Optional[wire.Frame]]]" = None) -> None:
         """Ends the frames of `transfer` (only when they still go to `events`, when given: a
@@ -466,6 +504,7 @@ class Connection:
         current = self._transfers.get(transfer)
         if current is None or (events is not None and current is not events):
             return
+        self._started.pop(transfer, None)
         del self._transfers[transfer]
         current.put_nowait(None)
 

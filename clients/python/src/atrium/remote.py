@@ -15,6 +15,7 @@ from . import values
 from .connection import DEFAULT_PORT, Connection, TLSSettings, is_loopback
 from .errors import AtriumError
 from .identity import ClientIdentity, KnownHosts, address_key
+from .transfers import DEFAULT_WINDOW as STARTED_WINDOW
 from .status import (AppServiceClosedStatus, AppServiceConnectionStatus, AppServiceResponseStatus,
                      PairingStatus, RemoteLaunchUriStatus, status_of)
 
@@ -275,16 +276,31 @@ class AppServiceConnection:
             self.open_error = _reason(answer)
         return status
 
-    async def send_message(self, message: Dict[str, Any], timeout: Optional[float] = None) -> AppServiceResponse:
+    async def send_message(self, message: Dict[str, Any], timeout: Optional[float] = None,
+                           starting_download: bool = False) -> AppServiceResponse:
         """Sends `message` to the service and waits for its answer (by default as long as
         the host waits for the service, and a little more). A value that is not a ValueSet
-        kind raises :class:`~atrium.errors.InvalidValueError` before anything is sent."""
+        kind raises :class:`~atrium.errors.InvalidValueError` before anything is sent.
+
+        With `starting_download`, a download the service offers in its answer (its
+        ``Transfer``) starts at once, without a round trip of its own: the
+        :class:`~atrium.transfers.DownloadOperation` made for it on this connection takes up
+        the bytes already arriving (run it, or pause it: until then the connection holds what
+        arrives, at most a window). An older host answers as before, and the operation
+        attaches."""
         connection, channel = self._open()
         checked = values.check(message)
         number = connection.make_number()
         wait = timeout if timeout is not None else connection.response_timeout + 5
-        answer = await connection.call({"type": "request", "channel": channel, "id": number, "message": checked},
-                                       (f"response:{channel}", number), wait)
+        frame: Dict[str, Any] = {"type": "request", "channel": channel, "id": number, "message": checked}
+        key = (f"response:{channel}", number)
+        if starting_download:
+            frame["attach"] = {"window": STARTED_WINDOW}
+            connection.starting.add(key)
+        try:
+            answer = await connection.call(frame, key, wait)
+        finally:
+            connection.starting.discard(key)
         status = status_of(AppServiceResponseStatus, int(answer.get("status", 3)))
         try:
             received = values.from_wire(answer.get("message", {}))

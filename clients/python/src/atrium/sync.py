@@ -104,8 +104,9 @@ class AppServiceConnection:
     def open_remote(self, timeout: float = 10.0) -> Union[AppServiceConnectionStatus, int]:
         return _run(self.connection.open_remote(timeout))
 
-    def send_message(self, message: Dict[str, Any], timeout: Optional[float] = None) -> AppServiceResponse:
-        return _run(self.connection.send_message(message, timeout))
+    def send_message(self, message: Dict[str, Any], timeout: Optional[float] = None,
+                     starting_download: bool = False) -> AppServiceResponse:
+        return _run(self.connection.send_message(message, timeout, starting_download))
 
     def next_request(self, timeout: Optional[float] = None) -> Optional[remote.AppServiceRequest]:
         """The next message the service sends, or None once the channel closed; waits at

@@ -167,6 +167,14 @@ class _Operation:
         return waiting
 
     async def _attach(self, offset: Optional[int], window: Optional[int], timeout: float) -> Dict[str, Any]:
+        started = self.connection.take_started(self.transfer)
+        if started is not None and not offset:
+            # Attached already by the request that started it: its bytes are arriving.
+            attached, self._events = started
+            self._attached = True
+            if window is not None and window != attached.get("window"):
+                await self.connection.send({"type": "ack", "transfer": self.transfer, "offset": 0, "window": window})
+            return attached
         events = self.connection.transfer_events(self.transfer)
         self._events = events
         number = self.connection.make_number()
