@@ -1,10 +1,11 @@
-@testable import AtriumClient
 import AtriumProtocol
 import AtriumValues
 import Foundation
 import NIOCore
 import NIOPosix
 import Testing
+
+@testable import AtriumClient
 
 /// A host that answers from a script (plain TCP on loopback): what the client does with answers
 /// a real atriumd never gives, but a faulty or hostile host may.
