@@ -16,6 +16,11 @@ turns, with the same client: a change's effect as a ratio of two hosts measured 
     for p in atriumd atrium-transfer-bench Files; do swift build -c release --product $p; done
     python3 Benchmarks/small_files.py --pinned
     python3 Benchmarks/small_files.py --pinned --against /tmp/before/.build/release
+    python3 Benchmarks/small_files.py --delay-ms 1 --count 300   # a round trip of 2 ms more
+
+With --delay-ms D, the client reaches each host through Benchmarks/delay_proxy.py, which holds
+every byte D ms each way (a network's round trip, where the kernel has no netem); the proxy is
+not pinned, as a network is not on the machine's cores.
 """
 import argparse
 import os
@@ -67,6 +72,8 @@ def main():
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--against", help="a second release folder (atriumd, libFiles.so) measured alongside")
+    parser.add_argument("--delay-ms", type=float, default=0,
+                        help="through a proxy that holds every byte this long each way (delay_proxy.py)")
     arguments = parser.parse_args()
     pin = ["taskset", "-c", "0"] if arguments.pinned else []
     builds = {"this build": RELEASE}
@@ -74,7 +81,7 @@ def main():
         builds = {"against": os.path.abspath(arguments.against), **builds}
     client = os.path.join(RELEASE, "atrium-transfer-bench")
     output = tempfile.mkdtemp(prefix="atrium-small-out-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    scratches, hosts = [], {}
+    scratches, hosts, proxies = [], {}, []
     try:
         for name, release in builds.items():
             scratch = tempfile.mkdtemp(prefix="atrium-small-", dir="/var/tmp")
@@ -89,7 +96,14 @@ def main():
                 for _ in range(arguments.big_mib):
                     file.write(os.urandom(1 << 20))
             transfers.RELEASE = release
-            hosts[name] = transfers.start_host(folder, scratch, pin)
+            host, port = transfers.start_host(folder, scratch, pin)
+            if arguments.delay_ms:
+                proxy = subprocess.Popen(
+                    [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_proxy.py"),
+                     str(port), str(arguments.delay_ms)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                proxies.append(proxy)
+                port = int(proxy.stdout.readline().split()[1])
+            hosts[name] = (host, port)
         results = {name: {"single": [], "many": [], "cpu": [], "started": [], "startedCpu": []} for name in builds}
         for round in range(arguments.rounds):
             order = list(hosts.items()) if round % 2 == 0 else list(reversed(list(hosts.items())))
@@ -112,8 +126,9 @@ def main():
                     shutil.rmtree(into)
                     results[name][key].append(moved / seconds)
                     results[name][cpu].append({key: after[key] - before.get(key, 0) for key in after})
+        delayed = f", through a proxy adding {arguments.delay_ms:g} ms each way" if arguments.delay_ms else ""
         print(f"{'pinned to core 0' if pin else 'unpinned'}, median of {arguments.rounds}, "
-              f"{arguments.count} x 100 KiB against {arguments.big_mib} MiB:")
+              f"{arguments.count} x 100 KiB against {arguments.big_mib} MiB{delayed}:")
         for name in builds:
             single = statistics.median(results[name]["single"])
             print(f"  {name}: single file {single / 2**20:.1f} MiB/s")
@@ -141,6 +156,9 @@ def main():
     finally:
         for host, _ in hosts.values():
             host.kill()
+        for proxy in proxies:
+            proxy.stdin.close()
+            proxy.wait(timeout=10)
         for scratch in scratches:
             shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(output, ignore_errors=True)

@@ -9,7 +9,8 @@
       pick instead;
 - the same download with curl over atriumd's HTTPS (a transfer's link, the host's key pinned)
   against curl from nginx, and an upload with curl's tus PATCH against that download;
-- 1,000 files of 100 KiB fetched one after another, against the single file's rate;
+- 1,000 files of 100 KiB fetched one after another (each download started by its request),
+  against the single file's rate;
 - a download resumed at 90%: the bytes moved again;
 - the host's CPU seconds per GiB, and its memory while transfers are active;
 - the disk's own synced write rate (what an upload does: written into a reserved file, synced
@@ -259,7 +260,8 @@ def main():
             samples["disk"].append(synced_writes(os.path.join(scratch, "synced.bin"), size))
         many_folder = os.path.join(received, "many")
         os.makedirs(many_folder)
-        many = run([BENCH, "many", str(port), "small", str(arguments.many), many_folder, "--tls"], pin)
+        # Each download started by its request, as atrium get and startingDownload do.
+        many = run([BENCH, "many", str(port), "small", str(arguments.many), many_folder, "--tls", "--started"], pin)
         # A download resumed at 90%: the partial file holds 90%, the rest is what moves again.
         partial = out + ".held"
         with open(os.path.join(folder, "big.bin"), "rb") as source, open(partial, "wb") as target:
