@@ -34,6 +34,8 @@ extension AtriumConnection {
                 // The timer and the write in one hop to the event loop.
                 let channel = channel
                 channel.eventLoop.execute {
+                    // Cancelled, or the connection ended, meanwhile: nothing is sent.
+                    guard self.state.withLock({ $0.waiters[key] != nil }) else { return }
                     let timer = channel.eventLoop.scheduleTask(in: .init(timeout)) {
                         self.fail(key, AtriumClientError(.timedOut, self.noAnswer(to: frame, within: timeout)))
                     }

@@ -91,6 +91,12 @@ extension AtriumConnection {
         return link
     }
 
+    /// The most bytes a started download not yet taken up holds here: the window the request
+    /// asked for (or less, when the host granted less) and one megabyte for chunks in flight.
+    static func startedLimit(_ granted: UInt64) -> Int {
+        Int(min(granted, DownloadOperation.defaultWindow)) + (1 << 20)
+    }
+
     func stopEvents(of transfer: UUID) {
         state.withLock { state in
             state.startedDownloads[transfer] = nil
@@ -101,9 +107,16 @@ extension AtriumConnection {
     /// A response's `attached` (on the event loop, before the frames after it): a download
     /// attached with the request that started it, waiting for ``attachTransfer(_:offset:window:timeout:)``.
     func downloadStarted(_ attached: AttachedFrame, answering key: WaitKey) {
-        // Only a request that asked has its download started; another `attached` is ignored.
-        guard state.withLock({ $0.startingRequests.remove(key) != nil }) else { return }
-        guard attached.status == .success, attached.direction == "download" else { return }
+        guard attached.status == .success else { return }
+        // Only a request that asked, and whose caller still waits, has its download started;
+        // any other attached download is detached at once, so the host stops sending it.
+        let asked = state.withLock { state in
+            state.startingRequests.remove(key) != nil && state.waiters[key] != nil
+        }
+        guard asked, attached.direction == "download" else {
+            try? sendNow(.transfer(.detach(transfer: attached.transfer)))
+            return
+        }
         let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
         let earlier = state.withLock { state in
             defer {
@@ -130,7 +143,7 @@ extension AtriumConnection {
                 guard var started = state.startedDownloads[chunk.transfer] else { return (events, false) }
                 // Not taken up yet: held here, up to the window it was started with.
                 started.buffered += chunk.data.readableBytes
-                guard started.buffered <= Int(clamping: started.attached.window) + (1 << 20) else {
+                guard started.buffered <= Self.startedLimit(started.attached.window) else {
                     state.startedDownloads[chunk.transfer] = nil
                     state.transfers[chunk.transfer] = nil
                     return (events, true)
@@ -139,7 +152,10 @@ extension AtriumConnection {
                 return (events, false)
             }
             if overflowed {
+                // The host sent past the window the request asked for: the start is dropped, and
+                // the host told to stop (the operation attaches as usual).
                 events?.finish()
+                try? sendNow(.transfer(.detach(transfer: chunk.transfer)))
             } else {
                 events?.yield(.chunk(chunk))
             }

@@ -84,12 +84,14 @@ extension RequestFrame {
         }
     }
 
-    init(_ fields: FrameFields) throws(FrameError) {
+    /// A client's request reads its `attach`; a host's request has none (the key is ignored).
+    init(_ fields: FrameFields, fromClient: Bool) throws(FrameError) {
         self.init(
             channel: try fields.uint("channel"), id: try fields.uint("id"), message: try fields.message("message"),
-            attach: try fields.optionalMap("attach").map { (attach) throws(FrameError) in
-                RequestAttach(window: try attach.optionalOffset("window"))
-            })
+            attach: fromClient
+                ? try fields.optionalMap("attach").map { (attach) throws(FrameError) in
+                    RequestAttach(window: try attach.optionalOffset("window"))
+                } : nil)
     }
 }
 
@@ -107,16 +109,18 @@ extension ResponseFrame {
         }
     }
 
-    init(_ fields: FrameFields) throws(FrameError) {
+    /// A host's response reads its `attached`; a client's has none (the key is ignored).
+    init(_ fields: FrameFields, fromHost: Bool) throws(FrameError) {
         self.init(
             channel: try fields.uint("channel"),
             id: try fields.uint("id"),
             status: AppServiceResponseStatus(rawValue: try fields.int("status")),
             message: try fields.optionalMessage("message") ?? .empty,
             error: try fields.optionalText("error"),
-            attached: try fields.optionalMap("attached").map { (attached) throws(FrameError) in
-                try AttachedFrame(attached)
-            }
+            attached: fromHost
+                ? try fields.optionalMap("attached").map { (attached) throws(FrameError) in
+                    try AttachedFrame(attached)
+                } : nil
         )
     }
 }
@@ -227,9 +231,9 @@ extension ClientFrame: FrameBody {
                     )
                 )
             case "request":
-                return .request(try RequestFrame(fields))
+                return .request(try RequestFrame(fields, fromClient: true))
             case "response":
-                return .response(try ResponseFrame(fields))
+                return .response(try ResponseFrame(fields, fromHost: false))
             case "close":
                 return .close(channel: try fields.uint("channel"))
             case "launch":
@@ -440,9 +444,9 @@ extension HostFrame: FrameBody {
                     )
                 )
             case "response":
-                return .response(try ResponseFrame(fields))
+                return .response(try ResponseFrame(fields, fromHost: true))
             case "request":
-                return .request(try RequestFrame(fields))
+                return .request(try RequestFrame(fields, fromClient: false))
             case "closed":
                 return .closed(
                     ClosedFrame(

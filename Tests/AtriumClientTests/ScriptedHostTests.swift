@@ -3,6 +3,7 @@ import AtriumValues
 import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 import Testing
 
 @testable import AtriumClient
@@ -102,8 +103,12 @@ struct ScriptedHostTests {
     func aStartedDownloadTheClientDidNotAskForOrThatFloodsIsNotHeld(asked: Bool) async throws {
         let transfer = UUID()
         let window: UInt64 = 64 << 10
+        let detached = Mutex(false)
         let host = try await ScriptedHost.start { frame in
             switch frame {
+            case .transfer(.detach(let which)):
+                if which == transfer { detached.withLock { $0 = true } }
+                return []
             case .hello:
                 return [.welcome(WelcomeFrame(hostId: "scripted", hostName: "scripted", limits: .default))]
             case .open(let open):
@@ -142,6 +147,12 @@ struct ScriptedHostTests {
             connection.state.withLock { $0.startedDownloads[transfer] == nil && $0.transfers[transfer] == nil },
             asked ? "2.5 MiB past a window of 64 KiB were held" : "a download no request asked for was started")
         #expect(connection.state.withLock { $0.startingRequests.isEmpty })
+        // And the host is told to stop sending it.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while !detached.withLock({ $0 }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(detached.withLock { $0 }, "no detach")
         await connection.close()
         await host.stop()
     }

@@ -191,4 +191,22 @@ struct TransferStartedDownloadTests {
         #expect(response.attached?.status == .success)
         #expect(await host.stop() == 0)
     }
+
+    /// `attached` belongs to the host's responses, `attach` to the client's requests: the same
+    /// keys on the other side's frames are unknown keys, ignored as any other.
+    @Test func attachedInAClientsResponseIsAnUnknownKeyNotAProtocolError() async throws {
+        let served = try Download.Served(size: 10_000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let frame: ValueSet = [
+            "type": "response", "channel": 1, "id": 1, "status": 0, "message": .map([:]), "attached": 5,
+        ]
+        try await client.sendRaw(TestClient.frame(frame.cborBytes()))
+        try await client.send(.ping(id: 3))
+        guard case .pong(let id)? = try await client.next() else {
+            throw Download.TestFailure("the connection did not go on")
+        }
+        #expect(id == 3)
+        #expect(await host.stop() == 0)
+    }
 }

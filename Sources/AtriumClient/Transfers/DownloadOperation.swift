@@ -93,7 +93,8 @@ public final class DownloadOperation: Sendable {
         control.tell(last)
         if held == size {
             // Everything is here already: acknowledging it completes the download.
-            try connection.sendNow(.transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
+            try await connection.send(
+                .transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
             return try complete(last)
         }
         for await event in events {
@@ -117,8 +118,11 @@ public final class DownloadOperation: Sendable {
                 // quarter of the frames an ack per chunk would take.
                 if held - acknowledged >= Int64(window / 4) || held == size {
                     acknowledged = held
-                    try connection.sendNow(
-                        .transfer(.ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window))))
+                    let ack = ClientFrame.transfer(
+                        .ack(AckFrame(transfer: transfer, offset: UInt64(held), window: window)))
+                    // The last is written before the download is called complete (a failed write
+                    // leaves it to the next run); the others go on without waiting.
+                    if held == size { try await connection.send(ack) } else { try connection.sendNow(ack) }
                 }
                 // Every byte is here and acknowledged: the download is complete (CONTRACT
                 // section 8), without waiting a round trip for the host to say so.

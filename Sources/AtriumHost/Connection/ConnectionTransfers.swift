@@ -65,9 +65,12 @@ final class ConnectionTransfers {
     }
 
     /// Attaches a transfer here (an `attach`, or a request's that started its download): the
-    /// answer, to be written before the pump sends its chunks. Nil before hello.
+    /// answer, to be written before the pump sends its chunks. Nil before hello, and once the
+    /// connection has closed (an answer that comes after it attaches nothing to it).
     func attach(_ attach: AttachFrame, on connection: ConnectionHandler) -> AttachedFrame? {
-        guard let owner = connection.session.owner, let link = connection.link else { return nil }
+        guard !connection.isClosed, let owner = connection.session.owner, let link = connection.link else {
+            return nil
+        }
         let outcome = connection.core.transfers.attach(
             attach, owner: owner, peer: TransferPeer(link), connection: connection.id)
         if let (other, state) = outcome.displaced {

@@ -188,6 +188,7 @@ def test_a_started_download_not_asked_for_or_that_floods_is_not_held(asked: bool
     from test_hostile_host import answer_open, open_echo
 
     window = 64 << 10
+    seen: List[Dict[str, Any]] = []
 
     async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: Dict[str, Any]) -> None:
         await answer_open(reader, writer)
@@ -201,10 +202,11 @@ def test_a_started_download_not_asked_for_or_that_floods_is_not_held(asked: bool
         for index in range(40):
             writer.write(frames.encode({"type": "chunk", "transfer": TRANSFER, "offset": index * window,
                                         "data": b"\x01" * window}))
-        ping = await read_frame(reader)
-        writer.write(frames.encode({"type": "pong", "id": ping["id"]}))
         while True:
-            await read_frame(reader)
+            frame = await read_frame(reader)
+            seen.append(frame)
+            if frame["type"] == "ping":
+                writer.write(frames.encode({"type": "pong", "id": frame["id"]}))
 
     async def test(port: int) -> None:
         service = await open_echo(port)
@@ -215,6 +217,12 @@ def test_a_started_download_not_asked_for_or_that_floods_is_not_held(asked: bool
         await connection.ping()  # in order: every chunk before the pong was handled
         assert TRANSFER not in connection._started and TRANSFER not in connection._transfers
         assert not connection.starting
+        for _ in range(100):  # the host is told to stop sending it
+            if any(frame["type"] == "detach" and frame["transfer"] == TRANSFER for frame in seen):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError(f"no detach: {[frame['type'] for frame in seen]}")
         await service.close()
 
     asyncio.run(with_fake_host(script, test))

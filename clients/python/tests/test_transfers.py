@@ -259,3 +259,28 @@ def test_downloads_started_with_their_requests_arrive_exact_one_after_another(ho
         await service.close()
 
     run(exchange())
+
+
+def test_a_started_download_paused_before_it_runs_is_detached_and_runs_later(host: Host, state: Path,
+                                                                           tmp_path: Path) -> None:
+    data = os.urandom(300_000)
+    (host.served / "late.bin").write_bytes(data)
+
+    async def exchange() -> None:
+        system = await paired_system(host, state)
+        service = AppServiceConnection(app_service_name=FILES[0], package_id=FILES[1], remote_system=system)
+        assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
+        connection = service.connection
+        assert connection is not None
+        answer = await service.send_message({"Command": "get", "Name": "late.bin"}, starting_download=True)
+        transfer = answer.message["Transfer"]
+        operation = DownloadOperation(transfer, tmp_path / "late.bin", connection, partial_folder=tmp_path / "p")
+        await operation.pause()
+        assert transfer not in connection._started and transfer not in connection._transfers
+        assert (await operation.run()).state == "waiting", "a pause before run ends the run at once"
+        done = await operation.run()
+        assert done.state == "completed" and (tmp_path / "late.bin").read_bytes() == data
+        await service.close()
+
+    run(exchange())
+

@@ -24,6 +24,9 @@ MAX_WAITING_REQUESTS = 1024
 WRITE_HIGH_WATER = 1 << 20
 #: The ALPN protocol of frames over TLS.
 ALPN = "atrium/1"
+#: The window of a download a request starts (as an attach's default): what the client holds
+#: of one before an operation takes it up, with a megabyte of chunks in flight.
+STARTED_WINDOW = 4 << 20
 DEFAULT_PORT = 7340
 
 
@@ -355,8 +358,10 @@ class Connection:
             if started is not None and kind == "chunk" and isinstance(frame.get("data"), bytes):
                 # Not taken up yet: held here, up to the window it was started with.
                 started[2] += len(frame["data"])
-                if started[2] > started[0]["window"] + (1 << 20):
+                if started[2] > min(started[0]["window"], STARTED_WINDOW) + (1 << 20):
+                    # Past the window the request asked for: dropped, and the host told to stop.
                     self.stop_transfer_events(frame["transfer"])
+                    self._write(wire.encode({"type": "detach", "transfer": frame["transfer"]}))
                     return None
             if events is not None:
                 events.put_nowait(frame)
@@ -372,9 +377,11 @@ class Connection:
             return None
         if kind == "response":
             key: Tuple[str, Any] = (f"response:{frame.get('channel')}", frame.get("id", -1))
-            if "attached" in frame and key in self.starting:
+            if "attached" in frame:
+                waiting = self._waiting.get(key)
+                asked = key in self.starting and waiting is not None and not waiting.done()
                 self.starting.discard(key)
-                self._download_started(frame["attached"])
+                self._download_started(frame["attached"], asked)
         elif kind == "opened":
             key = ("opened", frame.get("channel", -1))
         else:
@@ -477,9 +484,10 @@ class Connection:
         self._transfers[transfer] = events
         return events
 
-    def _download_started(self, attached: Any) -> None:
+    def _download_started(self, attached: Any, asked: bool) -> None:
         """A response's ``attached``: a download its request started, whose chunks follow the
-        response; they wait for :meth:`take_started`."""
+        response; they wait for :meth:`take_started`. One the client did not ask for (or no
+        longer waits for) is detached at once, so that the host stops sending it."""
         if not isinstance(attached, dict) or not isinstance(attached.get("transfer"), uuid.UUID):
             raise AtriumError("protocol_error", f"{self.address} sent a response whose attached is not a map "
                               "with a transfer uuid")
@@ -487,7 +495,13 @@ class Connection:
             if not _is_id(attached.get(name)):
                 raise AtriumError("protocol_error", f"{self.address} sent a response whose attached {name} is "
                                   f"{attached.get(name)!r}, not an unsigned integer")
-        if attached["status"] != 0 or attached.get("direction") != "download":
+        size = attached.get("size")
+        if not (_is_id(size) or size == -1):
+            raise AtriumError("protocol_error", f"{self.address} sent a response whose attached size is {size!r}")
+        if attached["status"] != 0:
+            return
+        if not asked or attached.get("direction") != "download":
+            self._write(wire.encode({"type": "detach", "transfer": attached["transfer"]}))
             return
         self._started[attached["transfer"]] = [attached, self.transfer_events(attached["transfer"]), 0]
 

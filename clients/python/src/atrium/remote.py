@@ -12,10 +12,9 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence,
 
 from . import pairing as codes
 from . import values
-from .connection import DEFAULT_PORT, Connection, TLSSettings, is_loopback
+from .connection import DEFAULT_PORT, STARTED_WINDOW, Connection, TLSSettings, is_loopback
 from .errors import AtriumError
 from .identity import ClientIdentity, KnownHosts, address_key
-from .transfers import DEFAULT_WINDOW as STARTED_WINDOW
 from .status import (AppServiceClosedStatus, AppServiceConnectionStatus, AppServiceResponseStatus,
                      PairingStatus, RemoteLaunchUriStatus, status_of)
 
@@ -286,8 +285,8 @@ class AppServiceConnection:
         ``Transfer``) starts at once, without a round trip of its own: the
         :class:`~atrium.transfers.DownloadOperation` made for it on this connection takes up
         the bytes already arriving (run it, or pause it: until then the connection holds what
-        arrives, at most a window). An older host answers as before, and the operation
-        attaches."""
+        arrives, at most a window; pausing it before it runs detaches it). An older host
+        answers as before, and the operation attaches."""
         connection, channel = self._open()
         checked = values.check(message)
         number = connection.make_number()

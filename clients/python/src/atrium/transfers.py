@@ -141,6 +141,12 @@ class _Operation:
         pause before :meth:`run` begins makes it return at once."""
         self._paused = True
         events = self._events
+        started = self.connection.take_started(self.transfer) if events is None else None
+        if started is not None:
+            # Started by its request and never taken up: the host stops sending it.
+            self.connection.stop_transfer_events(self.transfer, started[1])
+            if self.connection.is_open:
+                await self.connection.send({"type": "detach", "transfer": self.transfer})
         if events is not None:
             self.connection.stop_transfer_events(self.transfer, events)
             events.put_nowait(None)
