@@ -33,6 +33,14 @@ struct TransferDownloadTests {
             ]
         }
 
+        /// The same, Files in a worker process (`"isolation": "process"`).
+        var workerManifests: [String: String] {
+            manifests.mapValues {
+                $0.replacingOccurrences(
+                    of: #""library": "libFiles.so","#, with: #""library": "libFiles.so", "isolation": "process","#)
+            }
+        }
+
         init(size: Int, name: String = "photo.jpg") throws {
             folder = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-files-\(UUID())")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)

@@ -144,9 +144,7 @@ struct TransferStartedDownloadTests {
 
     @Test func aDownloadOfferedByAWorkerStartsWithItsAnswerToo() async throws {
         let served = try Download.Served(size: 500_000)
-        let manifest = served.manifests["files.json"]!.replacingOccurrences(
-            of: #""library": "libFiles.so","#, with: #""library": "libFiles.so", "isolation": "process","#)
-        let host = try await TestHost.start(manifests: ["files.json": manifest])
+        let host = try await TestHost.start(manifests: served.workerManifests)
         let client = try await connectedClient(host)
         let response = try await Self.request(["Command": "get", "Name": .string(served.name)], on: client, id: 3)
         guard let attached = response.attached, attached.status == .success else {

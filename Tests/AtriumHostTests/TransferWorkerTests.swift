@@ -14,9 +14,7 @@ import Testing
 
     @Test func filesInAWorkerProcessSendsAndTakesFilesAsInProcess() async throws {
         let served = try Download.Served(size: 700_000)
-        let manifest = served.manifests["files.json"]!.replacingOccurrences(
-            of: #""library": "libFiles.so","#, with: #""library": "libFiles.so", "isolation": "process","#)
-        let host = try await TestHost.start(manifests: ["files.json": manifest])
+        let host = try await TestHost.start(manifests: served.workerManifests)
         let client = try await connectedClient(host)
         let (download, size) = try await Download.get(served.name, on: client)
         _ = try await Download.attach(download, on: client, window: 1 << 20)

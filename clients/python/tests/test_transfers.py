@@ -34,6 +34,15 @@ async def ask(system: RemoteSystem, message: Dict[str, Any]) -> "tuple[uuid.UUID
     return transfer, service
 
 
+async def open_files(host: Host, state: Path) -> "tuple[AppServiceConnection, Any]":
+    """Files opened on a connection of its own: the service connection, and that connection."""
+    system = await paired_system(host, state)
+    service = AppServiceConnection(app_service_name=FILES[0], package_id=FILES[1], remote_system=system)
+    assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
+    assert service.connection is not None
+    return service, service.connection
+
+
 async def pause_past(operation: Any, count: int) -> int:
     async for step in operation.progress():
         if step.bytes >= count:
@@ -236,11 +245,7 @@ def test_downloads_started_with_their_requests_arrive_exact_one_after_another(ho
         (host.served / f"photo{index}").write_bytes(data)
 
     async def exchange() -> None:
-        system = await paired_system(host, state)
-        service = AppServiceConnection(app_service_name=FILES[0], package_id=FILES[1], remote_system=system)
-        assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
-        connection = service.connection
-        assert connection is not None
+        service, connection = await open_files(host, state)
         for index, data in enumerate(files):
             answer = await service.send_message({"Command": "get", "Name": f"photo{index}"}, starting_download=True)
             transfer = answer.message["Transfer"]
@@ -267,11 +272,7 @@ def test_a_started_download_paused_before_it_runs_is_detached_and_runs_later(hos
     (host.served / "late.bin").write_bytes(data)
 
     async def exchange() -> None:
-        system = await paired_system(host, state)
-        service = AppServiceConnection(app_service_name=FILES[0], package_id=FILES[1], remote_system=system)
-        assert await service.open_remote() == AppServiceConnectionStatus.SUCCESS
-        connection = service.connection
-        assert connection is not None
+        service, connection = await open_files(host, state)
         answer = await service.send_message({"Command": "get", "Name": "late.bin"}, starting_download=True)
         transfer = answer.message["Transfer"]
         operation = DownloadOperation(transfer, tmp_path / "late.bin", connection, partial_folder=tmp_path / "p")
