@@ -30,12 +30,7 @@ extension AtriumConnection {
             }
             return (started.attached, started.events)
         }
-        let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
-        let earlier = state.withLock { state in
-            defer { state.transfers[transfer] = continuation }
-            return state.transfers[transfer]
-        }
-        earlier?.finish()
+        let events = newEvents(of: transfer)
         let id = makeNumber()
         let frame = try await call(
             .transfer(.attach(AttachFrame(id: id, transfer: transfer, offset: offset, window: window))),
@@ -117,15 +112,21 @@ extension AtriumConnection {
             try? sendNow(.transfer(.detach(transfer: attached.transfer)))
             return
         }
+        let events = newEvents(of: attached.transfer)
+        state.withLock {
+            $0.startedDownloads[attached.transfer] = StartedDownload(attached: attached, events: events)
+        }
+    }
+
+    /// Where `transfer`'s frames go from now on; an earlier stream of it ends.
+    private func newEvents(of transfer: UUID) -> AsyncStream<TransferEvent> {
         let (events, continuation) = AsyncStream<TransferEvent>.makeStream(bufferingPolicy: .unbounded)
         let earlier = state.withLock { state in
-            defer {
-                state.transfers[attached.transfer] = continuation
-                state.startedDownloads[attached.transfer] = StartedDownload(attached: attached, events: events)
-            }
-            return state.transfers[attached.transfer]
+            defer { state.transfers[transfer] = continuation }
+            return state.transfers[transfer]
         }
         earlier?.finish()
+        return events
     }
 
     /// A transfer frame from the host, on the event loop.

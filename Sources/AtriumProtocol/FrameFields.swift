@@ -366,8 +366,8 @@ struct FrameFields {
 
     /// The fields of the map under `key`.
     func map(_ key: StaticString) throws(FrameError) -> FrameFields {
-        guard let range = range(key) else { throw missing(key) }
-        return try FrameFields(name: "\(name).\(key)", raw: raw, body: body, at: range.lowerBound)
+        guard let fields = try optionalMap(key) else { throw missing(key) }
+        return fields
     }
 
     /// The fields of the map under `key`, if there is one.

@@ -296,9 +296,9 @@ final class ConnectionChannels {
         defer { connection.closeIfDrained() }
         let body = message.map { EncodedValueSet(uncheckedBytes: $0) } ?? .empty
         // A download started with its request: attached now, its chunks after the response.
-        var attached: AttachedFrame?
+        var started: (answer: AttachedFrame, sends: Bool)?
         if status == .success, let attach = request.attach, let offered = request.offered {
-            attached = connection.transfers.attach(
+            started = connection.transfers.attach(
                 AttachFrame(id: request.clientRequest, transfer: offered.uuid, offset: 0, window: attach.window),
                 on: connection)
         }
@@ -306,11 +306,11 @@ final class ConnectionChannels {
             .response(
                 ResponseFrame(
                     channel: request.number, id: request.clientRequest, status: status, message: body,
-                    error: error, attached: attached
+                    error: error, attached: started?.answer
                 )
             )
         )
-        if attached?.status == .success { connection.transfers.pump(on: connection) }
+        if started?.sends == true { connection.transfers.pump(on: connection) }
     }
 
     // MARK: - A service's own messages to the client

@@ -32,9 +32,9 @@ final class ConnectionTransfers {
         guard let owner = connection.session.owner, let link = connection.link else { return }
         switch frame {
         case .attach(let attach):
-            guard let answer = self.attach(attach, on: connection) else { return }
+            guard let (answer, sends) = self.attach(attach, on: connection) else { return }
             connection.write(.transfer(.attached(answer)))
-            if answer.status == .success { pump(on: connection) }
+            if sends { pump(on: connection) }
         case .ack(let ack):
             if case .state(let state) = service.ack(ack, owner: owner, connection: connection.id) {
                 connection.write(.transfer(.state(state)))
@@ -65,9 +65,10 @@ final class ConnectionTransfers {
     }
 
     /// Attaches a transfer here (an `attach`, or a request's that started its download): the
-    /// answer, to be written before the pump sends its chunks. Nil before hello, and once the
-    /// connection has closed (an answer that comes after it attaches nothing to it).
-    func attach(_ attach: AttachFrame, on connection: ConnectionHandler) -> AttachedFrame? {
+    /// answer, to be written before the pump sends its chunks, and whether there are chunks to
+    /// send (a download attached). Nil before hello, and once the connection has closed (an
+    /// answer that comes after it attaches nothing to it).
+    func attach(_ attach: AttachFrame, on connection: ConnectionHandler) -> (answer: AttachedFrame, sends: Bool)? {
         guard !connection.isClosed, let owner = connection.session.owner, let link = connection.link else {
             return nil
         }
@@ -76,7 +77,7 @@ final class ConnectionTransfers {
         if let (other, state) = outcome.displaced {
             other.tell(.state(state))
         }
-        return outcome.answer
+        return (outcome.answer, outcome.sends)
     }
 
     // MARK: - Sending downloads

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 from . import values
-from .connection import Connection
+from .connection import STARTED_WINDOW, Connection
 from .errors import AtriumError
 from .identity import default_state_folder
 
-DEFAULT_WINDOW = 4 << 20
+DEFAULT_WINDOW = STARTED_WINDOW
 ENDED = ("completed", "failed", "canceled", "expired")
 
 
