@@ -734,11 +734,14 @@ final class TransferService: Sendable {
     static let journalRetryDelay = DispatchTimeInterval.seconds(1)
 
     /// Writes the changes waiting now, in one batch of one write and one sync (on the journal's
-    /// queue), then comes back for what came meanwhile behind what else the queue has (an
-    /// `afterJournal` waits for one batch, not for all that keeps coming). After a failed write,
-    /// the changes wait for another try.
+    /// queue), then comes back ``journalGroupDelay`` later for what came meanwhile: changes that
+    /// keep coming (a thousand small downloads) share a write an interval, instead of following
+    /// one another's syncs one or two at a time. An `afterJournal` writes at once what waits. After
+    /// a failed write, the changes wait for another try.
     private func drainJournal() {
-        if writeJournalBatch() { journalQueue.async { [self] in drainJournal() } }
+        if writeJournalBatch() {
+            journalQueue.asyncAfter(deadline: .now() + Self.journalGroupDelay) { [self] in drainJournal() }
+        }
     }
 
     /// Writes the changes waiting now (on the journal's queue): false when there were none, or
