@@ -302,15 +302,19 @@ final class ConnectionChannels {
                 AttachFrame(id: request.clientRequest, transfer: offered.uuid, offset: 0, window: attach.window),
                 on: connection)
         }
-        connection.write(
-            .response(
-                ResponseFrame(
-                    channel: request.number, id: request.clientRequest, status: status, message: body,
-                    error: error, attached: started?.answer
-                )
+        let response = HostFrame.response(
+            ResponseFrame(
+                channel: request.number, id: request.clientRequest, status: status, message: body,
+                error: error, attached: started?.answer
             )
         )
-        if started?.sends == true { connection.transfers.pump(on: connection) }
+        guard started?.sends == true else { return connection.write(response) }
+        // The answer and the first chunks the page cache holds go out in one flush: the client
+        // reads them together, and its caller finds the bytes there as it takes up the download.
+        FlushesAfterRead.collecting {
+            connection.write(response)
+            connection.transfers.pump(on: connection)
+        }
     }
 
     // MARK: - A service's own messages to the client
