@@ -105,7 +105,7 @@ let package = Package(
         .target(
             name: "AtriumClient",
             dependencies: [
-                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", nioCore, nioPosix,
+                "AtriumValues", "AtriumProtocol", "AtriumTLS", "AtriumDiscovery", "CAtriumSystem", nioCore, nioPosix,
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 // The SHA-256 an upload's last chunk carries.
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -105,6 +105,28 @@ int atrium_limit_malloc_arenas(int count) {
 #endif
 }
 
+int atrium_keep_freed_memory(size_t trim_bytes, size_t mmap_bytes) {
+#if defined(ATRIUM_SANITIZED_ALLOCATOR) || !defined(__GLIBC__)
+    (void)trim_bytes;
+    (void)mmap_bytes;
+    return -1;
+#else
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    if (getenv("MALLOC_TRIM_THRESHOLD_") != NULL || getenv("MALLOC_MMAP_THRESHOLD_") != NULL
+        || (tunables != NULL
+            && (strstr(tunables, "glibc.malloc.trim_threshold=") != NULL
+                || strstr(tunables, "glibc.malloc.mmap_threshold=") != NULL)))
+        return 0;
+    if (trim_bytes > INT_MAX || mmap_bytes > INT_MAX) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* The mmap threshold first: setting either turns off glibc's own adjusting of both. */
+    if (mallopt(M_MMAP_THRESHOLD, (int)mmap_bytes) != 1) return -1;
+    return mallopt(M_TRIM_THRESHOLD, (int)trim_bytes) == 1 ? 1 : -1;
+#endif
+}
+
 int atrium_make_pipe(int ends[2]) {
     return pipe2(ends, O_CLOEXEC);
 }

@@ -46,6 +46,7 @@ struct Get: AsyncParsableCommand {
     }
 
     func run() async throws {
+        TransferMemory.keepFreedMemory()
         let (host, words) = TransferCommand.split(options, fields)
         let message = try MessageText.valueSet(arguments: words)
         let destination = URL(fileURLWithPath: output).standardizedFileURL
@@ -99,6 +100,7 @@ struct Put: AsyncParsableCommand {
     }
 
     func run() async throws {
+        TransferMemory.keepFreedMemory()
         let (host, words) = TransferCommand.split(options, fields)
         let source = URL(fileURLWithPath: file).standardizedFileURL
         var status = stat()
@@ -180,6 +182,7 @@ struct TransfersResume: AsyncParsableCommand {
     @OptionGroup var options: HostOptions
 
     func run() async throws {
+        TransferMemory.keepFreedMemory()
         let store = ClientTransferStore()
         let record = try TransferCommand.record(id, in: store)
         let host = options.host == HostOptions.defaultHost && !options.local ? record.host : options.target
