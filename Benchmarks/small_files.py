@@ -18,6 +18,10 @@ turns, with the same client: a change's effect as a ratio of two hosts measured 
     python3 Benchmarks/small_files.py --pinned --against /tmp/before/.build/release
     python3 Benchmarks/small_files.py --delay-ms 1 --count 300   # a round trip of 2 ms more
 
+The same files are also fetched from nginx over HTTPS by one curl on one kept-alive connection
+(Debian's packages, what a user would pick instead): its small files against its own single file
+say what the goal asks of any stack on this machine.
+
 With --delay-ms D, the client reaches each host through Benchmarks/delay_proxy.py, which holds
 every byte D ms each way (a network's round trip, where the kernel has no netem); the proxy is
 not pinned, as a network is not on the machine's cores.
@@ -65,6 +69,27 @@ def settle(pids, limit=60):
         time.sleep(0.5)
 
 
+def curl_many(port, count, output, pin):
+    """The small files from nginx, one after another on one connection (one curl, one URL and
+    one output each): bytes a second."""
+    into = os.path.join(output, "nginx-many")
+    os.makedirs(into)
+    listing = os.path.join(output, "nginx-many.curl")
+    with open(listing, "w") as file:
+        for index in range(count):
+            file.write(f'url = "https://127.0.0.1:{port}/small{index}"\noutput = "{into}/{index}"\n')
+    import time
+    start = time.monotonic()
+    subprocess.run(pin + ["curl", "-sSk", "--fail", "--tlsv1.3", "-K", listing], check=True)
+    seconds = time.monotonic() - start
+    moved = sum(os.path.getsize(os.path.join(into, name)) for name in os.listdir(into))
+    shutil.rmtree(into)
+    os.unlink(listing)
+    if moved != count * (100 << 10):
+        raise SystemExit(f"nginx + curl moved {moved} bytes, not {count * (100 << 10)}")
+    return moved / seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pinned", action="store_true", help="host and client on core 0 (taskset -c 0)")
@@ -72,6 +97,7 @@ def main():
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--big-mib", type=int, default=256)
     parser.add_argument("--against", help="a second release folder (atriumd, libFiles.so) measured alongside")
+    parser.add_argument("--no-nginx", action="store_true", help="leave out nginx + curl")
     parser.add_argument("--delay-ms", type=float, default=0,
                         help="through a proxy that holds every byte this long each way (delay_proxy.py)")
     arguments = parser.parse_args()
@@ -81,7 +107,7 @@ def main():
         builds = {"against": os.path.abspath(arguments.against), **builds}
     client = os.path.join(RELEASE, "atrium-transfer-bench")
     output = tempfile.mkdtemp(prefix="atrium-small-out-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    scratches, hosts, proxies = [], {}, []
+    scratches, hosts, proxies, web = [], {}, [], None
     try:
         for name, release in builds.items():
             scratch = tempfile.mkdtemp(prefix="atrium-small-", dir="/var/tmp")
@@ -97,6 +123,11 @@ def main():
                     file.write(os.urandom(1 << 20))
             transfers.RELEASE = release
             host, port = transfers.start_host(folder, scratch, pin)
+            if not web and not arguments.no_nginx and not arguments.delay_ms:
+                # nginx's workers read the files as another user.
+                os.chmod(scratch, 0o755)
+                os.chmod(folder, 0o755)
+                web = transfers.nginx(folder, scratch, pin)
             if arguments.delay_ms:
                 proxy = subprocess.Popen(
                     [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_proxy.py"),
@@ -105,7 +136,15 @@ def main():
                 port = int(proxy.stdout.readline().split()[1])
             hosts[name] = (host, port)
         results = {name: {"single": [], "many": [], "cpu": [], "started": [], "startedCpu": []} for name in builds}
+        nginx = {"single": [], "many": []}
         for round in range(arguments.rounds):
+            if web:
+                settle([host.pid for host, _ in hosts.values()])
+                big = os.path.join(output, "big")
+                moved, seconds = transfers.curl(web[1], "big.bin", big, pin)
+                os.unlink(big)
+                nginx["single"].append(moved / seconds)
+                nginx["many"].append(curl_many(web[1], arguments.count, output, pin))
             order = list(hosts.items()) if round % 2 == 0 else list(reversed(list(hosts.items())))
             for name, (host, port) in order:
                 settle([host.pid for host, _ in hosts.values()])
@@ -147,6 +186,12 @@ def main():
                       f"ratio to the single file {many / single:.2f}; host CPU {sum(cpu.values()):.3f} ms a file ({busy})")
             started = statistics.median(results[name]["started"]) / statistics.median(results[name]["many"])
             print(f"    small files started with each request / attached after each answer: {started:.2f}")
+        if web:
+            single, many = statistics.median(nginx["single"]), statistics.median(nginx["many"])
+            print(f"  nginx + curl: single file {single / 2**20:.1f} MiB/s, small files {many / 2**20:.1f} MiB/s "
+                  f"({100 * 1024 / many * 1000:.3f} ms a file), ratio to the single file {many / single:.2f}")
+            ratio = statistics.median(results["this build"]["started"]) / many
+            print(f"  small files, this build started with each request / nginx + curl: {ratio:.2f}")
         if arguments.against:
             ratio = statistics.median(results["this build"]["many"]) / statistics.median(results["against"]["many"])
             print(f"  small files attached after each answer, this build / against: {ratio:.2f}")
@@ -154,6 +199,8 @@ def main():
             print(f"  small files, this build started with each request / against attached after each answer: "
                   f"{ratio:.2f}")
     finally:
+        if web:
+            web[0].kill()
         for host, _ in hosts.values():
             host.kill()
         for proxy in proxies:

@@ -29,6 +29,9 @@ import NIOSSL
     import Glibc
 #endif
 
+// As atrium get and put do: freed chunks kept for the next (for the bare pair as for atrium's).
+TransferMemory.keepFreedMemory()
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 let tls = arguments.contains("--tls")
 let started = arguments.contains("--started")
@@ -143,6 +146,31 @@ func transfer(
     return id
 }
 
+/// Downloads PREFIX0 … PREFIX(COUNT-1) one after another: off the main actor, where an app's
+/// background work runs (top-level code is the main actor's, and each await would hop to it).
+nonisolated func many(port: Int, prefix: String, count: Int, into folder: String, started: Bool) async throws {
+    let connection = try await connect(port)
+    let files = try await openFiles(on: connection)
+    let partials = URL(fileURLWithPath: folder, isDirectory: true)
+    let start = ContinuousClock.now
+    var total: Int64 = 0
+    var asking = Duration.zero
+    for index in 0..<count {
+        let asked = ContinuousClock.now
+        let id = try await transfer(
+            ["Command": "get", "Name": .string("\(prefix)\(index)")], on: connection, files: files,
+            startingDownload: started)
+        asking += ContinuousClock.now - asked
+        total +=
+            try await DownloadOperation(
+                transfer: id, destination: partials.appendingPathComponent("\(index)", isDirectory: false),
+                connection: connection, partialFolder: partials
+            ).run().bytes
+    }
+    print("bytes \(total) seconds \(seconds(since: start)) asking \(asking)")
+    await connection.close()
+}
+
 switch words.first {
 case "serve-bare":
     guard words.count == 2 else { fail("serve-bare FILE [--tls]") }
@@ -218,25 +246,7 @@ case "many":
     guard words.count == 5, let port = Int(words[1]), let count = Int(words[3]) else {
         fail("many PORT PREFIX COUNT OUT [--tls]")
     }
-    let connection = try await connect(port)
-    let files = try await openFiles(on: connection)
-    let start = ContinuousClock.now
-    var total: Int64 = 0
-    var asking = Duration.zero
-    for index in 0..<count {
-        let asked = ContinuousClock.now
-        let id = try await transfer(
-            ["Command": "get", "Name": .string("\(words[2])\(index)")], on: connection, files: files,
-            startingDownload: started)
-        asking += ContinuousClock.now - asked
-        total +=
-            try await DownloadOperation(
-                transfer: id, destination: URL(fileURLWithPath: "\(words[4])/\(index)"), connection: connection,
-                partialFolder: URL(fileURLWithPath: words[4])
-            ).run().bytes
-    }
-    print("bytes \(total) seconds \(seconds(since: start)) asking \(asking)")
-    await connection.close()
+    try await many(port: port, prefix: words[2], count: count, into: words[4], started: started)
 case "link":
     guard words.count == 3 || words.count == 4, let port = Int(words[1]), tls else {
         fail("link PORT NAME [SIZE] --tls")
