@@ -105,25 +105,38 @@ int atrium_limit_malloc_arenas(int count) {
 #endif
 }
 
+int atrium_malloc_thresholds_set_by(const char *trim, const char *mmap, const char *tunables) {
+    return trim != NULL || mmap != NULL
+        || (tunables != NULL
+            && (strstr(tunables, "glibc.malloc.trim_threshold=") != NULL
+                || strstr(tunables, "glibc.malloc.mmap_threshold=") != NULL));
+}
+
 int atrium_keep_freed_memory(size_t trim_bytes, size_t mmap_bytes) {
 #if defined(ATRIUM_SANITIZED_ALLOCATOR) || !defined(__GLIBC__)
     (void)trim_bytes;
     (void)mmap_bytes;
     return -1;
 #else
-    const char *tunables = getenv("GLIBC_TUNABLES");
-    if (getenv("MALLOC_TRIM_THRESHOLD_") != NULL || getenv("MALLOC_MMAP_THRESHOLD_") != NULL
-        || (tunables != NULL
-            && (strstr(tunables, "glibc.malloc.trim_threshold=") != NULL
-                || strstr(tunables, "glibc.malloc.mmap_threshold=") != NULL)))
+    if (atrium_malloc_thresholds_set_by(
+            getenv("MALLOC_TRIM_THRESHOLD_"), getenv("MALLOC_MMAP_THRESHOLD_"), getenv("GLIBC_TUNABLES")))
         return 0;
-    if (trim_bytes > INT_MAX || mmap_bytes > INT_MAX) {
-        errno = EINVAL;
-        return -1;
-    }
-    /* The mmap threshold first: setting either turns off glibc's own adjusting of both. */
+    if (trim_bytes > INT_MAX) trim_bytes = INT_MAX;
+    if (mmap_bytes > INT_MAX) mmap_bytes = INT_MAX;
+    /* The mmap threshold first: glibc refuses one over half its heaps' size and then changes
+     * nothing; setting either turns off its own adjusting of both. */
     if (mallopt(M_MMAP_THRESHOLD, (int)mmap_bytes) != 1) return -1;
     return mallopt(M_TRIM_THRESHOLD, (int)trim_bytes) == 1 ? 1 : -1;
+#endif
+}
+
+long long atrium_malloc_mapped_bytes(void) {
+#if defined(ATRIUM_SANITIZED_ALLOCATOR) || !defined(__GLIBC__)
+    return -1;
+#elif __GLIBC_PREREQ(2, 33)
+    return (long long)mallinfo2().hblkhd;
+#else
+    return -1;
 #endif
 }
 

@@ -309,8 +309,9 @@ final class ConnectionChannels {
             )
         )
         guard started?.sends == true else { return connection.write(response) }
-        // The answer and the first chunks the page cache holds go out in one flush: the client
-        // reads them together, and its caller finds the bytes there as it takes up the download.
+        // The answer and the first chunk, when the page cache holds it, go out in one flush: the
+        // client reads them together, and its caller finds the bytes there as it takes up the
+        // download.
         FlushesAfterRead.collecting {
             connection.write(response)
             connection.transfers.pump(on: connection)

@@ -16,13 +16,23 @@ int atrium_release_free_memory(void);
  * (8 per core), there is no glibc, or malloc is AddressSanitizer's. */
 int atrium_limit_malloc_arenas(int count);
 
-/* Lets glibc's malloc keep up to `trim_bytes` of freed memory at the top of its heaps for reuse
- * (M_TRIM_THRESHOLD; glibc's default gives back all over 128 KiB at once), and serve blocks of
- * up to `mmap_bytes` from them (M_MMAP_THRESHOLD) rather than mapping each afresh, unless the
- * environment sets either (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_, or
- * glibc.malloc.trim_threshold / mmap_threshold in GLIBC_TUNABLES). Returns 1 when set, 0 when
- * the environment's settings stand, -1 where there is no glibc or malloc is AddressSanitizer's. */
+/* Lets glibc's malloc keep up to `trim_bytes` of freed memory at the top of each of its heaps
+ * for reuse (M_TRIM_THRESHOLD; glibc's default gives back all over 128 KiB at once), and serve
+ * blocks of up to `mmap_bytes` from them (M_MMAP_THRESHOLD) rather than mapping each afresh,
+ * unless the environment sets either (atrium_malloc_thresholds_set_by). Values over INT_MAX
+ * count as INT_MAX. Returns 1 when set, 0 when the environment's settings stand, -1 when glibc
+ * refused (an mmap threshold over half its heaps' size; nothing is changed then), where there is
+ * no glibc, or where malloc is AddressSanitizer's. */
 int atrium_keep_freed_memory(size_t trim_bytes, size_t mmap_bytes);
+
+/* Whether the environment sets glibc's trim or mmap threshold: `trim` and `mmap` are the values
+ * of MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ (NULL when unset), `tunables` that of
+ * GLIBC_TUNABLES (glibc.malloc.trim_threshold, glibc.malloc.mmap_threshold). */
+int atrium_malloc_thresholds_set_by(const char *trim, const char *mmap, const char *tunables);
+
+/* The bytes malloc has mapped as blocks of their own (mallinfo2's hblkhd), or -1 where that
+ * cannot be told (no glibc 2.33, or AddressSanitizer's malloc). */
+long long atrium_malloc_mapped_bytes(void);
 
 /* Makes a pipe whose two ends are close-on-exec from the start (pipe2 with O_CLOEXEC, which
  * Swift's Glibc module does not offer): ends[0] reads, ends[1] writes. Returns 0, or -1 with
