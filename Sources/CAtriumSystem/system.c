@@ -130,16 +130,6 @@ int atrium_keep_freed_memory(size_t trim_bytes, size_t mmap_bytes) {
 #endif
 }
 
-long long atrium_malloc_mapped_bytes(void) {
-#if defined(ATRIUM_SANITIZED_ALLOCATOR) || !defined(__GLIBC__)
-    return -1;
-#elif __GLIBC_PREREQ(2, 33)
-    return (long long)mallinfo2().hblkhd;
-#else
-    return -1;
-#endif
-}
-
 int atrium_make_pipe(int ends[2]) {
     return pipe2(ends, O_CLOEXEC);
 }

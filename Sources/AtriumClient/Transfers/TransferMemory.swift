@@ -33,10 +33,4 @@ public enum TransferMemory {
     static func environmentSets(trim: String?, mmap: String?, tunables: String?) -> Bool {
         atrium_malloc_thresholds_set_by(trim, mmap, tunables) != 0
     }
-
-    /// The bytes malloc has mapped as blocks of their own; nil where that cannot be told.
-    static var mappedBytes: Int? {
-        let bytes = atrium_malloc_mapped_bytes()
-        return bytes >= 0 ? Int(bytes) : nil
-    }
 }

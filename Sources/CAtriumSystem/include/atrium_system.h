@@ -30,10 +30,6 @@ int atrium_keep_freed_memory(size_t trim_bytes, size_t mmap_bytes);
  * GLIBC_TUNABLES (glibc.malloc.trim_threshold, glibc.malloc.mmap_threshold). */
 int atrium_malloc_thresholds_set_by(const char *trim, const char *mmap, const char *tunables);
 
-/* The bytes malloc has mapped as blocks of their own (mallinfo2's hblkhd), or -1 where that
- * cannot be told (no glibc 2.33, or AddressSanitizer's malloc). */
-long long atrium_malloc_mapped_bytes(void);
-
 /* Makes a pipe whose two ends are close-on-exec from the start (pipe2 with O_CLOEXEC, which
  * Swift's Glibc module does not offer): ends[0] reads, ends[1] writes. Returns 0, or -1 with
  * errno set. */
