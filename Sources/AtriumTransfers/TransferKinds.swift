@@ -14,13 +14,7 @@ public struct TransferID: Hashable, Sendable, Codable, CustomStringConvertible {
             raw[6] = raw[6] & 0x0F | 0x40  // version 4
             raw[8] = raw[8] & 0x3F | 0x80  // the RFC's variant
         }
-        uuid = withUnsafeBytes(of: bytes) { raw in
-            UUID(
-                uuid: (
-                    raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7], raw[8], raw[9], raw[10],
-                    raw[11], raw[12], raw[13], raw[14], raw[15]
-                ))
-        }
+        uuid = UUID(uuid: withUnsafeBytes(of: bytes) { $0.load(as: uuid_t.self) })
     }
 
     public init(_ uuid: UUID) { self.uuid = uuid }

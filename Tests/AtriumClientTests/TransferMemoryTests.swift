@@ -34,6 +34,7 @@ struct TransferMemoryTests {
         // memory kept for the next chunks", and Benchmarks/client_ab.py).
         #expect(TransferMemory.keepFreedMemory() == !(Self.sanitized || overridden))
         #expect(TransferMemory.keepFreedMemory(upTo: Int.max) == !(Self.sanitized || overridden), "capped, not refused")
+        // Back to the default for the rest of this process.
         TransferMemory.keepFreedMemory()
     }
 }
