@@ -303,6 +303,36 @@ struct TransferDownloadTests {
         #expect(await restarted.stop() == 0)
     }
 
+    /// A download's `completed`, like every outcome, is told once the journal holds it: a host
+    /// killed the moment after lists it completed, not running (to expire a day later).
+    @Test func aDownloadsToldCompletionSurvivesKill9TheMomentAfterIt() async throws {
+        let served = try Served(size: 300_000)
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        for round in 0..<3 {
+            let client = try await connectedClient(host)
+            let (transfer, size) = try await Self.get(served.name, on: client)
+            _ = try await Self.attach(transfer, on: client, window: 1 << 20)
+            var bytes: [UInt8] = []
+            _ = try await Self.receive(transfer, on: client, from: 0, until: Int(size), window: 1 << 20, into: &bytes)
+            guard case .transfer(.state(let done))? = try await Self.nextSignificant(client) else {
+                throw TestFailure("no state after the last ack")
+            }
+            _ = await host.stop(signal: SIGKILL)
+            #expect(done.state == "completed" && bytes == served.bytes)
+
+            host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+            let later = try await connectedClient(host)
+            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(later) else {
+                throw TestFailure("transfers was not answered")
+            }
+            let kept = list.transfers.first { $0.transfer == transfer }
+            #expect(kept?.state == "completed", "round \(round): \(String(describing: kept))")
+        }
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aSecondHostOnTheSameStateFolderKeepsOutOfItsTransfers() async throws {
         let served = try Served(size: 300_000)
         let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path

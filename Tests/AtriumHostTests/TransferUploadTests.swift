@@ -267,6 +267,78 @@ struct TransferUploadTests {
         #expect(await host.stop() == 0)
     }
 
+    /// What a client is told of an upload's end is what a host killed the moment after says:
+    /// the outcome is journaled before it is told, and the spool file goes only after that
+    /// (a host killed between the two found the upload still being handed over, its file gone,
+    /// and failed it, after its client had been told it completed with its result).
+    @Test func anUploadsToldOutcomeSurvivesKill9TheMomentAfterIt() async throws {
+        let served = try Served(size: 1, name: "x")
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        for round in 0..<3 {
+            let client = try await connectedClient(host)
+            let bytes = Self.random(100_000 + round)
+            let transfer = try await Self.put("told-\(round).bin", size: bytes.count, on: client)
+            let attached = try await TransferDownloadTests.attach(transfer, on: client)
+            let (_, states) = try await Self.send(
+                bytes, of: transfer, on: client, from: attached, digest: Self.sha256(bytes))
+            // Killed the moment the client heard how it ended.
+            _ = await host.stop(signal: SIGKILL)
+            let told = try #require(states.last)
+            #expect(told.state == "completed", "\(states)")
+            let toldResult = try #require(told.result).decode()
+
+            host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+            let later = try await connectedClient(host)
+            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(later) else {
+                throw TestFailure("transfers was not answered")
+            }
+            let kept = try #require(list.transfers.first { $0.transfer == transfer })
+            #expect(kept.state == "completed" && kept.error == nil, "round \(round): \(kept.state) \(kept.error ?? "")")
+            #expect(try kept.result?.decode() == toldResult, "round \(round): the result told is the one kept")
+            let spool = URL(fileURLWithPath: state).appendingPathComponent(
+                "transfers/spool/\(transfer.uuidString.lowercased()).part")
+            #expect(!FileManager.default.fileExists(atPath: spool.path), "round \(round): its spool file is gone")
+            #expect(
+                Array(try Data(contentsOf: served.folder.appendingPathComponent("told-\(round).bin"))) == bytes)
+        }
+        #expect(await host.stop() == 0)
+    }
+
+    /// A spool file no unfinished upload owns (its end was journaled, and the host stopped
+    /// before the file went) is removed at the next start; an unfinished upload's stays, and
+    /// resumes.
+    @Test func spoolFilesOfNoUnfinishedUploadAreRemovedAtStart() async throws {
+        let served = try Served(size: 1, name: "x")
+        let state = URL(fileURLWithPath: FileManager.default.temporaryDirectory.path)
+            .appendingPathComponent("atrium-state-\(UUID())")
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state.path])
+        var client = try await connectedClient(host)
+        let bytes = Self.random(500_000)
+        let transfer = try await Self.put("kept.bin", size: bytes.count, on: client)
+        var attached = try await TransferDownloadTests.attach(transfer, on: client)
+        let (held, _) = try await Self.send(bytes, of: transfer, on: client, from: attached, until: 200_000)
+        #expect(await host.stop() == 0)
+        let spool = state.appendingPathComponent("transfers/spool")
+        let stray = spool.appendingPathComponent("\(UUID().uuidString.lowercased()).part")
+        let odd = spool.appendingPathComponent("not-a-transfer.part")
+        for file in [stray, odd] { try Data(repeating: 7, count: 4096).write(to: file) }
+
+        host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state.path])
+        let left = try FileManager.default.contentsOfDirectory(atPath: spool.path)
+        #expect(left == ["\(transfer.uuidString.lowercased()).part"], "\(left)")
+        #expect(host.log.contains("belongs to no unfinished upload; removed"), "\(host.log)")
+        client = try await connectedClient(host)
+        attached = try await TransferDownloadTests.attach(transfer, on: client)
+        #expect(attached.status == .success && Int(attached.offset) >= held)
+        let (_, states) = try await Self.send(
+            bytes, of: transfer, on: client, from: attached, digest: Self.sha256(bytes))
+        #expect(states.last?.state == "completed", "\(states)")
+        #expect(Array(try Data(contentsOf: served.folder.appendingPathComponent("kept.bin"))) == bytes)
+        #expect(await host.stop() == 0)
+    }
+
     @Test func anUploadTheDiskCannotHoldIsRefusedAtOnceWithStatus2() async throws {
         let served = try Served(size: 1, name: "x")
         // A free-space floor no disk has: every upload of a known size is refused as it is accepted.

@@ -37,7 +37,8 @@ final class ConnectionTransfers {
             if sends { pump(on: connection) }
         case .ack(let ack):
             if case .state(let state) = service.ack(ack, owner: owner, connection: connection.id) {
-                connection.write(.transfer(.state(state)))
+                // A download's completion, once journaled: the client does not wait for it.
+                write(state, on: connection, paced: true)
             }
             // Whatever the ack did (moved a window, ended a download, refused one), the
             // connection's room may have grown: another download may go on.
@@ -47,8 +48,8 @@ final class ConnectionTransfers {
             pump(on: connection)
         case .cancel(let transfer):
             let (answer, other) = service.cancel(transfer, owner: owner, connection: connection.id)
-            other?.tell(.state(answer))
-            connection.write(.transfer(.state(answer)))
+            if let other { service.tell(answer, to: other) }
+            write(answer, on: connection)
             pump(on: connection)
         case .transfers(let query):
             connection.write(.transfer(.transfers(service.list(query, owner: owner))))
@@ -59,9 +60,18 @@ final class ConnectionTransfers {
         case .chunk(let chunk):
             // Written and synced off the loop; the `ack` comes from there.
             if case .state(let state) = service.chunk(chunk, owner: owner, connection: connection.id) {
-                connection.write(.transfer(.state(state)))
+                write(state, on: connection)
             }
         }
+    }
+
+    /// Writes `state`: at once, unless it tells an outcome, which waits for the journal
+    /// (``TransferService/tell(_:to:paced:)``).
+    private func write(_ state: TransferStateFrame, on connection: ConnectionHandler, paced: Bool = false) {
+        guard TransferService.waitsForJournal(state), let link = connection.link else {
+            return connection.write(.transfer(.state(state)))
+        }
+        connection.core.transfers.tell(state, to: TransferPeer(link), paced: paced)
     }
 
     /// Attaches a transfer here (an `attach`, or a request's that started its download): the
@@ -165,7 +175,7 @@ final class ConnectionTransfers {
                         ))
                 case .failure(let failure):
                     if let (link, state) = service.readFailed(next.id, changed: failure == .changed) {
-                        link.tell(.state(state))
+                        service.tell(state, to: link)
                     }
                 }
             }

@@ -221,9 +221,10 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         }
     }
 
-    /// Tells each connection the state of a transfer of its that changed elsewhere.
+    /// Tells each connection the state of a transfer of its that changed elsewhere (an outcome
+    /// once it is journaled: ``TransferService/tell(_:to:paced:)``).
     func tell(_ states: [(link: TransferPeer, state: TransferStateFrame)]) {
-        for (link, state) in states { link.tell(.state(state)) }
+        for (link, state) in states { transfers.tell(state, to: link) }
     }
 
     /// Removes the transfers whose callers may no longer open the service that made them (a

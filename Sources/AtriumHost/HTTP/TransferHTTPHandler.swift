@@ -392,7 +392,7 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                         if case .success(.failure(let failure)) = result,
                             let (link, state) = service.readFailed(sending.id, changed: failure == .changed)
                         {
-                            link.tell(.state(state))
+                            service.tell(state, to: link)
                         }
                         logger.notice("HTTP download of transfer \(sending.id) stopped: its file cannot be read")
                         return close()

@@ -118,7 +118,7 @@ extension TransferService {
                 return .success(HTTPDownload(record: record, file: try DownloadFile.reopen(source)))
             } catch {
                 if !record.phase.isEnded, let (link, state) = self.end(id, phase: .failed, error: .changed) {
-                    link.tell(.state(state))
+                    tell(state, to: link)
                 }
                 return .failure(.changed("\(error)"))
             }
@@ -148,7 +148,7 @@ extension TransferService {
             logger.debug("transfer \(id) completed over HTTPS: \(record.size) bytes sent")
             return (true, link.map { ($0, done.state) })
         }
-        if let told { told.link.tell(.state(told.state)) }
+        if let told { tell(told.state, to: told.link, paced: true) }
         return goesOn
     }
 }

@@ -443,7 +443,7 @@ extension TransferService {
             if descriptor >= 0 { close(descriptor) } else { tellEnded(id, phase: .failed, error: .serviceFailed) }
             return
         }
-        if let link { link.tell(.state(self.stateFrame(of: delivering))) }
+        if let link { tell(stateFrame(of: delivering), to: link) }
         deliver(delivering, descriptor: descriptor)
     }
 
@@ -593,25 +593,31 @@ extension TransferService {
     func tellEnded(_ id: TransferID, phase: TransferPhase, error: TransferErrorCode) {
         _ = state.withLock { $0.finishing.remove(id) }
         if let (link, state) = end(id, phase: phase, error: error) {
-            link.tell(.state(state))
+            tell(state, to: link)
         }
     }
 
-    /// Closes and deletes an upload's spool file, on its queue (after what it still writes); a
-    /// download has none.
+    /// Closes an upload's spool file, on its queue (after what it still writes), and deletes it
+    /// once the journal holds the change that let it go (a download has none): a host stopped
+    /// before then finds the upload as the journal last had it, its bytes still there (an
+    /// upload its service answered is not handed over again as one whose file is gone). When
+    /// the journal cannot write the change, the file stays, and goes at the next start.
     func discardSpool(of record: TransferRecord, _ state: inout State) {
         guard record.direction == .upload else { return }
         let id = record.id
         let folder = spoolFolder
         state.finishing.remove(id)
-        if let spool = state.spools.removeValue(forKey: id) {
+        let spool = state.spools.removeValue(forKey: id)
+        afterJournalLocked(of: id, &state) { written in
+            guard let spool else {
+                if written { SpoolFile.remove(id, in: folder) }
+                return
+            }
             spool.queue.async {
                 spool.file?.close()
                 spool.file = nil
-                SpoolFile.remove(id, in: folder)
+                if written { SpoolFile.remove(id, in: folder) }
             }
-        } else {
-            SpoolFile.remove(id, in: folder)
         }
     }
 

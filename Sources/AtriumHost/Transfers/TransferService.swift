@@ -90,6 +90,8 @@ final class TransferService: Sendable {
         var finishing: Set<TransferID> = []
         /// Transfers whose last journal write failed: what was promised of them is not on disk.
         var journalFailed: Set<TransferID> = []
+        /// What waits for the journal's next batch (``afterJournal(of:paced:_:)``), in order.
+        var waitingForBatch: [(id: TransferID, body: @Sendable (_ written: Bool) -> Void)] = []
         /// The change number the journal's floor file promises to stay above.
         var sequenceFloor: UInt64 = 0
     }
@@ -138,6 +140,23 @@ final class TransferService: Sendable {
         initial.sequenceFloor = floor
         state = Mutex(initial)
         if !records.isEmpty { logger.info("transfers: \(table.count) kept from the journal") }
+        if journal != nil { removeStraySpoolFiles(keeping: table) }
+    }
+
+    /// Removes the spool files of uploads the journal does not hold unfinished: an ended
+    /// upload's file is removed only once its end is journaled, so a host stopped between the
+    /// two, or whose journal could not write the end, leaves it behind.
+    private func removeStraySpoolFiles(keeping table: TransferTable) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: spoolFolder.path)) ?? []
+        for name in names where name.hasSuffix(".part") {
+            if let id = TransferID(String(name.dropLast(5))), let record = table.record(id),
+                record.direction == .upload, !record.phase.isEnded
+            {
+                continue
+            }
+            logger.notice("transfers: \(name) in the spool belongs to no unfinished upload; removed")
+            unlink(spoolFolder.appendingPathComponent(name).path)
+        }
     }
 
     func shutdown() {
@@ -744,20 +763,26 @@ final class TransferService: Sendable {
         }
     }
 
-    /// Writes the changes waiting now (on the journal's queue): false when there were none, or
-    /// the write failed (then they wait again, unless a later version replaced them, and are
-    /// tried again after ``journalRetryDelay``; until one is written, what it promises is not
-    /// told).
+    /// Writes the changes waiting now (on the journal's queue), then runs what waited for them
+    /// (``afterJournal(of:paced:_:)``): false when there were none, or the write failed (then
+    /// they wait again, unless a later version replaced them, and are tried again after
+    /// ``journalRetryDelay``, and what waited for them waits for that try; until one is written,
+    /// what it promises is not told).
     @discardableResult
     private func writeJournalBatch() -> Bool {
         guard let journal else { return false }
-        let batch = state.withLock { state -> [TransferID: TransferRecord?] in
-            let batch = state.unwritten
+        let (batch, waiting) = state.withLock { state in
+            let taken = (state.unwritten, state.waitingForBatch)
             state.unwritten = [:]
-            if batch.isEmpty { state.writing = false }
-            return batch
+            state.waitingForBatch = []
+            if taken.0.isEmpty { state.writing = false }
+            return taken
         }
-        if batch.isEmpty { return false }
+        if batch.isEmpty {
+            // Their changes went in an earlier batch (the queue is serial: it is on disk).
+            runWaiting(waiting)
+            return false
+        }
         do {
             let refused = try journal.commit(batch.map { ($0.key, $0.value) })
             for (_, problem) in refused { logger.error("transfers' journal: \(problem)") }
@@ -765,6 +790,7 @@ final class TransferService: Sendable {
                 for id in batch.keys { state.journalFailed.remove(id) }
                 for (id, _) in refused { state.journalFailed.insert(id) }
             }
+            runWaiting(waiting)
             return true
         } catch {
             logger.error("transfers' journal: \(error); the changes are tried again")
@@ -773,6 +799,7 @@ final class TransferService: Sendable {
                     state.journalFailed.insert(id)
                     if state.unwritten[id] == nil { state.unwritten[id] = .some(record) }
                 }
+                state.waitingForBatch.insert(contentsOf: waiting, at: 0)
                 state.writing = true
                 // One retry waits at a time, however many writes failed meanwhile.
                 defer { state.retrying = true }
@@ -788,10 +815,23 @@ final class TransferService: Sendable {
         }
     }
 
+    private func runWaiting(_ waiting: [(id: TransferID, body: @Sendable (_ written: Bool) -> Void)]) {
+        guard !waiting.isEmpty else { return }
+        let failed = state.withLock { $0.journalFailed }
+        for (id, body) in waiting { body(!failed.contains(id)) }
+    }
+
     /// Runs `body` once every change made so far is in the journal, on stable storage, telling
-    /// it whether transfer `id`'s last change was written (false: its write failed, and what
-    /// it would promise must not be told).
-    func afterJournal(of id: TransferID, _ body: @escaping @Sendable (_ written: Bool) -> Void) {
+    /// it whether transfer `id`'s last change was written (false: the journal would not take
+    /// it, and what it would promise must not be told).
+    ///
+    /// At once, by a write of its own, unless `paced`: then `body` waits for the journal's next
+    /// write (at most ``journalGroupDelay`` after the last), and for the one after a failed write.
+    func afterJournal(of id: TransferID, paced: Bool = false, _ body: @escaping @Sendable (_ written: Bool) -> Void) {
+        if paced {
+            state.withLock { afterJournalLocked(of: id, &$0, body) }
+            return
+        }
         let written: @Sendable () -> Bool = { [self] in !state.withLock { $0.journalFailed.contains(id) } }
         guard journal != nil else { return body(written()) }
         // The journal's queue is serial: this block writes what is waiting now (one batch, not
@@ -800,6 +840,37 @@ final class TransferService: Sendable {
             writeJournalBatch()
             body(written())
         }
+    }
+
+    /// ``afterJournal(of:paced:_:)``, paced, with the state held.
+    func afterJournalLocked(
+        of id: TransferID, _ state: inout State, _ body: @escaping @Sendable (_ written: Bool) -> Void
+    ) {
+        guard journal != nil else {
+            journalQueue.async { body(true) }
+            return
+        }
+        state.waitingForBatch.append((id, body))
+        scheduleJournal(&state)
+    }
+
+    /// Tells `peer` the state `frame` of transfer `frame.transfer`: an outcome, or an upload
+    /// handed to its service, once the journal holds it (a restart must not take back what the
+    /// client was told), and not at all when the journal cannot write it; other states at once.
+    /// `paced`: the outcome waits for the journal's next write, not one of its own (a download's
+    /// completion, which no client waits for).
+    func tell(_ frame: TransferStateFrame, to peer: TransferPeer, paced: Bool = false) {
+        guard Self.waitsForJournal(frame) else { return peer.tell(.state(frame)) }
+        afterJournal(of: TransferID(frame.transfer), paced: paced) { written in
+            if written { peer.tell(.state(frame)) }
+        }
+    }
+
+    /// Whether telling `frame` waits for the journal: it says the transfer ended, or is being
+    /// handed to its service.
+    static func waitsForJournal(_ frame: TransferStateFrame) -> Bool {
+        guard let phase = TransferPhase(rawValue: frame.state) else { return false }
+        return phase.isEnded || phase == .delivering
     }
 
     /// Writes `record` now, on the journal's queue, unless the table let go of it meanwhile.
