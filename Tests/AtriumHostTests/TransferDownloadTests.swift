@@ -281,6 +281,74 @@ struct TransferDownloadTests {
         #expect(await host.stop() == 0)
     }
 
+    /// An outcome the journal already holds, asked for again and again (`cancelTransfer` of a
+    /// transfer long ended), is answered at once, in the order of the requests, and queues
+    /// nothing behind the journal.
+    @Test func anOutcomeAskedAgainIsAnsweredAtOnceInTheOrderOfTheRequests() async throws {
+        let served = try Served(size: 1000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        let client = try await connectedClient(host)
+        let (transfer, _) = try await Self.get(served.name, on: client)
+        _ = try await Self.attach(transfer, on: client, window: 1000)
+        try await client.send(.transfer(.cancel(transfer: transfer)))
+        var first: TransferStateFrame?
+        while first == nil {
+            if case .transfer(.state(let told))? = try await Self.nextSignificant(client) { first = told }
+        }
+        #expect(first?.state == "canceled")
+        // Written by now (the journal writes within 10 ms): each cancel is answered with it.
+        try await Task.sleep(for: .milliseconds(100))
+        let rounds = 300
+        for round in 0..<rounds {
+            try await client.send(.transfer(.cancel(transfer: transfer)))
+            try await client.send(.transfer(.transfers(TransfersQueryFrame(id: UInt64(round + 10)))))
+        }
+        for round in 0..<rounds {
+            guard case .transfer(.state(let again))? = try await Self.nextSignificant(client) else {
+                throw TestFailure("round \(round): the cancel's answer did not come first")
+            }
+            #expect(again.transfer == transfer && again.state == "canceled")
+            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(client) else {
+                throw TestFailure("round \(round): transfers was not answered next")
+            }
+            #expect(list.id == UInt64(round + 10))
+        }
+        #expect(await host.stop() == 0)
+    }
+
+    /// An outcome a `transfers` answer lists is one the journal holds: a host killed the moment
+    /// after lists it the same.
+    @Test func anOutcomeListedSurvivesKill9TheMomentAfterIt() async throws {
+        let served = try Served(size: 1000)
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        for round in 0..<3 {
+            let client = try await connectedClient(host)
+            let (transfer, _) = try await Self.get(served.name, on: client)
+            // Canceled and listed at once, before anything is written.
+            try await client.send(.transfer(.cancel(transfer: transfer)))
+            try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 7))))
+            var listed: TransferStateFrame?
+            while listed == nil {
+                if case .transfer(.transfers(let list))? = try await Self.nextSignificant(client) {
+                    listed = list.transfers.first { $0.transfer == transfer }
+                }
+            }
+            _ = await host.stop(signal: SIGKILL)
+            #expect(listed?.state == "canceled")
+
+            host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+            let later = try await connectedClient(host)
+            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(later) else {
+                throw TestFailure("transfers was not answered")
+            }
+            let kept = list.transfers.first { $0.transfer == transfer }
+            #expect(kept?.state == "canceled", "round \(round): \(String(describing: kept))")
+        }
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aDownloadResumesAfterTheHostRestarts() async throws {
         let served = try Served(size: 700_000)
         let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path

@@ -52,7 +52,13 @@ final class ConnectionTransfers {
             write(answer, on: connection)
             pump(on: connection)
         case .transfers(let query):
-            connection.write(.transfer(.transfers(service.list(query, owner: owner))))
+            let list = service.list(query, owner: owner)
+            guard let pending = list.transfers.first(where: service.waitsForJournal) else {
+                return connection.write(.transfer(.transfers(list)))
+            }
+            // An outcome listed goes out once the journal holds it, as when it is told; the
+            // answer goes whatever the write did (a query is always answered).
+            service.afterJournal(of: TransferID(pending.transfer)) { _ in TransferPeer(link).tell(.transfers(list)) }
         case .link(let request, let transfer):
             service.link(
                 request: request, transfer: transfer, owner: owner, address: connection.httpsAddress
@@ -68,7 +74,7 @@ final class ConnectionTransfers {
     /// Writes `state`: at once, unless it tells an outcome, which waits for the journal
     /// (``TransferService/tell(_:to:paced:)``).
     private func write(_ state: TransferStateFrame, on connection: ConnectionHandler, paced: Bool = false) {
-        guard TransferService.waitsForJournal(state), let link = connection.link else {
+        guard connection.core.transfers.waitsForJournal(state), let link = connection.link else {
             return connection.write(.transfer(.state(state)))
         }
         connection.core.transfers.tell(state, to: TransferPeer(link), paced: paced)

@@ -90,6 +90,8 @@ final class TransferService: Sendable {
         var finishing: Set<TransferID> = []
         /// Transfers whose last journal write failed: what was promised of them is not on disk.
         var journalFailed: Set<TransferID> = []
+        /// The transfers whose changes the journal is writing now.
+        var committing: Set<TransferID> = []
         /// What waits for the journal's next batch (``afterJournal(of:paced:_:)``), in order.
         var waitingForBatch: [(id: TransferID, body: @Sendable (_ written: Bool) -> Void)] = []
         /// The change number the journal's floor file promises to stay above.
@@ -775,9 +777,11 @@ final class TransferService: Sendable {
             let taken = (state.unwritten, state.waitingForBatch)
             state.unwritten = [:]
             state.waitingForBatch = []
+            state.committing = Set(taken.0.keys)
             if taken.0.isEmpty { state.writing = false }
             return taken
         }
+        defer { state.withLock { $0.committing = [] } }
         if batch.isEmpty {
             // Their changes went in an earlier batch (the queue is serial: it is on disk).
             runWaiting(waiting)
@@ -860,17 +864,23 @@ final class TransferService: Sendable {
     /// `paced`: the outcome waits for the journal's next write, not one of its own (a download's
     /// completion, which no client waits for).
     func tell(_ frame: TransferStateFrame, to peer: TransferPeer, paced: Bool = false) {
-        guard Self.waitsForJournal(frame) else { return peer.tell(.state(frame)) }
+        guard waitsForJournal(frame) else { return peer.tell(.state(frame)) }
         afterJournal(of: TransferID(frame.transfer), paced: paced) { written in
             if written { peer.tell(.state(frame)) }
         }
     }
 
     /// Whether telling `frame` waits for the journal: it says the transfer ended, or is being
-    /// handed to its service.
-    static func waitsForJournal(_ frame: TransferStateFrame) -> Bool {
-        guard let phase = TransferPhase(rawValue: frame.state) else { return false }
-        return phase.isEnded || phase == .delivering
+    /// handed to its service, and the journal does not hold its transfer's last change yet (an
+    /// outcome told again, to a `cancelTransfer` of a transfer long ended, say, goes at once).
+    func waitsForJournal(_ frame: TransferStateFrame) -> Bool {
+        guard let phase = TransferPhase(rawValue: frame.state), phase.isEnded || phase == .delivering else {
+            return false
+        }
+        let id = TransferID(frame.transfer)
+        return state.withLock {
+            $0.unwritten[id] != nil || $0.committing.contains(id) || $0.journalFailed.contains(id)
+        }
     }
 
     /// Writes `record` now, on the journal's queue, unless the table let go of it meanwhile.
