@@ -326,7 +326,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     let output = OutputGauge()
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable && !framesWaiting {
+        if context.channel.isWritable && !framesWaiting && !answerWaitsForJournal {
             context.read()
         } else {
             readHeld = true
@@ -346,7 +346,31 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             unflushedBytes = 0
             context.flush()
         }
-        return context.channel.isWritable || isClosed || inputBroken
+        return (context.channel.isWritable && !answerWaitsForJournal) || isClosed || inputBroken
+    }
+
+    /// An answer to this client waits for the transfers' journal (an outcome it is told, a
+    /// `transfers` list with one: ``ConnectionTransfers``): its next frames wait unread until
+    /// it has gone, so that a client asking again and again has one answer at a time held
+    /// behind the journal, and gets its answers in the order it asked.
+    private(set) var answerWaitsForJournal = false
+
+    /// Holds the client's next frames until ``answerWent()``.
+    func answerWaits() {
+        answerWaitsForJournal = true
+    }
+
+    /// The answer that waited for the journal has been written: the client's frames go on.
+    func answerWent() {
+        guard answerWaitsForJournal else { return }
+        answerWaitsForJournal = false
+        guard let context, context.channel.isWritable else { return }
+        if framesWaiting {
+            resumeFrames(context: context)
+        } else if readHeld {
+            readHeld = false
+            context.read()
+        }
     }
 
     /// Whether frames of the last read wait for the output to drain (`input.isPaused`, kept

@@ -49,7 +49,7 @@ final class ConnectionTransfers {
         case .cancel(let transfer):
             let (answer, other) = service.cancel(transfer, owner: owner, connection: connection.id)
             if let other { service.tell(answer, to: other) }
-            write(answer, on: connection)
+            write(answer, on: connection, holdingFrames: true)
             pump(on: connection)
         case .transfers(let query):
             let list = service.list(query, owner: owner)
@@ -57,8 +57,15 @@ final class ConnectionTransfers {
                 return connection.write(.transfer(.transfers(list)))
             }
             // An outcome listed goes out once the journal holds it, as when it is told; the
-            // answer goes whatever the write did (a query is always answered).
-            service.afterJournal(of: TransferID(pending.transfer)) { _ in TransferPeer(link).tell(.transfers(list)) }
+            // answer goes whatever the write did (a query is always answered). The client's next
+            // frames wait for it.
+            connection.answerWaits()
+            service.afterJournal(of: TransferID(pending.transfer)) { _ in
+                link.run { connection in
+                    connection.write(.transfer(.transfers(list)))
+                    connection.answerWent()
+                }
+            }
         case .link(let request, let transfer):
             service.link(
                 request: request, transfer: transfer, owner: owner, address: connection.httpsAddress
@@ -72,12 +79,25 @@ final class ConnectionTransfers {
     }
 
     /// Writes `state`: at once, unless it tells an outcome, which waits for the journal
-    /// (``TransferService/tell(_:to:paced:)``).
-    private func write(_ state: TransferStateFrame, on connection: ConnectionHandler, paced: Bool = false) {
+    /// (``TransferService/tell(_:to:paced:)``); `holdingFrames`: the client's next frames wait
+    /// for it (the answer to a request of its own, such as `cancelTransfer`).
+    private func write(
+        _ state: TransferStateFrame, on connection: ConnectionHandler, paced: Bool = false, holdingFrames: Bool = false
+    ) {
         guard connection.core.transfers.waitsForJournal(state), let link = connection.link else {
             return connection.write(.transfer(.state(state)))
         }
-        connection.core.transfers.tell(state, to: TransferPeer(link), paced: paced)
+        guard holdingFrames else {
+            return connection.core.transfers.tell(state, to: TransferPeer(link), paced: paced)
+        }
+        connection.answerWaits()
+        let peer = TransferPeer { frame in
+            link.run { connection in
+                connection.write(.transfer(frame))
+                connection.answerWent()
+            }
+        }
+        connection.core.transfers.tell(state, to: peer, paced: paced)
     }
 
     /// Attaches a transfer here (an `attach`, or a request's that started its download): the

@@ -30,6 +30,10 @@ extension TransferHTTPHandler {
         var lastSent = false
         /// Whether the request uses the IETF draft (`Upload-Complete`) rather than tus.
         var draft: Bool
+        /// What the host tells this PATCH's attachment goes through here (``told(_:patch:)``).
+        var peer: TransferPeer
+        /// The upload ended under this PATCH, and its answer waits for the journal to hold that.
+        var ending = false
     }
 
     /// What tus 1.0 asks every answer to carry.
@@ -157,7 +161,7 @@ extension TransferHTTPHandler {
         }
         upload = Receiving(
             record: record, next: offset, held: offset, window: Int64(attached.window), completes: completes,
-            digest: digest, draft: draft)
+            digest: digest, draft: draft, peer: peer)
         phase = .receiving
         logger.debug("HTTP PATCH transfer \(record.id): from \(offset)\(completes ? ", to the end" : "")")
         // A client that waits to be told to send its body (curl does, for a large one) is told
@@ -197,7 +201,7 @@ extension TransferHTTPHandler {
     /// while the window has room; reading waits while a whole chunk waits for room. Once the
     /// body is all handed over: the last chunk, or the answer once synced.
     func feed() {
-        guard var receiving = upload, phase == .receiving else { return }
+        guard var receiving = upload, phase == .receiving, !receiving.ending else { return }
         let chunkBytes = Int64(service.limits.chunkBytes)
         var waiting = receiving.pending.reduce(Int64(0)) { $0 + Int64($1.readableBytes) }
         while waiting > 0 {
@@ -222,8 +226,16 @@ extension TransferHTTPHandler {
                     digest: last ? receiving.digest : nil),
                 owner: receiving.record.owner, connection: connectionID, waits: waits)
             {
+                guard service.waitsForJournal(state) else {
+                    upload = receiving
+                    return stopped(state)
+                }
+                // It failed here (past its length, no room): answered once the journal holds
+                // that, as a frames client is told (``TransferService/tell(_:to:paced:)``).
+                receiving.ending = true
                 upload = receiving
-                return stopped(state)
+                holdingReads = true
+                return service.tell(state, to: receiving.peer)
             }
             receiving.next += Int64(count)
         }

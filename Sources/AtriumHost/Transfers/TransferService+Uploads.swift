@@ -598,16 +598,30 @@ extension TransferService {
     }
 
     /// Closes an upload's spool file, on its queue (after what it still writes), and deletes it
-    /// once the journal holds the change that let it go (a download has none): a host stopped
-    /// before then finds the upload as the journal last had it, its bytes still there (an
-    /// upload its service answered is not handed over again as one whose file is gone). When
-    /// the journal cannot write the change, the file stays, and goes at the next start.
+    /// (a download has none). A completed upload's goes once the journal holds its completion:
+    /// a host stopped before then finds it still being handed to its service, its file there to
+    /// hand over again (not failed as one whose file is gone, after its client was told it
+    /// completed); when the journal cannot write it, the file stays, and goes at the next start.
+    /// Any other's goes at once, so that a full disk gets its space back: after a restart, an
+    /// upload the journal still had unfinished fails for want of its file, as it was told.
     func discardSpool(of record: TransferRecord, _ state: inout State) {
         guard record.direction == .upload else { return }
         let id = record.id
         let folder = spoolFolder
         state.finishing.remove(id)
         let spool = state.spools.removeValue(forKey: id)
+        guard record.phase == .completed else {
+            if let spool {
+                spool.queue.async {
+                    spool.file?.close()
+                    spool.file = nil
+                    SpoolFile.remove(id, in: folder)
+                }
+            } else {
+                SpoolFile.remove(id, in: folder)
+            }
+            return
+        }
         afterJournalLocked(of: id, &state) { written in
             guard let spool else {
                 if written { SpoolFile.remove(id, in: folder) }

@@ -110,6 +110,7 @@ final class TransferService: Sendable {
         var unavailable: String?
         var records: [TransferRecord] = []
         var floor: UInt64 = 0
+        var unread = false
         do {
             try FileManager.default.createDirectory(
                 at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -124,6 +125,7 @@ final class TransferService: Sendable {
             }
             let read = try made.readAll()
             for problem in read.problems { logger.warning("transfers' journal: \(problem)") }
+            unread = !read.problems.isEmpty
             records = read.records
             floor = made.readFloor()
             journal = made
@@ -142,7 +144,9 @@ final class TransferService: Sendable {
         initial.sequenceFloor = floor
         state = Mutex(initial)
         if !records.isEmpty { logger.info("transfers: \(table.count) kept from the journal") }
-        if journal != nil { removeStraySpoolFiles(keeping: table) }
+        // Only when the journal was read whole: a record it holds and the host could not read or
+        // take (written by another version, say) keeps its file.
+        if journal != nil, !unread, table.rejected.isEmpty { removeStraySpoolFiles(keeping: table) }
     }
 
     /// Removes the spool files of uploads the journal does not hold unfinished: an ended
@@ -480,7 +484,9 @@ final class TransferService: Sendable {
     func runningState(of id: TransferID, on connection: UInt64) -> TransferStateFrame? {
         state.withLock { state in
             guard let attached = state.attached[id], attached.connection == connection,
-                let record = state.table.record(id)
+                let record = state.table.record(id),
+                // Told by its own change, once journaled (``tell(_:to:paced:)``).
+                !record.phase.isEnded, record.phase != .delivering
             else { return nil }
             return stateFrame(of: record, offset: attached.download?.acknowledged)
         }
@@ -860,13 +866,19 @@ final class TransferService: Sendable {
 
     /// Tells `peer` the state `frame` of transfer `frame.transfer`: an outcome, or an upload
     /// handed to its service, once the journal holds it (a restart must not take back what the
-    /// client was told), and not at all when the journal cannot write it; other states at once.
-    /// `paced`: the outcome waits for the journal's next write, not one of its own (a download's
-    /// completion, which no client waits for).
+    /// client was told); other states at once. `paced`: the outcome waits for the journal's next
+    /// write, not one of its own (a download's completion, which no client waits for). When the
+    /// journal cannot write it (a full disk), it is told all the same, as the host has it: an
+    /// answer the client waits for never goes missing (a `cancelTransfer`'s, a PATCH's).
     func tell(_ frame: TransferStateFrame, to peer: TransferPeer, paced: Bool = false) {
         guard waitsForJournal(frame) else { return peer.tell(.state(frame)) }
-        afterJournal(of: TransferID(frame.transfer), paced: paced) { written in
-            if written { peer.tell(.state(frame)) }
+        afterJournal(of: TransferID(frame.transfer), paced: paced) { [logger] written in
+            if !written {
+                logger.warning(
+                    "transfer \(TransferID(frame.transfer)) \(frame.state) is told before the journal holds it (its write failed)"
+                )
+            }
+            peer.tell(.state(frame))
         }
     }
 
