@@ -37,6 +37,8 @@ extension Atriumd {
         guard !beforeEnd.contains(where: { ["--worker", "--help", "-h", "--version"].contains($0) }),
             beforeEnd.first != "help"
         else { return await runParsed(commandLine, configured: nil) }
+        // The host, not its workers: they move no transfer's bytes.
+        MallocArenas.keepFreedMemory()
         let (options, accepted) = optionSpecs(for: commandLine)
         let configured: ConfiguredArguments
         do {

@@ -74,6 +74,7 @@ public final class HostCore: BackendHost, @unchecked Sendable {
         /// found reason to give memory back at the next.
         var peakSinceTrim = 0
         var backendLetGoSinceTrim = false
+        var transfersWentQuietSinceTrim = false
         var trimDue = false
         var shuttingDown = false
     }
@@ -354,16 +355,19 @@ public final class HostCore: BackendHost, @unchecked Sendable {
 
     /// Gives freed memory back to the system once most connections of a burst are gone (at
     /// least 64 fewer than the peak, and fewer than half of it), or after a backend was let
-    /// go. glibc's allocator keeps freed memory for reuse: without this, a burst of 10,000
-    /// connections would leave the host's RSS at its peak for good (95 MiB against 31 MiB
-    /// after the trim), and each reload or worker restart would leave a few pages of RSS that
-    /// nothing uses (BENCHMARKS.md, "Churn"). Called every few seconds; a lock and two
-    /// comparisons when nothing changed.
+    /// go, or once transfers' bytes stopped moving. glibc's allocator keeps freed memory for
+    /// reuse (the host keeps up to 16 MiB free for the next chunks: ``MallocArenas``): without
+    /// this, a burst of 10,000 connections would leave the host's RSS at its peak for good (95
+    /// MiB against 31 MiB after the trim), and each reload or worker restart would leave a few
+    /// pages of RSS that nothing uses (BENCHMARKS.md, "Churn"). Called every few seconds; a
+    /// lock and two comparisons when nothing changed.
     func trimMemoryAfterBursts() {
+        let transfersWentQuiet = transfers.wentQuietAfterMoving()
         let why = state.withLock { state -> String? in
+            if transfersWentQuiet { state.transfersWentQuietSinceTrim = true }
             let open = state.connections.count
             let burst = state.peakSinceTrim - open >= 64 && open * 2 < state.peakSinceTrim
-            guard burst || state.backendLetGoSinceTrim else {
+            guard burst || state.backendLetGoSinceTrim || state.transfersWentQuietSinceTrim else {
                 state.trimDue = false
                 return nil
             }
@@ -377,9 +381,11 @@ public final class HostCore: BackendHost, @unchecked Sendable {
             defer {
                 state.peakSinceTrim = open
                 state.backendLetGoSinceTrim = false
+                state.transfersWentQuietSinceTrim = false
                 state.trimDue = false
             }
-            return burst ? "connections down from \(state.peakSinceTrim)" : "a backend was let go"
+            if burst { return "connections down from \(state.peakSinceTrim)" }
+            return state.backendLetGoSinceTrim ? "a backend was let go" : "transfers' bytes stopped moving"
         }
         guard let why else { return }
         let released = atrium_release_free_memory()

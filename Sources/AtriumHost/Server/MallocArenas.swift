@@ -23,4 +23,24 @@ public enum MallocArenas {
     public static func limit(to count: Int = hostDefault) -> Int {
         Int(atrium_limit_malloc_arenas(Int32(count)))
     }
+
+    /// The most freed memory the host keeps for reuse, by default.
+    public static let hostKept = 16 << 20
+
+    /// The largest block malloc serves from its heap rather than mapping afresh: a transfer's
+    /// chunk (256 KiB) and the buffers it is read into.
+    static let heapBlocks = 1 << 20
+
+    /// Lets malloc keep up to `bytes` of freed memory at the top of the heap, and serve blocks of
+    /// up to 1 MiB from it. With glibc's defaults, each chunk of an upload (256 KiB, freed once
+    /// it is written to the spool) was mapped afresh and given back: every page of it faulted in
+    /// and zeroed again, a sixth of the host's CPU for an upload (BENCHMARKS.md, "Freed memory
+    /// kept in the host"). The host gives what it kept back once transfers' bytes stop moving
+    /// (``HostCore/trimMemoryAfterBursts()``). `MALLOC_TRIM_THRESHOLD_`,
+    /// `MALLOC_MMAP_THRESHOLD_` or their `GLIBC_TUNABLES` in atriumd's environment take
+    /// precedence. Returns whether it was set.
+    @discardableResult
+    public static func keepFreedMemory(upTo bytes: Int = hostKept) -> Bool {
+        atrium_keep_freed_memory(max(bytes, 0), heapBlocks) == 1
+    }
 }

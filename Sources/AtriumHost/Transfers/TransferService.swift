@@ -90,6 +90,8 @@ final class TransferService: Sendable {
         var finishing: Set<TransferID> = []
         /// Transfers whose last journal write failed: what was promised of them is not on disk.
         var journalFailed: Set<TransferID> = []
+        /// Bytes moved since ``wentQuietAfterMoving()`` last said so.
+        var movedSinceQuiet = false
         /// The transfers whose changes the journal is writing now.
         var committing: Set<TransferID> = []
         /// What waits for the journal's next batch (``afterJournal(of:paced:_:)``), in order.
@@ -416,9 +418,20 @@ final class TransferService: Sendable {
                 // The next turn begins after this one.
                 ids.append(ids.remove(at: turn))
                 state.byConnection[connection] = ids
+                state.movedSinceQuiet = true
                 return (id, file, range, attached.generation)
             }
             return nil
+        }
+    }
+
+    /// Whether bytes moved, over frames, since the last time this said so, and none are moving
+    /// now (no transfer is attached): the chunks' memory is free, for the host to give back.
+    func wentQuietAfterMoving() -> Bool {
+        state.withLock { state in
+            guard state.movedSinceQuiet, state.attached.isEmpty else { return false }
+            state.movedSinceQuiet = false
+            return true
         }
     }
 
