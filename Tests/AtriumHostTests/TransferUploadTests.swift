@@ -339,6 +339,29 @@ struct TransferUploadTests {
         #expect(await host.stop() == 0)
     }
 
+    /// The host keeps freed memory for the next chunks while bytes move (MallocArenas), and
+    /// gives it back once they stop: once, not at every look while it is idle.
+    @Test func theHostGivesBackWhatItKeptOnceTransfersStopMoving() async throws {
+        let served = try Served(size: 1, name: "x")
+        let host = try await TestHost.start(manifests: served.manifests, arguments: ["--log-level", "debug"])
+        let client = try await connectedClient(host)
+        let bytes = Self.random(3_000_000)
+        let transfer = try await Self.put("kept.bin", size: bytes.count, on: client)
+        let attached = try await TransferDownloadTests.attach(transfer, on: client)
+        let (_, states) = try await Self.send(
+            bytes, of: transfer, on: client, from: attached, digest: Self.sha256(bytes))
+        #expect(states.last?.state == "completed", "\(states)")
+        let said = "transfers' bytes stopped moving: freed memory"
+        // The host looks every 2 s, and trims at the second look that finds it quiet.
+        let trimmed = await eventually(within: .seconds(20), every: .milliseconds(200)) {
+            host.log.contains(said)
+        }
+        #expect(trimmed, "\(host.log)")
+        try await Task.sleep(for: .seconds(5))
+        #expect(host.log.components(separatedBy: said).count == 2, "given back once while idle: \(host.log)")
+        #expect(await host.stop() == 0)
+    }
+
     @Test func anUploadTheDiskCannotHoldIsRefusedAtOnceWithStatus2() async throws {
         let served = try Served(size: 1, name: "x")
         // A free-space floor no disk has: every upload of a known size is refused as it is accepted.
