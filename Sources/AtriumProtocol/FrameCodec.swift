@@ -198,6 +198,21 @@ public struct FrameInput<Frame: AtriumFrame> {
         held = rest
     }
 
+    /// Keeps `bytes` after what is held, acting on nothing, and holds the frames (``isPaused``)
+    /// until ``resume(_:)``: bytes that arrive while the caller takes no frames.
+    @inlinable
+    public mutating func hold(_ bytes: ByteBuffer) {
+        paused = true
+        guard bytes.readableBytes > 0 else { return }
+        if var earlier = held {
+            held = nil
+            earlier.writeImmutableBuffer(bytes)
+            held = earlier
+        } else {
+            held = bytes
+        }
+    }
+
     /// Hands on the frames held since `each` (of ``read(_:_:)-(_,(Frame)->Bool)``) stopped
     /// taking them, as that does.
     @inlinable

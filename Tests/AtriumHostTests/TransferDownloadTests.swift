@@ -318,6 +318,65 @@ struct TransferDownloadTests {
         #expect(await host.stop() == 0)
     }
 
+    /// An outcome a `transfers` answer lists is one the journal holds: a host killed the moment
+    /// after lists it the same.
+    @Test func anOutcomeListedSurvivesKill9TheMomentAfterIt() async throws {
+        let served = try Served(size: 1000)
+        let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path
+        var host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+        for round in 0..<3 {
+            let client = try await connectedClient(host)
+            let (transfer, _) = try await Self.get(served.name, on: client)
+            // Canceled and listed at once, before anything is written.
+            try await client.send(.transfer(.cancel(transfer: transfer)))
+            try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 7))))
+            var listed: TransferStateFrame?
+            while listed == nil {
+                if case .transfer(.transfers(let list))? = try await Self.nextSignificant(client) {
+                    listed = list.transfers.first { $0.transfer == transfer }
+                }
+            }
+            _ = await host.stop(signal: SIGKILL)
+            #expect(listed?.state == "canceled")
+
+            host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
+            let later = try await connectedClient(host)
+            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(later) else {
+                throw TestFailure("transfers was not answered")
+            }
+            let kept = list.transfers.first { $0.transfer == transfer }
+            #expect(kept?.state == "canceled", "round \(round): \(String(describing: kept))")
+        }
+        #expect(await host.stop() == 0)
+    }
+
+    /// A client that half-closes right after a request whose answer waits for the journal
+    /// (a `cancelTransfer`, alone or followed by `transfers`) gets every answer before the host
+    /// closes.
+    @Test func answersThatWaitForTheJournalReachAClientThatHalfClosed() async throws {
+        let served = try Served(size: 1000)
+        let host = try await TestHost.start(manifests: served.manifests)
+        for asksForList in [false, true] {
+            let client = try await connectedClient(host)
+            let (transfer, _) = try await Self.get(served.name, on: client)
+            try await client.send(.transfer(.cancel(transfer: transfer)))
+            if asksForList { try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 4)))) }
+            try await client.closeOutput()
+            var frames: [HostFrame] = []
+            while let frame = try await client.next(timeout: .seconds(5)) { frames.append(frame) }
+            let states = frames.compactMap { frame -> TransferStateFrame? in
+                if case .transfer(.state(let state)) = frame { state } else { nil }
+            }
+            #expect(states.map(\.state) == ["canceled"], "\(frames)")
+            let lists = frames.compactMap { frame -> TransfersFrame? in
+                if case .transfer(.transfers(let list)) = frame { list } else { nil }
+            }
+            #expect(lists.map(\.id) == (asksForList ? [4] : []), "\(frames)")
+        }
+        #expect(await host.stop() == 0)
+    }
+
     @Test func aDownloadResumesAfterTheHostRestarts() async throws {
         let served = try Served(size: 700_000)
         let state = FileManager.default.temporaryDirectory.appendingPathComponent("atrium-state-\(UUID())").path

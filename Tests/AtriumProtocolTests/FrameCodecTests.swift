@@ -269,6 +269,26 @@ struct FrameCodecTests {
         #expect(frames.last == .close(channel: 9) && input.heldBytes == 0 && input.truncation == nil)
     }
 
+    /// Bytes that arrive while the frames are held (another read of the same wakeup) join
+    /// them unread: nothing is acted on until the reader resumes, then all in order.
+    @Test func frameInputHoldsBytesThatArriveWhileItWaitsUnread() throws {
+        var stream = ByteBuffer()
+        for frame in Self.clientFrames { stream.writeFrame(frame) }
+        let half = stream.readableBytes / 2
+        var input = FrameInput<ClientFrame>(maxFrameBytes: 1 << 20)
+        input.hold(stream.getSlice(at: 0, length: half)!)
+        #expect(input.isPaused && input.heldBytes == half)
+        input.hold(stream.getSlice(at: half, length: stream.readableBytes - half)!)
+        input.hold(ByteBuffer())
+        #expect(input.isPaused && input.heldBytes == stream.readableBytes)
+        var frames: [ClientFrame] = []
+        try input.resume { frame -> Bool in
+            frames.append(frame)
+            return true
+        }
+        #expect(frames == Self.clientFrames && !input.isPaused && input.heldBytes == 0)
+    }
+
     @Test func frameInputHoldsTheFirstFrameToItsOwnLimitThenLiftsIt() throws {
         let hello = encoded(ClientFrame.hello(HelloFrame(clientId: String(repeating: "c", count: 40))))
         let big = encoded(ClientFrame.launch(LaunchFrame(id: 1, uri: "x:" + String(repeating: "y", count: 200))))

@@ -272,7 +272,8 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case ChannelEvent.inputClosed = event {
-            if framesWaiting {
+            // An answer that waits for the journal is owed too: the end is acted on after it.
+            if framesWaiting || answerWaitsForJournal {
                 inputClosedWhilePaused = true
             } else {
                 inputClosed()
@@ -364,10 +365,13 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func answerWent() {
         guard answerWaitsForJournal else { return }
         answerWaitsForJournal = false
-        guard let context, context.channel.isWritable else { return }
+        guard let context, !isRemoved else { return }
         if framesWaiting {
-            resumeFrames(context: context)
-        } else if readHeld {
+            if context.channel.isWritable { resumeFrames(context: context) }
+        } else if inputClosedWhilePaused {
+            inputClosedWhilePaused = false
+            inputClosed()
+        } else if readHeld, context.channel.isWritable {
             readHeld = false
             context.read()
         }
@@ -379,7 +383,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Acts on the frames of a read that waited for the output to drain, then reads again.
     private func resumeFrames(context: ChannelHandlerContext) {
-        guard framesWaiting, !reading, !isRemoved, !inputBroken else { return }
+        guard framesWaiting, !reading, !isRemoved, !inputBroken, !answerWaitsForJournal else { return }
         reading = true
         inReadBurst = true
         do {
@@ -412,7 +416,7 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         output.isBlocked = !context.channel.isWritable
-        if context.channel.isWritable {
+        if context.channel.isWritable, !answerWaitsForJournal {
             if framesWaiting {
                 resumeFrames(context: context)
             } else if readHeld {
@@ -465,6 +469,12 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
             reading = false
             if inputBroken { input.drop() }
             framesWaiting = input.isPaused
+        }
+        // A read that comes while frames wait (one socket wakeup brings several reads) only
+        // joins them: nothing is acted on before they are.
+        if framesWaiting || answerWaitsForJournal {
+            input.hold(unwrapInboundIn(data))
+            return
         }
         do {
             try input.read(unwrapInboundIn(data)) { frame in

@@ -226,16 +226,7 @@ extension TransferHTTPHandler {
                     digest: last ? receiving.digest : nil),
                 owner: receiving.record.owner, connection: connectionID, waits: waits)
             {
-                guard service.waitsForJournal(state) else {
-                    upload = receiving
-                    return stopped(state)
-                }
-                // It failed here (past its length, no room): answered once the journal holds
-                // that, as a frames client is told (``TransferService/tell(_:to:paced:)``).
-                receiving.ending = true
-                upload = receiving
-                holdingReads = true
-                return service.tell(state, to: receiving.peer)
+                return stop(receiving, state)
             }
             receiving.next += Int64(count)
         }
@@ -251,7 +242,7 @@ extension TransferHTTPHandler {
                     digest: receiving.digest),
                 owner: receiving.record.owner, connection: connectionID)
             {
-                return stopped(state)
+                return stop(receiving, state)
             }
             return
         }
@@ -260,6 +251,21 @@ extension TransferHTTPHandler {
         if receiving.bodyEnded, receiving.pending.isEmpty, !receiving.completes, receiving.held == receiving.next {
             answered(held: receiving.held, complete: false)
         }
+    }
+
+    /// The upload stopped under this PATCH with `state`: answered at once, or, when it ended
+    /// here (past its length, no room), once the journal holds that, as a frames client is told
+    /// (``TransferService/tell(_:to:paced:)``); nothing more of the body is taken meanwhile.
+    private func stop(_ receiving: Receiving, _ state: TransferStateFrame) {
+        guard service.waitsForJournal(state) else {
+            upload = receiving
+            return stopped(state)
+        }
+        var ending = receiving
+        ending.ending = true
+        upload = ending
+        holdingReads = true
+        service.tell(state, to: ending.peer)
     }
 
     /// The first `count` bytes of `buffers` (which hold at least that many), as one buffer: a

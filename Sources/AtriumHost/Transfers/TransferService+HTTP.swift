@@ -137,6 +137,7 @@ extension TransferService {
     func httpSent(_ id: TransferID, _ range: Range<Int64>, resumes: Bool, now: Date = Date()) -> Bool {
         let (goesOn, told) = state.withLock { state -> (Bool, (link: TransferPeer, state: TransferStateFrame)?) in
             guard let record = state.table.record(id), record.direction == .download else { return (false, nil) }
+            state.movedSinceLook = true
             guard !record.phase.isEnded else { return (record.phase == .completed, nil) }
             // An empty file is all sent once a response to it has gone out.
             let reaches = range.upperBound > record.offset || record.size == 0

@@ -197,7 +197,7 @@ extension TransferService {
                 var attached = state.attached[id], attached.connection == connection, var window = attached.upload,
                 let spool = state.spools[id]
             else { return .none }
-            state.movedSinceQuiet = true
+            state.movedSinceLook = true
             let count = frame.data.readableBytes
             // An empty chunk that ends nothing moves nothing: not worth a write, a sync or a turn.
             guard count > 0 || frame.last else { return .none }

@@ -90,8 +90,9 @@ final class TransferService: Sendable {
         var finishing: Set<TransferID> = []
         /// Transfers whose last journal write failed: what was promised of them is not on disk.
         var journalFailed: Set<TransferID> = []
-        /// Bytes moved since ``wentQuietAfterMoving()`` last said so.
-        var movedSinceQuiet = false
+        /// Bytes moved since ``wentQuietAfterMoving()`` last looked, and at the look before.
+        var movedSinceLook = false
+        var wasMoving = false
         /// The transfers whose changes the journal is writing now.
         var committing: Set<TransferID> = []
         /// What waits for the journal's next batch (``afterJournal(of:paced:_:)``), in order.
@@ -418,20 +419,24 @@ final class TransferService: Sendable {
                 // The next turn begins after this one.
                 ids.append(ids.remove(at: turn))
                 state.byConnection[connection] = ids
-                state.movedSinceQuiet = true
+                state.movedSinceLook = true
                 return (id, file, range, attached.generation)
             }
             return nil
         }
     }
 
-    /// Whether bytes moved, over frames, since the last time this said so, and none are moving
-    /// now (no transfer is attached): the chunks' memory is free, for the host to give back.
+    /// Whether transfers' bytes (over frames or HTTPS) moved until the last look and not since:
+    /// the chunks' memory is free, for the host to give back. Called every few seconds.
     func wentQuietAfterMoving() -> Bool {
         state.withLock { state in
-            guard state.movedSinceQuiet, state.attached.isEmpty else { return false }
-            state.movedSinceQuiet = false
-            return true
+            if state.movedSinceLook {
+                state.movedSinceLook = false
+                state.wasMoving = true
+                return false
+            }
+            defer { state.wasMoving = false }
+            return state.wasMoving
         }
     }
 
