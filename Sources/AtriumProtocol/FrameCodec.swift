@@ -106,8 +106,9 @@ public struct FrameDecoder<Frame: AtriumFrame>: ByteToMessageDecoder {
 ///
 /// The caller may stop taking frames in the middle of a read (its output is backed up, say):
 /// the frames not handed on yet are held with the rest, and ``resume(_:)`` hands them on
-/// later. What is held then is at most one read's bytes, since a caller that stops taking
-/// frames stops reading too.
+/// later. Bytes that arrive meanwhile (the other reads of one socket wakeup) are added unread
+/// (``hold(_:)``). What is held then is at most one wakeup's reads, since a caller that stops
+/// taking frames stops reading too.
 public struct FrameInput<Frame: AtriumFrame> {
     @usableFromInline
     var decoder: FrameDecoder<Frame>

@@ -360,7 +360,10 @@ struct TransferDownloadTests {
         for asksForList in [false, true] {
             let client = try await connectedClient(host)
             let (transfer, _) = try await Self.get(served.name, on: client)
+            let (second, _) = try await Self.get(served.name, on: client, channel: 2)
+            // Two cancels whose answers each wait for the journal, then the end of the input.
             try await client.send(.transfer(.cancel(transfer: transfer)))
+            try await client.send(.transfer(.cancel(transfer: second)))
             if asksForList { try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 4)))) }
             try await client.closeOutput()
             var frames: [HostFrame] = []
@@ -368,7 +371,8 @@ struct TransferDownloadTests {
             let states = frames.compactMap { frame -> TransferStateFrame? in
                 if case .transfer(.state(let state)) = frame { state } else { nil }
             }
-            #expect(states.map(\.state) == ["canceled"], "\(frames)")
+            #expect(states.map(\.transfer) == [transfer, second], "\(frames)")
+            #expect(states.map(\.state) == ["canceled", "canceled"], "\(frames)")
             let lists = frames.compactMap { frame -> TransfersFrame? in
                 if case .transfer(.transfers(let list)) = frame { list } else { nil }
             }

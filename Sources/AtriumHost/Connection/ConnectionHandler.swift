@@ -361,11 +361,12 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
         answerWaitsForJournal = true
     }
 
-    /// The answer that waited for the journal has been written: the client's frames go on.
+    /// The answer that waited for the journal has been written: the client's frames go on, and
+    /// then the end of its input, if it came meanwhile.
     func answerWent() {
         guard answerWaitsForJournal else { return }
         answerWaitsForJournal = false
-        guard let context, !isRemoved else { return }
+        guard let context, !isRemoved, !reading else { return }
         if framesWaiting {
             if context.channel.isWritable { resumeFrames(context: context) }
         } else if inputClosedWhilePaused {
@@ -399,7 +400,9 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
         framesWaiting = input.isPaused
         inReadBurst = false
         flushIfPending()
-        guard !framesWaiting else { return }
+        // The last frame acted on may have an answer waiting for the journal: the end of the
+        // input, and the next read, wait for it (``answerWent()``).
+        guard !framesWaiting, !answerWaitsForJournal else { return }
         if inputClosedWhilePaused {
             inputClosedWhilePaused = false
             inputClosed()
@@ -416,10 +419,11 @@ final class ConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         output.isBlocked = !context.channel.isWritable
-        if context.channel.isWritable, !answerWaitsForJournal {
-            if framesWaiting {
+        if context.channel.isWritable {
+            // While an answer waits for the journal, its going resumes the frames.
+            if framesWaiting, !answerWaitsForJournal {
                 resumeFrames(context: context)
-            } else if readHeld {
+            } else if readHeld, !answerWaitsForJournal {
                 readHeld = false
                 context.read()
             }

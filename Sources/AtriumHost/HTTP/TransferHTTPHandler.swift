@@ -501,9 +501,10 @@ final class TransferHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 logger.info("HTTP connection closed: no request within \(Self.firstRequestTimeout)")
                 return close()
             }
-            // A complete upload being checked (its SHA-256 read back, after a resume) is the
-            // host's wait, not the client's.
-            let checking = phase == .receiving && upload?.lastSent == true
+            // A complete upload being checked (its SHA-256 read back, after a resume), or one
+            // that failed here waiting for the journal to hold that, is the host's wait, not the
+            // client's.
+            let checking = phase == .receiving && (upload?.lastSent == true || upload?.ending == true)
             if !checking, NIODeadline.now() - lastMoved > timeout {
                 let waiting =
                     switch phase {
