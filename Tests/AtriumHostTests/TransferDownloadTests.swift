@@ -103,6 +103,15 @@ struct TransferDownloadTests {
         return nil
     }
 
+    /// The host's answer to `transfers` (every transfer of `client`'s caller).
+    static func transfers(on client: TestClient) async throws -> TransfersFrame {
+        try await client.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
+        guard case .transfer(.transfers(let list))? = try await nextSignificant(client) else {
+            throw TestFailure("transfers was not answered")
+        }
+        return list
+    }
+
     static func attach(
         _ transfer: UUID, on client: TestClient, offset: UInt64? = nil, window: UInt64? = nil, id: UInt64 = 9
     ) async throws -> AttachedFrame {
@@ -341,10 +350,7 @@ struct TransferDownloadTests {
 
             host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
             let later = try await connectedClient(host)
-            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
-            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(later) else {
-                throw TestFailure("transfers was not answered")
-            }
+            let list = try await Self.transfers(on: later)
             let kept = list.transfers.first { $0.transfer == transfer }
             #expect(kept?.state == "canceled", "round \(round): \(String(describing: kept))")
         }
@@ -423,10 +429,7 @@ struct TransferDownloadTests {
 
             host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
             let later = try await connectedClient(host)
-            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
-            guard case .transfer(.transfers(let list))? = try await Self.nextSignificant(later) else {
-                throw TestFailure("transfers was not answered")
-            }
+            let list = try await Self.transfers(on: later)
             let kept = list.transfers.first { $0.transfer == transfer }
             #expect(kept?.state == "completed", "round \(round): \(String(describing: kept))")
         }

@@ -290,10 +290,7 @@ struct TransferUploadTests {
 
             host = try await TestHost.start(manifests: served.manifests, arguments: ["--state-dir", state])
             let later = try await connectedClient(host)
-            try await later.send(.transfer(.transfers(TransfersQueryFrame(id: 1))))
-            guard case .transfer(.transfers(let list))? = try await TransferDownloadTests.nextSignificant(later) else {
-                throw TestFailure("transfers was not answered")
-            }
+            let list = try await TransferDownloadTests.transfers(on: later)
             let kept = try #require(list.transfers.first { $0.transfer == transfer })
             #expect(kept.state == "completed" && kept.error == nil, "round \(round): \(kept.state) \(kept.error ?? "")")
             #expect(try kept.result?.decode() == toldResult, "round \(round): the result told is the one kept")

@@ -57,15 +57,9 @@ final class ConnectionTransfers {
                 return connection.write(.transfer(.transfers(list)))
             }
             // An outcome listed goes out once the journal holds it, as when it is told; the
-            // answer goes whatever the write did (a query is always answered). The client's next
-            // frames wait for it.
-            connection.answerWaits()
-            service.afterJournal(of: TransferID(pending.transfer)) { _ in
-                link.run { connection in
-                    connection.write(.transfer(.transfers(list)))
-                    connection.answerWent()
-                }
-            }
+            // answer goes whatever the write did (a query is always answered).
+            let answer = heldAnswer(on: connection, link)
+            service.afterJournal(of: TransferID(pending.transfer)) { _ in answer.tell(.transfers(list)) }
         case .link(let request, let transfer):
             service.link(
                 request: request, transfer: transfer, owner: owner, address: connection.httpsAddress
@@ -87,17 +81,20 @@ final class ConnectionTransfers {
         guard connection.core.transfers.waitsForJournal(state), let link = connection.link else {
             return connection.write(.transfer(.state(state)))
         }
-        guard holdingFrames else {
-            return connection.core.transfers.tell(state, to: TransferPeer(link), paced: paced)
-        }
+        let peer = holdingFrames ? heldAnswer(on: connection, link) : TransferPeer(link)
+        connection.core.transfers.tell(state, to: peer, paced: paced)
+    }
+
+    /// Where an answer that waits for the journal goes: the client's next frames wait unread
+    /// until it has been written (``ConnectionHandler/answerWaits()``).
+    private func heldAnswer(on connection: ConnectionHandler, _ link: ConnectionLink) -> TransferPeer {
         connection.answerWaits()
-        let peer = TransferPeer { frame in
+        return TransferPeer { frame in
             link.run { connection in
                 connection.write(.transfer(frame))
                 connection.answerWent()
             }
         }
-        connection.core.transfers.tell(state, to: peer, paced: paced)
     }
 
     /// Attaches a transfer here (an `attach`, or a request's that started its download): the

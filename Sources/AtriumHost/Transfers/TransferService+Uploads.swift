@@ -611,29 +611,19 @@ extension TransferService {
         let folder = spoolFolder
         state.finishing.remove(id)
         let spool = state.spools.removeValue(forKey: id)
-        guard record.phase == .completed else {
-            if let spool {
-                spool.queue.async {
-                    spool.file?.close()
-                    spool.file = nil
-                    SpoolFile.remove(id, in: folder)
-                }
-            } else {
-                SpoolFile.remove(id, in: folder)
-            }
-            return
-        }
-        afterJournalLocked(of: id, &state) { written in
+        let discard: @Sendable (_ remove: Bool) -> Void = { remove in
             guard let spool else {
-                if written { SpoolFile.remove(id, in: folder) }
+                if remove { SpoolFile.remove(id, in: folder) }
                 return
             }
             spool.queue.async {
                 spool.file?.close()
                 spool.file = nil
-                if written { SpoolFile.remove(id, in: folder) }
+                if remove { SpoolFile.remove(id, in: folder) }
             }
         }
+        guard record.phase == .completed else { return discard(true) }
+        afterJournalLocked(of: id, &state, discard)
     }
 
     func notifyEnded(_ record: TransferRecord, _ why: String) {
